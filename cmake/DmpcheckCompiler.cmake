@@ -1,0 +1,22 @@
+# Compiler settings scoped to dmpcheck's own targets (no global flags).
+set(CMAKE_CXX_STANDARD 17)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+set(CMAKE_CXX_EXTENSIONS OFF)
+set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+
+if(DMPCHECK_USE_CCACHE)
+  find_program(DMPCHECK_CCACHE ccache)
+  if(DMPCHECK_CCACHE)
+    # pch_defines/time_macros: ccache must accept precompiled headers, see ccache(1) "Precompiled headers".
+    set(CMAKE_CXX_COMPILER_LAUNCHER
+        ${CMAKE_COMMAND} -E env
+        "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
+        ${DMPCHECK_CCACHE})
+    message(STATUS "dmpcheck: compiling through ${DMPCHECK_CCACHE}")
+  endif()
+endif()
+
+# dmpcheck_target_defaults(<target>): warnings and the shared precompiled header.
+function(dmpcheck_target_defaults target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+endfunction()

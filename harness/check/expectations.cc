@@ -1,0 +1,67 @@
+#include "check/expectations.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/error.h"
+#include "dmp/embedding_config.h"
+
+namespace dmpcheck::check {
+namespace {
+
+std::string describe_difference(const TensorCheck& c) {
+  return fmt::format("{} differs at {} on rank(s) {} vs rank 0: max |diff| {:.3g}, {} of {} elements", c.name,
+                     c.phase, fmt::join(c.differing_ranks, ","), c.max_abs_diff, c.elements_differing, c.numel);
+}
+
+}  // namespace
+
+ExpectationResult evaluate_expectation(const scenario::Expectation& expect, const RunResult& result) {
+  ExpectationResult out;
+  out.description = expect.describe();
+
+  std::set<std::string> expected_diverged;
+  for (const auto& name : expect.diverged) {
+    expected_diverged.insert(name.find('.') == std::string::npos ? dmp::table_weight_key(name) : name);
+  }
+  std::set<std::string> checked;
+  for (const auto& c : result.replicas) checked.insert(c.name);
+  for (const auto& name : expected_diverged) {
+    if (!checked.count(name)) {
+      out.failures.push_back(fmt::format(
+          "{} was expected to diverge, but no replicated tensor has that name (is its table data_parallel?)", name));
+    }
+  }
+  for (const auto& c : result.replicas) {
+    const bool phase_expects_divergence =
+        std::any_of(expect.at.begin(), expect.at.end(), [&](scenario::Phase p) { return c.phase == scenario::phase_name(p); });
+    const bool should_diverge = expect.replicas == scenario::ReplicaExpectation::kDiverge &&
+                                expected_diverged.count(c.name) && phase_expects_divergence;
+    const bool may_diverge = expect.replicas == scenario::ReplicaExpectation::kDiverge && expected_diverged.count(c.name);
+    if (should_diverge && c.equal) {
+      out.failures.push_back(fmt::format("{} was expected to diverge at {} but is equal on every rank", c.name, c.phase));
+    } else if (!c.equal && !may_diverge) {
+      out.failures.push_back(describe_difference(c) + " (expected equal)");
+    }
+  }
+  if (expect.global_model) {
+    if (!result.global_model_checked) {
+      out.failures.push_back("the unsharded-model comparison did not run");
+    }
+    for (const auto& g : result.global_model) {
+      if (!g.within_tolerance) {
+        out.failures.push_back(fmt::format("{} differs from the unsharded model: max |diff| {:.3g} exceeds rtol {} / atol {}",
+                                           g.name, g.max_abs_diff, expect.global_model->rtol, expect.global_model->atol));
+      }
+    }
+  }
+  if (expect.max_broadcast_seconds && result.init_broadcast.performed &&
+      result.init_broadcast.seconds > *expect.max_broadcast_seconds) {
+    out.failures.push_back(fmt::format("the init broadcast took {:.4f} s, over the bound of {} s",
+                                       result.init_broadcast.seconds, *expect.max_broadcast_seconds));
+  }
+  out.held = out.failures.empty();
+  return out;
+}
+
+}  // namespace dmpcheck::check

@@ -1,0 +1,103 @@
+// What one run produced: plain structs that every report renders from (report/), so the JSON,
+// the console table and later reports can never disagree.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dmpcheck::check {
+
+// One replicated tensor compared across ranks at one phase.  Agreed by all ranks.
+struct TensorCheck {
+  std::string name;
+  std::string sharding;  // data_parallel, dense
+  std::string phase;     // init, final
+  bool equal = true;     // bitwise identical on every rank
+  double max_abs_diff = 0.0;         // largest |x_r - x_0| over ranks r and elements
+  int64_t elements_differing = 0;    // elements where some rank differs from rank 0
+  int64_t numel = 0;
+  std::vector<int> differing_ranks;  // ranks whose copy differs from rank 0's
+};
+
+// One tensor of the sharded model compared with the unsharded model after the last step.
+struct GlobalModelCheck {
+  std::string name;
+  double max_abs_diff = 0.0;
+  double max_allowed_excess = 0.0;  // max(|a-b| - (atol + rtol*|b|)); <= 0 within tolerance
+  bool within_tolerance = true;
+  int64_t numel = 0;
+};
+
+struct BroadcastCost {
+  bool performed = false;
+  int64_t bytes = 0;
+  int64_t tensors = 0;
+  int64_t collectives = 0;
+  int64_t bucket_cap_bytes = 0;
+  double seconds = 0.0;  // max over ranks
+  double gbps = 0.0;     // bytes / seconds / 1e9 (algbw = busbw for broadcast)
+};
+
+struct TablePlacement {
+  std::string table;
+  std::string sharding;
+  std::vector<int> ranks;
+  int64_t bytes_per_rank = 0;
+};
+
+struct Environment {
+  std::string libtorch_version;
+  std::string backend;
+  std::string host;
+  std::string git_revision;
+  int world_size = 0;
+  int cores = 0;
+  int threads_per_rank = 0;
+};
+
+struct ExpectationResult {
+  std::string description;
+  bool held = false;
+  std::vector<std::string> failures;  // one line each, naming tensors and ranks
+};
+
+struct RankFailure {
+  int rank = -1;
+  std::string kind;   // an error kind name, or "crashed" / "timeout"
+  std::string cause;  // e.g. "exited with status 3", "killed by signal 11 (SIGSEGV)"
+  std::string message;
+  std::vector<std::string> last_lines;
+};
+
+struct Timings {
+  double init_s = 0.0;
+  double train_s = 0.0;
+  double check_s = 0.0;
+  double total_s = 0.0;  // as the launcher saw it, spawn to reap
+};
+
+struct RunResult {
+  std::string scenario;
+  std::string scenario_file;
+  std::string run;
+  std::string slug;
+  std::vector<std::pair<std::string, std::string>> cell;
+  std::string profile;
+  std::string init_mode;
+  Environment environment;
+  std::vector<TablePlacement> plan;
+  std::vector<TensorCheck> replicas;
+  bool global_model_checked = false;
+  std::vector<GlobalModelCheck> global_model;
+  BroadcastCost init_broadcast;
+  std::vector<double> losses;  // rank 0's loss per step
+  Timings timings;
+  std::optional<RankFailure> failure;  // set when a rank failed: no verdict on expectations
+  ExpectationResult expectation;
+  std::string verdict;  // "pass", "fail" (an expectation did not hold), "error" (a rank failed)
+};
+
+}  // namespace dmpcheck::check

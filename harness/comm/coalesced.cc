@@ -1,0 +1,77 @@
+#include "comm/coalesced.h"
+
+#include <chrono>
+#include <functional>
+
+#include <ATen/ATen.h>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+
+namespace dmpcheck::comm {
+namespace {
+
+// Packs `tensors` in order into buckets of one dtype and at most `cap` bytes (cap <= 0: one
+// tensor per bucket), hands each bucket's flat buffer to `collective`, and copies the result
+// back into the tensors.  Returns the number of buckets.
+int64_t for_each_bucket(const std::vector<at::Tensor>& tensors, int64_t cap,
+                        const std::function<void(at::Tensor&)>& collective) {
+  at::NoGradGuard no_grad;  // parameters are leaves that require grad; these copies are not training
+  int64_t buckets = 0;
+  std::vector<at::Tensor> bucket;
+  int64_t bucket_bytes = 0;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    ++buckets;
+    if (bucket.size() == 1 && bucket[0].is_contiguous()) {
+      at::Tensor t = bucket[0];
+      collective(t);
+    } else {
+      std::vector<at::Tensor> flat_views;
+      for (const auto& t : bucket) flat_views.push_back(t.reshape({-1}));
+      at::Tensor flat = at::cat(flat_views);
+      collective(flat);
+      int64_t offset = 0;
+      for (const auto& t : bucket) {
+        t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+    }
+    bucket.clear();
+    bucket_bytes = 0;
+  };
+  for (const auto& t : tensors) {
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    const bool other_dtype = !bucket.empty() && bucket.front().scalar_type() != t.scalar_type();
+    if (other_dtype || (!bucket.empty() && bucket_bytes + bytes > cap)) flush();
+    bucket.push_back(t);
+    bucket_bytes += bytes;
+    if (cap <= 0) flush();
+  }
+  flush();
+  return buckets;
+}
+
+}  // namespace
+
+CoalescedBroadcastStats broadcast_coalesced(Communicator& comm, const std::vector<at::Tensor>& tensors,
+                                            const CoalescedBroadcastOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  CoalescedBroadcastStats stats;
+  for (const auto& t : tensors) stats.bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  stats.tensors = static_cast<int64_t>(tensors.size());
+  stats.collectives = for_each_bucket(tensors, options.bucket_cap_bytes,
+                                      [&](at::Tensor& flat) { comm.broadcast(flat, options.root); });
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+void all_reduce_mean_coalesced(Communicator& comm, const std::vector<at::Tensor>& tensors,
+                               int64_t bucket_cap_bytes) {
+  for_each_bucket(tensors, bucket_cap_bytes, [&](at::Tensor& flat) {
+    comm.all_reduce(flat, ReduceOp::kSum);
+    flat.div_(comm.world_size());
+  });
+}
+
+}  // namespace dmpcheck::comm

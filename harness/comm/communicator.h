@@ -1,0 +1,44 @@
+// The collective interface everything above comm/ talks to.  Only comm/ includes c10d or nccl.h.
+//
+// Contract for every collective below: it is called by every rank of the group, in the same
+// order, with matching shapes; it returns when the result is in place on this rank; it fails
+// with Error(kTimeout) when the collective does not complete within timeout(), and with
+// Error(kCommunication) when the backend reports an error.  Tensors are CPU tensors here; a
+// backend that computes elsewhere (NCCL) stages them itself.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace dmpcheck::comm {
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend_name() const = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  // Overwrites `tensor` on every rank with root's values.
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  // In place: every rank ends with the reduction of all ranks' `tensor`.
+  virtual void all_reduce(at::Tensor& tensor, ReduceOp op) = 0;
+  // Every rank passes a tensor of the same shape and dtype; returns world_size tensors, rank order.
+  virtual std::vector<at::Tensor> all_gather(const at::Tensor& input) = 0;
+  // Splits are along dim 0: input_splits[r] rows go to rank r, output_splits[r] rows come from r.
+  // Every rank's input_splits[r] must equal rank r's output_splits[this rank].
+  virtual at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& input_splits,
+                                const std::vector<int64_t>& output_splits) = 0;
+  virtual void barrier() = 0;
+};
+
+}  // namespace dmpcheck::comm

@@ -1,0 +1,129 @@
+#include "comm/gloo/gloo_communicator.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "comm/store.h"
+#include "comm/store_impl.h"
+#include "common/error.h"
+
+namespace dmpcheck::comm {
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+  }
+  DMP_INTERNAL_ASSERT(false, "unknown reduce op");
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(Store& store, int rank, int world_size, const GlooOptions& options)
+      : rank_(rank), world_size_(world_size), timeout_(options.timeout) {
+    try {
+      auto pg_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+      pg_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
+      pg_options->threads = options.threads;
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store.impl().store, rank, world_size, pg_options);
+    } catch (const std::exception& e) {
+      throw_error(ErrorKind::kCommunication,
+                  fmt::format("rank {}: Gloo process group of {} ranks could not be created: {}", rank,
+                              world_size, e.what()));
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::string backend_name() const override { return "gloo"; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    options.timeout = timeout_;
+    wait("broadcast", [&] { return pg_->broadcast(tensors, options); });
+  }
+
+  void all_reduce(at::Tensor& tensor, ReduceOp op) override {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(op);
+    options.timeout = timeout_;
+    wait("all_reduce", [&] { return pg_->allreduce(tensors, options); });
+  }
+
+  std::vector<at::Tensor> all_gather(const at::Tensor& input) override {
+    std::vector<at::Tensor> inputs{input.contiguous()};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < world_size_; ++r) outputs[0].push_back(at::empty_like(inputs[0]));
+    c10d::AllgatherOptions options;
+    options.timeout = timeout_;
+    wait("all_gather", [&] { return pg_->allgather(outputs, inputs, options); });
+    return outputs[0];
+  }
+
+  at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& input_splits,
+                        const std::vector<int64_t>& output_splits) override {
+    DMP_INTERNAL_ASSERT(static_cast<int>(input_splits.size()) == world_size_ &&
+                            static_cast<int>(output_splits.size()) == world_size_,
+                        "all_to_all needs one split per rank");
+    int64_t out_rows = 0;
+    for (int64_t s : output_splits) out_rows += s;
+    auto sizes = input.sizes().vec();
+    sizes[0] = out_rows;
+    at::Tensor in = input.contiguous();
+    at::Tensor out = at::empty(sizes, input.options());
+    std::vector<int64_t> in_splits = input_splits;
+    std::vector<int64_t> out_splits = output_splits;
+    c10d::AllToAllOptions options;
+    options.timeout = timeout_;
+    wait("all_to_all", [&] { return pg_->alltoall_base(out, in, out_splits, in_splits, options); });
+    return out;
+  }
+
+  void barrier() override {
+    c10d::BarrierOptions options;
+    options.timeout = timeout_;
+    wait("barrier", [&] { return pg_->barrier(options); });
+  }
+
+ private:
+  // Wraps every c10d call: adds rank, operation and sequence number, and sorts timeouts from
+  // other failures.
+  template <typename Issue>
+  void wait(const char* operation, Issue&& issue) {
+    ++sequence_;
+    try {
+      auto work = issue();
+      work->wait(timeout_);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      const bool timed_out = what.find("imed out") != std::string::npos ||
+                             what.find("imeout") != std::string::npos;
+      throw_error(timed_out ? ErrorKind::kTimeout : ErrorKind::kCommunication,
+                  fmt::format("rank {}: gloo {} #{} failed after up to {} ms: {}", rank_, operation,
+                              sequence_, timeout_.count(), first_line(what)));
+    }
+  }
+
+  static std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+  int rank_;
+  int world_size_;
+  std::chrono::milliseconds timeout_;
+  uint64_t sequence_ = 0;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(Store& store, int rank, int world_size,
+                                                     const GlooOptions& options) {
+  return std::make_unique<GlooCommunicator>(store, rank, world_size, options);
+}
+
+}  // namespace dmpcheck::comm

@@ -1,0 +1,26 @@
+// Where a rank learns who it is: the standard variables torchrun and dmpcheck's own launcher
+// set (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace dmpcheck::comm {
+
+struct RankEnvironment {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  uint16_t master_port = 0;
+};
+
+// Reads the variables through `lookup` (std::getenv in production, a map in tests).  Missing
+// or malformed variables raise Error(kInvalidInput) naming the variable and its value.
+RankEnvironment rank_environment_from(const std::function<std::optional<std::string>(const std::string&)>& lookup);
+RankEnvironment rank_environment_from_process();
+
+}  // namespace dmpcheck::comm

@@ -1,0 +1,42 @@
+// A DDP-like wrapper for the dense parameters: when wrapped, rank 0's parameters are broadcast
+// to every rank (DDP's constructor does the same); after each backward the gradients are
+// averaged by bucketed all-reduce; then a libtorch optimizer steps.
+#pragma once
+
+#include <memory>
+
+#include "comm/coalesced.h"
+#include "dmp/dense.h"
+#include "dmp/optim/dense_optimizer.h"
+
+namespace dmpcheck::comm {
+class Communicator;
+}
+
+namespace dmpcheck::dmp {
+
+struct DenseDataParallelOptions {
+  int64_t bucket_cap_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb=25
+  bool broadcast_at_wrap = true;
+};
+
+class DenseDataParallel {
+ public:
+  // Collective (broadcasts).  `mlp` must outlive the wrapper.
+  DenseDataParallel(comm::Communicator& comm, DenseMlp& mlp, const DenseOptimizerConfig& optimizer,
+                    const DenseDataParallelOptions& options);
+
+  // Collective: average gradients over ranks, then the optimizer step, then zero the grads.
+  void step();
+  const comm::CoalescedBroadcastStats& wrap_broadcast() const { return wrap_broadcast_; }
+  std::vector<NamedTensor> optimizer_state() const { return optimizer_.state(); }
+
+ private:
+  comm::Communicator& comm_;  // owned by the worker, outlives the model
+  DenseMlp& mlp_;
+  DenseDataParallelOptions options_;
+  DenseOptimizer optimizer_;
+  comm::CoalescedBroadcastStats wrap_broadcast_;
+};
+
+}  // namespace dmpcheck::dmp

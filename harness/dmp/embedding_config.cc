@@ -1,0 +1,13 @@
+#include "dmp/embedding_config.h"
+
+#include <cmath>
+
+namespace dmpcheck::dmp {
+
+double EmbeddingBagConfig::init_bound() const { return std::sqrt(1.0 / static_cast<double>(num_embeddings)); }
+
+const char* pooling_name(PoolingType pooling) { return pooling == PoolingType::kSum ? "sum" : "mean"; }
+
+std::string table_weight_key(const std::string& table) { return "ebc.embedding_bags." + table + ".weight"; }
+
+}  // namespace dmpcheck::dmp

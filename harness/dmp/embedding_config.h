@@ -1,0 +1,29 @@
+// What a table is, independent of where it lives.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dmpcheck::dmp {
+
+enum class PoolingType { kSum, kMean };
+
+struct EmbeddingBagConfig {
+  std::string name;
+  int64_t num_embeddings = 0;  // rows
+  int64_t embedding_dim = 0;
+  std::vector<std::string> feature_names;
+  PoolingType pooling = PoolingType::kSum;
+
+  // TorchRec's default init_fn: uniform in [-sqrt(1/rows), sqrt(1/rows)].
+  double init_bound() const;
+  int64_t bytes() const { return num_embeddings * embedding_dim * 4; }  // fp32
+};
+
+const char* pooling_name(PoolingType pooling);
+
+// The state_dict key of a table's weight in the unsharded model.
+std::string table_weight_key(const std::string& table);
+
+}  // namespace dmpcheck::dmp

@@ -1,0 +1,95 @@
+// DistributedModelParallel: the reference model (EmbeddingBagCollection -> dense MLP -> mean)
+// sharded by a plan.  Embedding tables go to their sharding types; the dense MLP goes to the
+// DDP-like wrapper.  Training is forward, backward with the fused embedding optimizers applied
+// inside it, then the dense optimizer step.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include "comm/coalesced.h"
+#include "dmp/behaviour_profile.h"
+#include "dmp/dense.h"
+#include "dmp/dense_data_parallel.h"
+#include "dmp/embedding_config.h"
+#include "dmp/keyed_jagged_tensor.h"
+#include "dmp/optim/dense_optimizer.h"
+#include "dmp/optim/fused_optimizer.h"
+#include "dmp/planner.h"
+#include "dmp/sharding/embedding_sharding.h"
+
+namespace dmpcheck::comm {
+class Communicator;
+}
+
+namespace dmpcheck::dmp {
+
+struct ModelConfig {
+  std::vector<EmbeddingBagConfig> tables;
+  std::vector<int64_t> dense_layers;  // output sizes; the input is the pooled width
+  std::vector<std::string> features() const;
+  int64_t pooled_width() const;
+};
+
+struct DmpOptions {
+  BehaviourProfile profile;
+  FusedOptimizerConfig sparse_optimizer;
+  DenseOptimizerConfig dense_optimizer;
+};
+
+// One tensor this rank holds, as a check sees it.
+struct StateTensor {
+  std::string name;      // state_dict-style key
+  std::string sharding;  // data_parallel, table_wise, dense
+  bool replicated = false;  // must be bitwise equal on every rank
+  at::Tensor tensor;
+};
+
+struct InitBroadcastReport {
+  bool data_parallel_tables_broadcast = false;
+  comm::CoalescedBroadcastStats data_parallel_tables;  // the profile's init broadcast
+  comm::CoalescedBroadcastStats dense;                 // the DDP wrapper's broadcast
+};
+
+class DistributedModelParallel {
+ public:
+  // Collective.  Builds the model as user code does: the dense layers draw from `generator`,
+  // then the collection's reset_parameters draws every table in model order (on every rank, as
+  // if the unsharded model were materialised and then sharded) and each rank keeps its shards.
+  // Then the profile's init broadcast runs and the dense part is wrapped.
+  DistributedModelParallel(comm::Communicator& comm, const ModelConfig& model, const ShardingPlan& plan,
+                           at::Generator& generator, const DmpOptions& options);
+  ~DistributedModelParallel();
+
+  // Collective.  One step on this rank's batch: forward, backward (fused optimizers inside),
+  // dense step.  Returns this rank's loss (mean of the dense output over its batch).
+  double train_step(const KeyedJaggedTensor& local_batch);
+
+  // Every tensor this rank holds: weights, then optimizer state.
+  std::vector<StateTensor> state() const;
+  // Collective.  Every table whole, and the dense parameters, as of now: data_parallel tables
+  // and dense parameters from rank 0, table_wise tables from their owner.
+  std::map<std::string, at::Tensor> gather_full_weights();
+  // Overwrites weights from full tensors (keys as gather_full_weights); optimizer state is kept.
+  void load_full_weights(const std::map<std::string, at::Tensor>& weights);
+
+  const InitBroadcastReport& init_broadcast() const { return init_broadcast_; }
+  const ShardingPlan& plan() const { return plan_; }
+
+ private:
+  comm::Communicator& comm_;  // owned by the caller for the model's whole life
+  ModelConfig model_;
+  ShardingPlan plan_;
+  DmpOptions options_;
+  std::vector<std::unique_ptr<EmbeddingSharding>> shardings_;
+  std::unique_ptr<DenseMlp> dense_;
+  std::unique_ptr<DenseDataParallel> dense_dp_;
+  InitBroadcastReport init_broadcast_;
+};
+
+}  // namespace dmpcheck::dmp

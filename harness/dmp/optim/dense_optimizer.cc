@@ -1,0 +1,90 @@
+#include "dmp/optim/dense_optimizer.h"
+
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include "common/error.h"
+
+namespace dmpcheck::dmp {
+
+const char* dense_optimizer_name(DenseOptimizerType type) {
+  switch (type) {
+    case DenseOptimizerType::kSgd: return "sgd";
+    case DenseOptimizerType::kAdagrad: return "adagrad";
+    case DenseOptimizerType::kAdam: return "adam";
+  }
+  return "unknown";
+}
+
+class DenseOptimizer::Impl {
+ public:
+  Impl(const DenseOptimizerConfig& config, const std::vector<NamedTensor>& parameters)
+      : config(config), parameters(parameters) {
+    std::vector<at::Tensor> tensors;
+    for (const auto& p : parameters) tensors.push_back(p.tensor);
+    switch (config.type) {
+      case DenseOptimizerType::kSgd:
+        optimizer = std::make_unique<torch::optim::SGD>(
+            tensors, torch::optim::SGDOptions(config.learning_rate).momentum(config.momentum).weight_decay(config.weight_decay));
+        break;
+      case DenseOptimizerType::kAdagrad:
+        optimizer = std::make_unique<torch::optim::Adagrad>(
+            tensors, torch::optim::AdagradOptions(config.learning_rate).eps(config.eps).weight_decay(config.weight_decay));
+        break;
+      case DenseOptimizerType::kAdam:
+        optimizer = std::make_unique<torch::optim::Adam>(
+            tensors, torch::optim::AdamOptions(config.learning_rate)
+                         .betas({config.beta1, config.beta2})
+                         .eps(config.eps)
+                         .weight_decay(config.weight_decay));
+        break;
+    }
+  }
+
+  // torch::optim keys its state by the parameter's TensorImpl address.
+  torch::optim::OptimizerParamState* state_of(const at::Tensor& p) const {
+    auto it = optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    return it == optimizer->state().end() ? nullptr : it->second.get();
+  }
+
+  DenseOptimizerConfig config;
+  std::vector<NamedTensor> parameters;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+DenseOptimizer::DenseOptimizer(const DenseOptimizerConfig& config, const std::vector<NamedTensor>& parameters)
+    : impl_(std::make_unique<Impl>(config, parameters)) {}
+DenseOptimizer::~DenseOptimizer() = default;
+
+void DenseOptimizer::zero_grad() { impl_->optimizer->zero_grad(); }
+void DenseOptimizer::step() { impl_->optimizer->step(); }
+
+std::vector<NamedTensor> DenseOptimizer::state() const {
+  std::vector<NamedTensor> out;
+  for (const auto& p : impl_->parameters) {
+    auto* state = impl_->state_of(p.tensor);
+    if (state == nullptr) continue;  // no step taken yet
+    switch (impl_->config.type) {
+      case DenseOptimizerType::kSgd: {
+        auto& s = static_cast<torch::optim::SGDParamState&>(*state);
+        if (s.momentum_buffer().defined()) out.push_back({p.name + ".momentum_buffer", s.momentum_buffer()});
+        break;
+      }
+      case DenseOptimizerType::kAdagrad: {
+        auto& s = static_cast<torch::optim::AdagradParamState&>(*state);
+        out.push_back({p.name + ".sum", s.sum()});
+        break;
+      }
+      case DenseOptimizerType::kAdam: {
+        auto& s = static_cast<torch::optim::AdamParamState&>(*state);
+        out.push_back({p.name + ".exp_avg", s.exp_avg()});
+        out.push_back({p.name + ".exp_avg_sq", s.exp_avg_sq()});
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace dmpcheck::dmp

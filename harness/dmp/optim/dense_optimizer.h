@@ -1,0 +1,46 @@
+// The dense parameters' optimizer: libtorch's own torch::optim (SGD, Adagrad, Adam), so dense
+// math is exactly PyTorch's.  The torch/optim headers stay inside dense_optimizer.cc.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "dmp/optim/fused_optimizer.h"
+
+namespace dmpcheck::dmp {
+
+enum class DenseOptimizerType { kSgd, kAdagrad, kAdam };
+
+struct DenseOptimizerConfig {
+  DenseOptimizerType type = DenseOptimizerType::kSgd;
+  double learning_rate = 0.01;
+  double momentum = 0.0;       // SGD
+  double eps = 1e-8;           // Adam's default; torch.optim.Adagrad's is 1e-10
+  double beta1 = 0.9;          // Adam
+  double beta2 = 0.999;        // Adam
+  double weight_decay = 0.0;
+};
+
+const char* dense_optimizer_name(DenseOptimizerType type);
+
+class DenseOptimizer {
+ public:
+  DenseOptimizer(const DenseOptimizerConfig& config, const std::vector<NamedTensor>& parameters);
+  ~DenseOptimizer();
+  DenseOptimizer(const DenseOptimizer&) = delete;
+  DenseOptimizer& operator=(const DenseOptimizer&) = delete;
+
+  void zero_grad();
+  void step();
+  // State per parameter, named "<param>.<state>" (exp_avg, exp_avg_sq, sum, momentum_buffer).
+  std::vector<NamedTensor> state() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dmpcheck::dmp

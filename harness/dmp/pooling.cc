@@ -1,0 +1,86 @@
+#include "dmp/pooling.h"
+
+#include <ATen/ATen.h>
+
+#include "common/error.h"
+
+namespace dmpcheck::dmp {
+namespace {
+
+at::Tensor bag_offsets(const at::Tensor& lengths) {
+  // embedding_bag wants the start of each bag: an exclusive prefix sum of size batch.
+  at::Tensor offsets = at::zeros({lengths.numel()}, at::kLong);
+  if (lengths.numel() > 1) offsets.narrow(0, 1, lengths.numel() - 1).copy_(lengths.cumsum(0).narrow(0, 0, lengths.numel() - 1));
+  return offsets;
+}
+
+// Per-id scale: the per-id weight (or 1), divided by the bag's length under mean pooling.
+at::Tensor id_scales(const Bags& bags, PoolingType pooling, const at::Tensor& bag_of_id) {
+  at::Tensor scale = bags.weights ? bags.weights->to(at::kFloat) : at::ones({bags.ids.numel()}, at::kFloat);
+  if (pooling == PoolingType::kMean && bags.ids.numel() > 0) {
+    scale = scale / bags.lengths.index_select(0, bag_of_id).to(at::kFloat);
+  }
+  return scale;
+}
+
+}  // namespace
+
+void check_ids_in_range(const Bags& bags, int64_t num_rows, const std::string& table,
+                        const std::string& feature) {
+  if (bags.ids.numel() == 0) return;
+  const auto bad = (bags.ids < 0).logical_or(bags.ids >= num_rows);
+  if (bad.any().item<bool>()) {
+    const int64_t at_index = bad.nonzero()[0][0].item<int64_t>();
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("table '{}', feature '{}': id {} (position {}) is outside [0, {})", table,
+                            feature, bags.ids[at_index].item<int64_t>(), at_index, num_rows));
+  }
+}
+
+at::Tensor pooled_forward(const at::Tensor& weight, const Bags& bags, PoolingType pooling) {
+  const int64_t batch = bags.lengths.numel();
+  if (bags.ids.numel() == 0) return at::zeros({batch, weight.size(1)}, weight.options());
+  DMP_CHECK(!(bags.weights && pooling == PoolingType::kMean), ErrorKind::kInvalidInput,
+            "weighted features cannot use mean pooling (FBGEMM rejects per-sample weights with mean)");
+  const int64_t mode = pooling == PoolingType::kSum ? 0 : 1;
+  at::Tensor per_sample = bags.weights ? bags.weights->to(weight.scalar_type()) : at::Tensor();
+  auto result = at::embedding_bag(weight, bags.ids, bag_offsets(bags.lengths), /*scale_grad_by_freq=*/false,
+                                  mode, /*sparse=*/false, per_sample, /*include_last_offset=*/false);
+  return std::get<0>(result);
+}
+
+RowGradients pooled_backward(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling) {
+  const int64_t dim = grad_pooled.size(1);
+  if (bags.ids.numel() == 0) {
+    return {at::empty({0}, at::kLong), at::empty({0, dim}, grad_pooled.options())};
+  }
+  const at::Tensor bag_of_id =
+      at::repeat_interleave(at::arange(bags.lengths.numel(), at::kLong), bags.lengths);
+  const at::Tensor per_id = grad_pooled.index_select(0, bag_of_id) * id_scales(bags, pooling, bag_of_id).unsqueeze(1);
+  auto [rows, inverse, counts] = at::_unique2(bags.ids, /*sorted=*/true, /*return_inverse=*/true,
+                                              /*return_counts=*/false);
+  at::Tensor grads = at::zeros({rows.numel(), dim}, grad_pooled.options());
+  grads.index_add_(0, inverse, per_id);
+  return {rows, grads};
+}
+
+}  // namespace dmpcheck::dmp
+
+namespace dmpcheck::dmp {
+
+RowGradients merge_row_gradients(const std::vector<RowGradients>& parts) {
+  DMP_INTERNAL_ASSERT(!parts.empty(), "merge of no gradients");
+  if (parts.size() == 1) return parts.front();
+  std::vector<at::Tensor> rows, grads;
+  for (const auto& p : parts) {
+    rows.push_back(p.rows);
+    grads.push_back(p.grads);
+  }
+  auto [unique_rows, inverse, counts] = at::_unique2(at::cat(rows), true, true, false);
+  at::Tensor all = at::cat(grads);
+  at::Tensor summed = at::zeros({unique_rows.numel(), all.size(1)}, all.options());
+  summed.index_add_(0, inverse, all);
+  return {unique_rows, summed};
+}
+
+}  // namespace dmpcheck::dmp

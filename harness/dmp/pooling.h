@@ -1,0 +1,47 @@
+// Pooled embedding lookup and its backward, the computation FBGEMM's table-batched embedding
+// kernels do for one table: forward sums (or averages) the rows of each bag; backward turns the
+// gradient of each pooled bag into one summed gradient per unique row ("exact" optimizers
+// update each touched row once).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "dmp/embedding_config.h"
+
+namespace dmpcheck::dmp {
+
+// Ids and bag lengths of one feature for one batch.
+struct Bags {
+  at::Tensor ids;      // int64 [n]
+  at::Tensor lengths;  // int64 [batch]
+  std::optional<at::Tensor> weights;  // float [n], per-id weights (weighted features)
+};
+
+// Checks that every id is in [0, num_rows); Error(kInvalidInput) names table, feature and id.
+void check_ids_in_range(const Bags& bags, int64_t num_rows, const std::string& table,
+                        const std::string& feature);
+
+// [batch, dim]: bag b is sum_i w_i * weight[ids_i] (or the mean over the bag).  An empty bag
+// pools to zeros.
+at::Tensor pooled_forward(const at::Tensor& weight, const Bags& bags, PoolingType pooling);
+
+struct RowGradients {
+  at::Tensor rows;   // int64 [u], unique rows in ascending order
+  at::Tensor grads;  // [u, dim], the summed gradient of each row
+};
+
+// Gradient of the pooled output with respect to the rows the bags touched.
+RowGradients pooled_backward(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling);
+
+}  // namespace dmpcheck::dmp
+
+namespace dmpcheck::dmp {
+
+// One RowGradients from several (a table read by several features): rows summed.
+RowGradients merge_row_gradients(const std::vector<RowGradients>& parts);
+
+}  // namespace dmpcheck::dmp

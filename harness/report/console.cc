@@ -1,0 +1,70 @@
+#include "report/console.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace dmpcheck::report {
+
+std::string render_run_table(const check::RunResult& r) {
+  std::string out;
+  out += fmt::format("== {} [{}]  profile={} init={} world={} backend={} threads/rank={}\n", r.scenario, r.run,
+                     r.profile, r.init_mode, r.environment.world_size, r.environment.backend,
+                     r.environment.threads_per_rank);
+  if (r.failure) {
+    out += fmt::format("   rank {} failed ({}): {}\n", r.failure->rank, r.failure->cause, r.failure->message);
+    for (const auto& line : r.failure->last_lines) out += fmt::format("   | {}\n", line);
+    return out;
+  }
+  size_t width = 6;
+  for (const auto& c : r.replicas) width = std::max(width, c.name.size());
+  out += fmt::format("   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10}  {:>9}  {}\n", "tensor", width, "sharding", "phase",
+                     "equal", "max|diff|", "differing", "ranks");
+  for (const auto& c : r.replicas) {
+    out += fmt::format("   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10.3g}  {:>9}  {}\n", c.name, width, c.sharding, c.phase,
+                       c.equal ? "yes" : "NO", c.max_abs_diff, c.elements_differing,
+                       c.differing_ranks.empty() ? std::string("-") : fmt::format("{}", fmt::join(c.differing_ranks, ",")));
+  }
+  if (r.global_model_checked) {
+    int ok = 0;
+    double worst = 0.0;
+    for (const auto& g : r.global_model) {
+      ok += g.within_tolerance ? 1 : 0;
+      worst = std::max(worst, g.max_abs_diff);
+    }
+    out += fmt::format("   unsharded model: {}/{} tensors within tolerance, max |diff| {:.3g}\n", ok,
+                       r.global_model.size(), worst);
+  }
+  if (r.init_broadcast.performed) {
+    out += fmt::format("   init broadcast: {} tensors, {} bytes in {} collective(s), {:.6f} s, {:.3f} GB/s\n",
+                       r.init_broadcast.tensors, r.init_broadcast.bytes, r.init_broadcast.collectives,
+                       r.init_broadcast.seconds, r.init_broadcast.gbps);
+  } else {
+    out += "   init broadcast: none (this profile does not broadcast data-parallel tables)\n";
+  }
+  return out;
+}
+
+std::string render_verdict_line(const check::RunResult& r) {
+  const std::string head = fmt::format("VERDICT {} [{}]:", r.scenario, r.run);
+  if (r.failure) {
+    return fmt::format("{} ERROR - rank {} {}: {}", head, r.failure->rank, r.failure->cause, r.failure->message);
+  }
+  std::set<std::string> diverged;
+  for (const auto& c : r.replicas) {
+    if (!c.equal) diverged.insert(c.name + "@" + c.phase);
+  }
+  const std::string observed =
+      diverged.empty() ? std::string("all replicated tensors equal")
+                       : fmt::format("replicas DIVERGE ({})", fmt::join(diverged, ", "));
+  if (r.verdict == "pass") {
+    const std::string label = diverged.empty() ? "PASS" : "PASS (bug reproduced as expected)";
+    return fmt::format("{} {} - {}; expected: {}", head, label, observed, r.expectation.description);
+  }
+  return fmt::format("{} FAIL - {}; expected: {}; {}", head, observed, r.expectation.description,
+                     fmt::join(r.expectation.failures, "; "));
+}
+
+}  // namespace dmpcheck::report

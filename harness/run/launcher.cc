@@ -1,0 +1,271 @@
+#include "run/launcher.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/store.h"
+#include "common/error.h"
+
+extern char** environ;
+
+namespace dmpcheck::run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  int output_fd = -1;
+  bool running = true;
+  int status = 0;
+  std::string partial;
+  std::deque<std::string> last_lines;
+};
+
+// Everything the child needs, built before fork(): between fork and exec only
+// async-signal-safe calls are allowed.
+struct ChildImage {
+  std::vector<std::string> argv_storage;
+  std::vector<std::string> env_storage;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
+ChildImage make_image(const LaunchRequest& request, int rank, uint16_t port) {
+  ChildImage image;
+  image.argv_storage.push_back(request.executable);
+  image.argv_storage.insert(image.argv_storage.end(), request.arguments.begin(), request.arguments.end());
+  const std::map<std::string, std::string> ours = {
+      {"RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(request.world_size)},
+      {"LOCAL_RANK", std::to_string(rank)},
+      {"LOCAL_WORLD_SIZE", std::to_string(request.world_size)},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", std::to_string(port)},
+      {"OMP_NUM_THREADS", std::to_string(request.threads_per_rank)},
+      {"DMPCHECK_LAUNCHED", "1"},
+  };
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string key = entry.substr(0, entry.find('='));
+    if (!ours.count(key)) image.env_storage.push_back(entry);
+  }
+  for (const auto& [k, v] : ours) image.env_storage.push_back(k + "=" + v);
+  for (auto& s : image.argv_storage) image.argv.push_back(s.data());
+  image.argv.push_back(nullptr);
+  for (auto& s : image.env_storage) image.envp.push_back(s.data());
+  image.envp.push_back(nullptr);
+  return image;
+}
+
+void take_output(Rank& r, const char* data, size_t size, const LaunchRequest& request) {
+  r.partial.append(data, size);
+  size_t newline;
+  while ((newline = r.partial.find('\n')) != std::string::npos) {
+    std::string line = r.partial.substr(0, newline);
+    r.partial.erase(0, newline + 1);
+    if (request.on_line) request.on_line(r.rank, line);
+    r.last_lines.push_back(line);
+    if (r.last_lines.size() > request.last_lines_kept) r.last_lines.pop_front();
+  }
+}
+
+void drain(Rank& r, const LaunchRequest& request) {
+  if (r.output_fd < 0) return;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(r.output_fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      take_output(r, buffer, static_cast<size_t>(n), request);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {  // the write end is closed: no more output
+      if (!r.partial.empty()) take_output(r, "\n", 1, request);
+      ::close(r.output_fd);
+      r.output_fd = -1;
+    }
+    return;  // EAGAIN, or closed
+  }
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    default: return "signal";
+  }
+}
+
+}  // namespace
+
+std::string describe_wait_status(int status) {
+  if (WIFSIGNALED(status)) {
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status), signal_name(WTERMSIG(status)));
+  }
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  return fmt::format("ended with wait status {}", status);
+}
+
+LaunchOutcome launch(const LaunchRequest& request) {
+  const auto start = Clock::now();
+  comm::Store store = comm::Store::host("127.0.0.1", request.store_timeout);
+  for (const auto& [key, value] : request.store_entries) store.set(key, value);
+
+  std::vector<Rank> ranks(static_cast<size_t>(request.world_size));
+  pid_t group = 0;
+  const pid_t parent = ::getpid();
+  LaunchOutcome outcome;
+  for (int r = 0; r < request.world_size; ++r) {
+    ChildImage image = make_image(request, r, store.port());
+    int fds[2];
+    DMP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, ErrorKind::kRankFailed, "pipe2 failed: {}", std::strerror(errno));
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      for (auto& started : ranks) {
+        if (started.pid > 0) ::kill(started.pid, SIGKILL);
+      }
+      throw_error(ErrorKind::kRankFailed, fmt::format("fork for rank {} failed: {}", r, std::strerror(errno)));
+    }
+    if (pid == 0) {
+      ::setpgid(0, group);                    // rank 0 leads the run's process group
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);     // die with the launcher
+      if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::dup2(fds[1], STDERR_FILENO);
+      ::execve(image.argv[0], image.argv.data(), image.envp.data());
+      const char message[] = "dmpcheck launcher: execve of the rank's program failed\n";
+      (void)!::write(STDERR_FILENO, message, sizeof(message) - 1);
+      ::_exit(127);
+    }
+    ::setpgid(pid, group == 0 ? pid : group);  // also from the parent: no race with the kill below
+    if (group == 0) group = pid;
+    ::close(fds[1]);
+    ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    ranks[static_cast<size_t>(r)].rank = r;
+    ranks[static_cast<size_t>(r)].pid = pid;
+    ranks[static_cast<size_t>(r)].output_fd = fds[0];
+    outcome.pids.push_back(pid);
+  }
+
+  auto kill_all = [&] {
+    ::kill(-group, SIGTERM);
+    const auto deadline = Clock::now() + request.kill_grace;
+    for (;;) {
+      bool any = false;
+      for (auto& r : ranks) {
+        if (!r.running) continue;
+        if (::waitpid(r.pid, &r.status, WNOHANG) == r.pid) {
+          r.running = false;
+        } else {
+          any = true;
+        }
+      }
+      if (!any) break;
+      if (Clock::now() >= deadline) {
+        ::kill(-group, SIGKILL);
+        for (auto& r : ranks) {
+          if (r.running && ::waitpid(r.pid, &r.status, 0) == r.pid) r.running = false;
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::kill(-group, SIGKILL);  // anything a rank started in its group
+  };
+
+  auto fail = [&](Rank& r, const std::string& kind, const std::string& cause) {
+    check::RankFailure f;
+    f.rank = r.rank;
+    f.kind = kind;
+    f.cause = cause;
+    if (auto error = store.try_get("error/" + std::to_string(r.rank))) {
+      try {
+        const auto j = nlohmann::json::parse(*error);
+        f.kind = j.value("kind", kind);
+        f.message = j.value("message", std::string());
+      } catch (const std::exception&) {
+        f.message = *error;
+      }
+    }
+    outcome.failure = f;
+  };
+
+  while (true) {
+    std::vector<pollfd> fds;
+    for (auto& r : ranks) {
+      if (r.output_fd >= 0) fds.push_back({r.output_fd, POLLIN, 0});
+    }
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 50);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (auto& r : ranks) drain(r, request);
+
+    bool any_running = false;
+    for (auto& r : ranks) {
+      if (!r.running) continue;
+      if (::waitpid(r.pid, &r.status, WNOHANG) == r.pid) {
+        r.running = false;
+        const bool clean = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+        if (!clean && !outcome.failure) {
+          drain(r, request);
+          fail(r, WIFSIGNALED(r.status) ? "crashed" : "rank_failed", describe_wait_status(r.status));
+        }
+      } else {
+        any_running = true;
+      }
+    }
+    if (outcome.failure || !any_running) break;
+    if (Clock::now() - start > request.budget) {
+      Rank* first = nullptr;
+      for (auto& r : ranks) {
+        if (r.running && first == nullptr) first = &r;
+      }
+      fail(*first, "timeout",
+           fmt::format("still running when the run's budget of {:.0f} s ran out",
+                       std::chrono::duration<double>(request.budget).count()));
+      break;
+    }
+  }
+  kill_all();
+  for (auto& r : ranks) {
+    drain(r, request);
+    if (r.output_fd >= 0) {
+      ::close(r.output_fd);
+      r.output_fd = -1;
+    }
+  }
+  if (outcome.failure) {
+    auto& lines = ranks[static_cast<size_t>(outcome.failure->rank)].last_lines;
+    outcome.failure->last_lines.assign(lines.begin(), lines.end());
+    if (outcome.failure->message.empty() && !lines.empty()) outcome.failure->message = lines.back();
+  } else {
+    outcome.ok = true;
+    outcome.result = store.try_get("result");
+  }
+  outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return outcome;
+}
+
+}  // namespace dmpcheck::run

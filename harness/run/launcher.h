@@ -1,0 +1,49 @@
+// The launcher: hosts the rendezvous store, spawns one process per rank, prefixes their output,
+// watches them, and on the first failure stops and reaps all of them.
+//
+// Ranks run in one process group of their own (killed as a group) and die with the launcher
+// (PR_SET_PDEATHSIG), so nothing outlives a run.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "check/run_result.h"
+
+namespace dmpcheck::run {
+
+struct LaunchRequest {
+  std::string executable;              // what each rank runs (the dmpcheck binary)
+  std::vector<std::string> arguments;  // argv[1..]
+  int world_size = 1;
+  int threads_per_rank = 1;            // exported as OMP_NUM_THREADS
+  // Set in the store before any rank starts (e.g. the scenario text and run index).
+  std::map<std::string, std::string> store_entries;
+  std::chrono::milliseconds store_timeout{std::chrono::seconds(60)};
+  std::chrono::milliseconds budget{std::chrono::minutes(10)};  // the whole run
+  std::chrono::milliseconds kill_grace{std::chrono::milliseconds(500)};  // SIGTERM, then SIGKILL
+  size_t last_lines_kept = 20;
+  // Each line a rank prints, as it arrives (stdout and stderr together).  May be empty.
+  std::function<void(int rank, const std::string& line)> on_line;
+};
+
+struct LaunchOutcome {
+  bool ok = false;  // every rank exited 0
+  std::optional<check::RankFailure> failure;
+  std::optional<std::string> result;  // the store's "result" key, if rank 0 set it
+  std::vector<int> pids;              // of the ranks, for tests that check nothing survived
+  double seconds = 0.0;
+};
+
+// Keys a rank may set: "result" (the RunResult JSON, rank 0) and "error/<rank>" (a JSON
+// object {kind, message} describing why the rank is about to exit non-zero).
+LaunchOutcome launch(const LaunchRequest& request);
+
+// "killed by signal 11 (SIGSEGV)" / "exited with status 3".
+std::string describe_wait_status(int status);
+
+}  // namespace dmpcheck::run

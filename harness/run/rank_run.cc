@@ -1,0 +1,178 @@
+#include "run/rank_run.h"
+
+#include <chrono>
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include "check/expectations.h"
+#include "check/global_model.h"
+#include "check/replica_check.h"
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "dmp/model_parallel.h"
+#include "run/data_generator.h"
+
+#ifndef DMPCHECK_GIT_REVISION
+#define DMPCHECK_GIT_REVISION "unknown"
+#endif
+
+namespace dmpcheck::run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string hostname() {
+  char buffer[256] = {0};
+  if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "unknown";
+  return buffer;
+}
+
+// Every rank must hold the same plan; a planner that gives ranks different plans is a class of
+// bug of its own.
+void verify_same_plan(comm::Communicator& comm, const dmp::ShardingPlan& plan) {
+  const std::string text = plan.describe();
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  const auto all = comm.all_gather(at::tensor({static_cast<int64_t>(hash >> 1)}, at::kLong));
+  for (size_t r = 1; r < all.size(); ++r) {
+    DMP_CHECK(all[r].item<int64_t>() == all[0].item<int64_t>(), ErrorKind::kInternal,
+              "rank {} computed a different sharding plan from rank 0; rank {} has:\n{}", r, comm.rank(), text);
+  }
+}
+
+std::vector<dmp::StateTensor> replicated(const std::vector<dmp::StateTensor>& state) {
+  std::vector<dmp::StateTensor> out;
+  for (const auto& s : state) {
+    if (s.replicated) out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
+}
+
+int threads_per_rank(const scenario::RunSpec& spec, int cores) {
+  if (spec.threads_per_rank > 0) return spec.threads_per_rank;
+  return std::max(1, cores / spec.world_size);
+}
+
+check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
+                             comm::Communicator& comm, const RankRunOptions& options) {
+  auto say = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  DMP_CHECK(comm.world_size() == spec.world_size, ErrorKind::kInvalidInput,
+            "run '{}' needs {} ranks but this group has {} (WORLD_SIZE)", spec.name, spec.world_size, comm.world_size());
+  const auto start = Clock::now();
+  const int cores = options.cores > 0 ? options.cores : available_cores();
+  const int threads = threads_per_rank(spec, cores);
+  at::set_num_threads(threads);
+
+  check::RunResult result;
+  result.scenario = scenario.name;
+  result.scenario_file = scenario.file;
+  result.run = spec.name;
+  result.slug = spec.slug;
+  result.cell = spec.cell;
+  result.profile = spec.profile.name;
+  result.init_mode = scenario::init_mode_name(spec.init.mode);
+  result.environment = {TORCH_VERSION, comm.backend_name(), hostname(), DMPCHECK_GIT_REVISION,
+                        spec.world_size, cores, threads};
+
+  // Plan.
+  dmp::PlannerInput planner;
+  planner.tables = spec.model.tables;
+  planner.constraints = spec.constraints;
+  planner.world_size = spec.world_size;
+  planner.optimizer_state_factor = spec.sparse_optimizer.type == dmp::FusedOptimizerType::kAdagrad ? 1.0 : 0.0;
+  const dmp::ShardingPlan plan = dmp::plan_sharding(planner);
+  verify_same_plan(comm, plan);
+  for (const auto& t : plan.tables) {
+    result.plan.push_back({t.table, dmp::sharding_type_name(t.type), t.ranks, t.bytes_per_rank});
+  }
+
+  // Build: the generator is seeded per the init mode before the model exists.
+  const uint64_t seed = spec.init.seed + (spec.init.mode == scenario::InitMode::kUnseeded ? comm.rank() : 0);
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  dmp::DmpOptions dmp_options{spec.profile, spec.sparse_optimizer, spec.dense_optimizer};
+  dmp::DistributedModelParallel model(comm, spec.model, plan, generator, dmp_options);
+  const auto& init = model.init_broadcast();
+  if (init.data_parallel_tables_broadcast) {
+    at::Tensor seconds = at::tensor({init.data_parallel_tables.seconds}, at::kDouble);
+    comm.all_reduce(seconds, comm::ReduceOp::kMax);
+    auto& cost = result.init_broadcast;
+    cost.performed = true;
+    cost.bytes = init.data_parallel_tables.bytes;
+    cost.tensors = init.data_parallel_tables.tensors;
+    cost.collectives = init.data_parallel_tables.collectives;
+    cost.bucket_cap_bytes = spec.profile.init_broadcast_bucket_cap_bytes;
+    cost.seconds = seconds.item<double>();
+    cost.gbps = cost.seconds > 0 ? static_cast<double>(cost.bytes) / cost.seconds / 1e9 : 0.0;
+  }
+  result.replicas = check::check_replicas(comm, replicated(model.state()), "init");
+  const bool compare_global = spec.expect.global_model.has_value();
+  std::map<std::string, at::Tensor> initial_weights;
+  if (compare_global) initial_weights = model.gather_full_weights();
+  result.timings.init_s = seconds_since(start);
+  say(fmt::format("built: {} tables, plan {}, threads/rank {}", spec.model.tables.size(),
+                  [&] {
+                    std::vector<std::string> p;
+                    for (const auto& t : plan.tables) p.push_back(fmt::format("{}:{}", t.table, dmp::sharding_type_name(t.type)));
+                    return fmt::format("{}", fmt::join(p, " "));
+                  }(),
+                  threads));
+
+  // Train.
+  const auto train_start = Clock::now();
+  for (int step = 0; step < spec.steps; ++step) {
+    const dmp::KeyedJaggedTensor global = make_global_batch(spec, step);
+    const double loss = model.train_step(local_batch(spec, global, comm.rank()));
+    result.losses.push_back(loss);
+    say(fmt::format("step {}/{} loss {:.6f} ({:.2f} s)", step + 1, spec.steps, loss, seconds_since(train_start)));
+  }
+  result.timings.train_s = seconds_since(train_start);
+
+  // Check.
+  const auto check_start = Clock::now();
+  auto final_checks = check::check_replicas(comm, replicated(model.state()), "final");
+  result.replicas.insert(result.replicas.end(), final_checks.begin(), final_checks.end());
+  if (compare_global) {
+    std::map<std::string, at::Tensor> final_weights = model.gather_full_weights();
+    if (comm.rank() == 0) {
+      check::GlobalModelInput input;
+      input.model = spec.model;
+      input.options = dmp_options;
+      input.initial_weights = initial_weights;
+      input.final_weights = final_weights;
+      input.steps = spec.steps;
+      input.global_batch = [&spec](int step) { return make_global_batch(spec, step); };
+      input.rtol = spec.expect.global_model->rtol;
+      input.atol = spec.expect.global_model->atol;
+      result.global_model = check::compare_with_global_model(input);
+      result.global_model_checked = true;
+    }
+  }
+  result.timings.check_s = seconds_since(check_start);
+  result.expectation = check::evaluate_expectation(spec.expect, result);
+  result.verdict = result.expectation.held ? "pass" : "fail";
+  return result;
+}
+
+}  // namespace dmpcheck::run

@@ -1,0 +1,34 @@
+// One run on one rank: plan, build the DMP, check replicas at init, train, check again,
+// compare with the unsharded model, and (rank 0) assemble the RunResult.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "check/run_result.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::comm {
+class Communicator;
+}
+
+namespace dmpcheck::run {
+
+struct RankRunOptions {
+  int cores = 0;  // cores this machine gives the job; 0: ask the OS
+  // Called with progress lines ("step 3/10 loss=..."); may be empty.
+  std::function<void(const std::string&)> progress;
+};
+
+// Collective over `comm`.  The returned RunResult is complete on rank 0 (verdict included);
+// other ranks return what they computed, which callers ignore.
+check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
+                             comm::Communicator& comm, const RankRunOptions& options);
+
+// Cores available to this process (its CPU affinity), at least 1.
+int available_cores();
+// Intra-op threads per rank: spec.threads_per_rank, or cores / world_size (at least 1), as
+// torchrun sets OMP_NUM_THREADS so that ranks x threads <= cores.
+int threads_per_rank(const scenario::RunSpec& spec, int cores);
+
+}  // namespace dmpcheck::run

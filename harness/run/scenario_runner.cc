@@ -1,0 +1,91 @@
+#include "run/scenario_runner.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "report/console.h"
+#include "report/json.h"
+#include "run/launcher.h"
+#include "run/rank_run.h"
+
+namespace dmpcheck::run {
+
+int exit_code_for(const std::vector<check::RunResult>& results) {
+  int code = 0;
+  for (const auto& r : results) {
+    if (r.verdict == "error") return 2;
+    if (r.verdict != "pass") code = 1;
+  }
+  return code;
+}
+
+ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioRunOptions& options) {
+  ScenarioOutcome outcome;
+  std::mutex out_mutex;
+  for (size_t i = 0; i < scenario.runs.size(); ++i) {
+    const scenario::RunSpec& spec = scenario.runs[i];
+    if (options.out) {
+      *options.out << fmt::format("-- run {}/{}: {} [{}] on {} ranks\n", i + 1, scenario.runs.size(), scenario.name,
+                                  spec.name, spec.world_size)
+                   << std::flush;
+    }
+    LaunchRequest request;
+    request.executable = options.worker_executable;
+    request.arguments = {"worker"};
+    request.world_size = spec.world_size;
+    request.threads_per_rank = threads_per_rank(spec, available_cores());
+    request.store_entries = {{"scenario_text", scenario.source_text},
+                             {"scenario_file", scenario.file},
+                             {"run_index", std::to_string(i)}};
+    const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
+    request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
+    if (options.echo_rank_output && options.out) {
+      request.on_line = [&](int rank, const std::string& line) {
+        std::lock_guard<std::mutex> lock(out_mutex);
+        *options.out << "[rank " << rank << "] " << line << "\n" << std::flush;
+      };
+    }
+    const LaunchOutcome launched = launch(request);
+
+    check::RunResult result;
+    if (launched.ok && launched.result) {
+      result = nlohmann::json::parse(*launched.result).get<check::RunResult>();
+    } else {
+      result.scenario = scenario.name;
+      result.scenario_file = scenario.file;
+      result.run = spec.name;
+      result.slug = spec.slug;
+      result.cell = spec.cell;
+      result.profile = spec.profile.name;
+      result.init_mode = scenario::init_mode_name(spec.init.mode);
+      result.environment.world_size = spec.world_size;
+      result.environment.backend = spec.backend;
+      result.expectation.description = spec.expect.describe();
+      result.verdict = "error";
+      if (launched.failure) {
+        result.failure = launched.failure;
+      } else {
+        check::RankFailure f;
+        f.rank = 0;
+        f.kind = "internal";
+        f.cause = "exited with status 0 without a result";
+        result.failure = f;
+      }
+    }
+    result.timings.total_s = launched.seconds;
+    if (options.write_reports) {
+      report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
+    }
+    if (options.out) {
+      *options.out << report::render_run_table(result) << report::render_verdict_line(result) << "\n" << std::flush;
+    }
+    outcome.results.push_back(result);
+  }
+  outcome.exit_code = exit_code_for(outcome.results);
+  return outcome;
+}
+
+}  // namespace dmpcheck::run

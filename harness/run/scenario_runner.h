@@ -1,0 +1,36 @@
+// Runs every run of a scenario through the launcher, one process set per run, writes
+// reports/<scenario>/<run>.json and prints each run's table and verdict.  The CLI, the tests
+// and (later) the Python module all call this.
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "check/run_result.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::run {
+
+struct ScenarioRunOptions {
+  std::string worker_executable;  // the dmpcheck binary (ranks run `<it> worker`)
+  std::string out_dir = "reports";
+  bool write_reports = true;
+  bool echo_rank_output = true;   // "[rank N] ..." lines as they come
+  std::ostream* out = nullptr;    // tables and verdicts; nullptr: quiet
+  std::optional<double> budget_s;  // per run; default max(600, 10 x timeout_s)
+};
+
+struct ScenarioOutcome {
+  std::vector<check::RunResult> results;
+  // 0 every expectation held, 1 one did not, 2 a rank failed.
+  int exit_code = 0;
+};
+
+ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioRunOptions& options);
+
+// The process exit status for a set of results (same rule as ScenarioOutcome::exit_code).
+int exit_code_for(const std::vector<check::RunResult>& results);
+
+}  // namespace dmpcheck::run

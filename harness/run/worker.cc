@@ -1,0 +1,99 @@
+#include "run/worker.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/rendezvous.h"
+#include "comm/store.h"
+#include "common/error.h"
+#include "report/console.h"
+#include "report/json.h"
+#include "run/rank_run.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::run {
+namespace {
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm::Store& store,
+                         const comm::RankEnvironment& env) {
+  const scenario::RunSpec& spec = scenario.runs.at(index);
+  comm::Store run_store = store.with_prefix(fmt::format("run{}", index));
+  comm::GlooOptions gloo;
+  gloo.timeout = millis(spec.timeout_s);
+  auto comm = comm::make_gloo_communicator(run_store, env.rank, env.world_size, gloo);
+  RankRunOptions options;
+  options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+  return run_on_rank(scenario, spec, *comm, options);
+}
+
+}  // namespace
+
+int worker_main(const WorkerOptions& options) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::optional<comm::Store> store;
+  int rank = -1;
+  try {
+    const comm::RankEnvironment env = comm::rank_environment_from_process();
+    rank = env.rank;
+    const char* launched = std::getenv("DMPCHECK_LAUNCHED");
+    const auto store_timeout = std::chrono::seconds(120);
+    if (launched != nullptr && std::string(launched) == "1") {
+      store = comm::Store::connect(env.master_addr, env.master_port, store_timeout);
+      const scenario::Scenario scenario = scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"));
+      const size_t index = std::stoul(store->get("run_index"));
+      const check::RunResult result = run_one(scenario, index, *store, env);
+      if (env.rank == 0) store->set("result", nlohmann::json(result).dump());
+      return 0;
+    }
+
+    // Under an external launcher.
+    DMP_CHECK(options.scenario_path.has_value(), ErrorKind::kInvalidInput,
+              "`dmpcheck worker` outside `dmpcheck run` needs the scenario file as its argument");
+    store = comm::Store::for_rank(env.master_addr, env.master_port, env.rank, env.world_size, store_timeout);
+    if (env.rank == 0) {
+      const scenario::Scenario loaded = scenario::load_scenario_file(*options.scenario_path);
+      store->set("scenario_file", loaded.file);
+      store->set("scenario_text", loaded.source_text);
+    }
+    const scenario::Scenario scenario = scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"));
+    int exit_code = 0;
+    for (size_t i = 0; i < scenario.runs.size(); ++i) {
+      check::RunResult result = run_one(scenario, i, *store, env);
+      if (env.rank != 0) continue;
+      report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
+      std::printf("%s%s\n", report::render_run_table(result).c_str(), report::render_verdict_line(result).c_str());
+      if (result.verdict != "pass") exit_code = 1;
+    }
+    return exit_code;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rank %d: error (%s): %s\n", rank, std::string(error_kind_name(e.kind())).c_str(), e.what());
+    if (store) {
+      try {
+        store->set(fmt::format("error/{}", rank),
+                   nlohmann::json{{"kind", std::string(error_kind_name(e.kind()))}, {"message", e.what()}}.dump());
+      } catch (const std::exception&) {
+        // The launcher may already be gone; the message above is on stderr regardless.
+      }
+    }
+    return e.kind() == ErrorKind::kInvalidScenario ? 2 : 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
+    if (store) {
+      try {
+        store->set(fmt::format("error/{}", rank), nlohmann::json{{"kind", "internal"}, {"message", e.what()}}.dump());
+      } catch (const std::exception&) {
+      }
+    }
+    return 3;
+  }
+}
+
+}  // namespace dmpcheck::run

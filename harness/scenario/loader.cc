@@ -1,0 +1,587 @@
+// The YAML loader: a strict schema walk.  Every field is read through Reader, which knows the
+// file and the field's path, so every error says where and what was expected.
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "common/error.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::scenario {
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string scalar_text(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "nothing";
+  if (node.IsScalar()) return "'" + node.Scalar() + "'";
+  if (node.IsSequence()) return "a list";
+  return "a mapping";
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  [[noreturn]] void fail(const YAML::Node& node, const std::string& path, const std::string& message) const {
+    int line = 0;
+    if (node.IsDefined() && node.Mark().line >= 0) line = node.Mark().line + 1;
+    throw_error(ErrorKind::kInvalidScenario,
+                fmt::format("{}: field '{}': {}", SourceLocation{file_, line}.to_string(), path, message));
+  }
+  [[noreturn]] void expected(const YAML::Node& node, const std::string& path, const std::string& what) const {
+    fail(node, path, fmt::format("expected {}, got {}", what, scalar_text(node)));
+  }
+
+  void require_map(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsMap()) expected(node, path, "a mapping");
+  }
+
+  // Every key of `node` must be in `allowed`; suggests the closest allowed key.
+  void check_keys(const YAML::Node& node, const std::string& path, const std::vector<std::string>& allowed) const {
+    require_map(node, path);
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>();
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      std::string best;
+      size_t best_distance = 3;
+      for (const auto& a : allowed) {
+        const size_t d = edit_distance(key, a);
+        if (d < best_distance) {
+          best_distance = d;
+          best = a;
+        }
+      }
+      const std::string field = path.empty() ? key : path + "." + key;
+      fail(kv.first, field,
+           fmt::format("unknown key{}; allowed here: {}", best.empty() ? "" : " (did you mean '" + best + "'?)",
+                       fmt::join(allowed, ", ")));
+    }
+  }
+
+  YAML::Node required(const YAML::Node& map, const std::string& path, const std::string& key) const {
+    YAML::Node value = map[key];
+    if (!value.IsDefined() || value.IsNull()) {
+      fail(map, join(path, key), "is required");
+    }
+    return value;
+  }
+
+  int64_t integer(const YAML::Node& node, const std::string& path, int64_t min, int64_t max) const {
+    if (!node.IsScalar()) expected(node, path, fmt::format("an integer in [{}, {}]", min, max));
+    const std::string& text = node.Scalar();
+    size_t used = 0;
+    int64_t value = 0;
+    try {
+      value = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || text.empty() || value < min || value > max) {
+      expected(node, path, fmt::format("an integer in [{}, {}]", min, max));
+    }
+    return value;
+  }
+
+  double number(const YAML::Node& node, const std::string& path, double min_exclusive) const {
+    if (!node.IsScalar()) expected(node, path, fmt::format("a number > {}", min_exclusive));
+    const std::string& text = node.Scalar();
+    size_t used = 0;
+    double value = 0;
+    try {
+      value = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || text.empty() || !(value > min_exclusive)) {
+      expected(node, path, fmt::format("a number > {}", min_exclusive));
+    }
+    return value;
+  }
+
+  double non_negative(const YAML::Node& node, const std::string& path) const {
+    if (node.IsScalar() && node.Scalar() == "0") return 0.0;
+    if (!node.IsScalar()) expected(node, path, "a number >= 0");
+    try {
+      size_t used = 0;
+      const double v = std::stod(node.Scalar(), &used);
+      if (used == node.Scalar().size() && v >= 0) return v;
+    } catch (const std::exception&) {
+    }
+    expected(node, path, "a number >= 0");
+  }
+
+  std::string string(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsScalar() || node.Scalar().empty()) expected(node, path, "a non-empty string");
+    return node.Scalar();
+  }
+
+  std::string choice(const YAML::Node& node, const std::string& path, const std::vector<std::string>& options) const {
+    const std::string value = node.IsScalar() ? node.Scalar() : std::string();
+    if (!node.IsScalar() || std::find(options.begin(), options.end(), value) == options.end()) {
+      expected(node, path, fmt::format("one of {}", fmt::join(options, ", ")));
+    }
+    return value;
+  }
+
+  std::vector<std::string> string_list(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsSequence()) expected(node, path, "a list of strings");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < node.size(); ++i) out.push_back(string(node[i], fmt::format("{}[{}]", path, i)));
+    return out;
+  }
+
+  int line_of(const YAML::Node& node) const { return node.IsDefined() ? node.Mark().line + 1 : 0; }
+  const std::string& file() const { return file_; }
+
+  static std::string join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
+
+ private:
+  std::string file_;
+};
+
+const std::vector<std::string> kTopLevelKeys = {
+    "version", "name", "description", "reproduces", "world_size", "backend", "steps", "batch_size",
+    "timeout_s", "threads_per_rank", "init", "profile", "data", "tables", "dense", "optimizers",
+    "matrix", "expect"};
+
+// Keys a matrix may vary: everything that describes one run.
+const std::vector<std::string> kMatrixRoots = {"world_size", "backend", "steps", "batch_size", "timeout_s",
+                                               "threads_per_rank", "init", "profile", "data", "tables",
+                                               "dense", "optimizers"};
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  std::stringstream in(path);
+  std::string part;
+  while (std::getline(in, part, '.')) parts.push_back(part);
+  return parts;
+}
+
+bool is_index(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Sets root[path] = value, creating maps on the way.  Returns false when the path crosses a
+// scalar or indexes past a list.
+bool assign_path(YAML::Node root, const std::vector<std::string>& parts, const YAML::Node& value) {
+  YAML::Node node = root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (node.IsSequence()) {
+      if (!is_index(parts[i]) || std::stoul(parts[i]) >= node.size()) return false;
+      node.reset(node[std::stoul(parts[i])]);
+    } else {
+      if (node.IsDefined() && !node.IsNull() && !node.IsMap()) return false;
+      if (!node[parts[i]].IsDefined() || node[parts[i]].IsNull()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      node.reset(node[parts[i]]);
+    }
+  }
+  const std::string& last = parts.back();
+  if (node.IsSequence()) {
+    if (!is_index(last) || std::stoul(last) >= node.size()) return false;
+    node[std::stoul(last)] = value;
+  } else {
+    if (!node.IsMap()) return false;
+    node[last] = value;
+  }
+  return true;
+}
+
+std::string slug_of(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+    out += keep ? c : '_';
+  }
+  return out;
+}
+
+dmp::ShardingConstraints parse_constraints(const Reader& r, const YAML::Node& node, const std::string& path,
+                                           int world_size) {
+  r.check_keys(node, path, {"types", "ranks"});
+  dmp::ShardingConstraints c;
+  if (node["types"]) {
+    const auto names = r.string_list(node["types"], path + ".types");
+    if (names.empty()) r.expected(node["types"], path + ".types", "at least one sharding type");
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto type = dmp::parse_sharding_type(names[i]);
+      if (!type) {
+        r.expected(node["types"][i], fmt::format("{}.types[{}]", path, i),
+                   fmt::format("one of {}", fmt::join(dmp::sharding_type_names(), ", ")));
+      }
+      c.sharding_types.push_back(*type);
+    }
+  }
+  if (node["ranks"]) {
+    const YAML::Node ranks = node["ranks"];
+    if (!ranks.IsSequence() || ranks.size() == 0) r.expected(ranks, path + ".ranks", "a non-empty list of ranks");
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      c.ranks.push_back(static_cast<int>(r.integer(ranks[i], fmt::format("{}.ranks[{}]", path, i), 0, world_size - 1)));
+    }
+  }
+  return c;
+}
+
+std::pair<int64_t, int64_t> parse_ids_per_bag(const Reader& r, const YAML::Node& node, const std::string& path) {
+  if (node.IsSequence()) {
+    if (node.size() != 2) r.expected(node, path, "an integer or a [min, max] pair");
+    const int64_t lo = r.integer(node[0], path + "[0]", 0, 1 << 20);
+    const int64_t hi = r.integer(node[1], path + "[1]", lo, 1 << 20);
+    return {lo, hi};
+  }
+  const int64_t n = r.integer(node, path, 0, 1 << 20);
+  return {n, n};
+}
+
+RunSpec parse_run(const Reader& r, const YAML::Node& root) {
+  RunSpec run;
+  if (root["world_size"]) run.world_size = static_cast<int>(r.integer(root["world_size"], "world_size", 1, 64));
+  if (root["backend"]) run.backend = r.choice(root["backend"], "backend", {"gloo"});
+  if (root["steps"]) run.steps = static_cast<int>(r.integer(root["steps"], "steps", 0, 1000000));
+  if (root["batch_size"]) run.batch_size = r.integer(root["batch_size"], "batch_size", 1, 1 << 24);
+  if (root["timeout_s"]) run.timeout_s = r.number(root["timeout_s"], "timeout_s", 0.0);
+  if (root["threads_per_rank"]) {
+    const YAML::Node t = root["threads_per_rank"];
+    run.threads_per_rank = (t.IsScalar() && t.Scalar() == "auto")
+                               ? 0
+                               : static_cast<int>(r.integer(t, "threads_per_rank", 1, 1024));
+  }
+
+  if (YAML::Node init = root["init"]) {
+    r.check_keys(init, "init", {"mode", "seed"});
+    if (init["mode"]) {
+      run.init.mode = r.choice(init["mode"], "init.mode", {"seeded", "unseeded"}) == "seeded" ? InitMode::kSeeded
+                                                                                          : InitMode::kUnseeded;
+    }
+    if (init["seed"]) run.init.seed = static_cast<uint64_t>(r.integer(init["seed"], "init.seed", 0, INT64_MAX));
+  }
+
+  const std::string profile = root["profile"] ? r.choice(root["profile"], "profile", dmp::behaviour_profile_names())
+                                              : std::string("current");
+  run.profile = *dmp::find_behaviour_profile(profile);
+
+  // Tables.
+  const YAML::Node tables = r.required(root, "", "tables");
+  if (!tables.IsSequence() || tables.size() == 0) r.expected(tables, "tables", "a non-empty list of tables");
+  std::set<std::string> names, features;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const std::string path = fmt::format("tables[{}]", i);
+    const YAML::Node t = tables[i];
+    r.check_keys(t, path, {"name", "rows", "dim", "features", "pooling", "sharding"});
+    dmp::EmbeddingBagConfig c;
+    c.name = r.string(r.required(t, path, "name"), path + ".name");
+    if (!names.insert(c.name).second) r.fail(t["name"], path + ".name", fmt::format("table '{}' is defined twice", c.name));
+    c.num_embeddings = r.integer(r.required(t, path, "rows"), path + ".rows", 1, int64_t{1} << 40);
+    c.embedding_dim = r.integer(r.required(t, path, "dim"), path + ".dim", 1, 1 << 20);
+    c.feature_names = r.string_list(r.required(t, path, "features"), path + ".features");
+    if (c.feature_names.empty()) r.expected(t["features"], path + ".features", "at least one feature");
+    for (size_t f = 0; f < c.feature_names.size(); ++f) {
+      if (!features.insert(c.feature_names[f]).second) {
+        r.fail(t["features"][f], fmt::format("{}.features[{}]", path, f),
+               fmt::format("feature '{}' is read by two tables; each feature must feed one table",
+                           c.feature_names[f]));
+      }
+    }
+    if (t["pooling"]) {
+      c.pooling = r.choice(t["pooling"], path + ".pooling", {"sum", "mean"}) == "sum" ? dmp::PoolingType::kSum
+                                                                                     : dmp::PoolingType::kMean;
+    }
+    if (t["sharding"]) run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);
+    run.model.tables.push_back(c);
+  }
+
+  // Dense MLP.
+  if (YAML::Node dense = root["dense"]) {
+    r.check_keys(dense, "dense", {"layers"});
+    const YAML::Node layers = r.required(dense, "dense", "layers");
+    if (!layers.IsSequence() || layers.size() == 0) r.expected(layers, "dense.layers", "a non-empty list of layer sizes");
+    for (size_t i = 0; i < layers.size(); ++i) {
+      run.model.dense_layers.push_back(r.integer(layers[i], fmt::format("dense.layers[{}]", i), 1, 1 << 20));
+    }
+  } else {
+    run.model.dense_layers = {1};
+  }
+
+  // Optimizers.
+  if (YAML::Node opts = root["optimizers"]) {
+    r.check_keys(opts, "optimizers", {"sparse", "dense"});
+    if (YAML::Node s = opts["sparse"]) {
+      r.check_keys(s, "optimizers.sparse", {"type", "lr", "eps"});
+      const std::string type = r.choice(r.required(s, "optimizers.sparse", "type"), "optimizers.sparse.type", {"sgd", "adagrad"});
+      run.sparse_optimizer.type = type == "sgd" ? dmp::FusedOptimizerType::kSgd : dmp::FusedOptimizerType::kAdagrad;
+      if (s["lr"]) run.sparse_optimizer.learning_rate = r.number(s["lr"], "optimizers.sparse.lr", 0.0);
+      if (s["eps"]) run.sparse_optimizer.eps = r.number(s["eps"], "optimizers.sparse.eps", 0.0);
+    }
+    if (YAML::Node d = opts["dense"]) {
+      r.check_keys(d, "optimizers.dense", {"type", "lr", "eps", "momentum", "beta1", "beta2", "weight_decay"});
+      const std::string type =
+          r.choice(r.required(d, "optimizers.dense", "type"), "optimizers.dense.type", {"sgd", "adagrad", "adam"});
+      auto& o = run.dense_optimizer;
+      o.type = type == "sgd" ? dmp::DenseOptimizerType::kSgd
+               : type == "adagrad" ? dmp::DenseOptimizerType::kAdagrad
+                                   : dmp::DenseOptimizerType::kAdam;
+      if (o.type == dmp::DenseOptimizerType::kAdagrad) o.eps = 1e-10;  // torch.optim.Adagrad's default
+      if (d["lr"]) o.learning_rate = r.number(d["lr"], "optimizers.dense.lr", 0.0);
+      if (d["eps"]) o.eps = r.number(d["eps"], "optimizers.dense.eps", 0.0);
+      if (d["momentum"]) o.momentum = r.non_negative(d["momentum"], "optimizers.dense.momentum");
+      if (d["beta1"]) o.beta1 = r.non_negative(d["beta1"], "optimizers.dense.beta1");
+      if (d["beta2"]) o.beta2 = r.non_negative(d["beta2"], "optimizers.dense.beta2");
+      if (d["weight_decay"]) o.weight_decay = r.non_negative(d["weight_decay"], "optimizers.dense.weight_decay");
+    }
+  }
+
+  // Data.
+  if (YAML::Node data = root["data"]) {
+    r.check_keys(data, "data", {"seed", "ids_per_bag", "features"});
+    if (data["seed"]) run.data.seed = static_cast<uint64_t>(r.integer(data["seed"], "data.seed", 0, INT64_MAX));
+    if (data["ids_per_bag"]) {
+      std::tie(run.data.min_ids_per_bag, run.data.max_ids_per_bag) = parse_ids_per_bag(r, data["ids_per_bag"], "data.ids_per_bag");
+    }
+    if (YAML::Node per = data["features"]) {
+      r.require_map(per, "data.features");
+      for (const auto& kv : per) {
+        const std::string feature = kv.first.as<std::string>();
+        const std::string path = "data.features." + feature;
+        if (!features.count(feature)) {
+          r.fail(kv.first, path, fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(features, ", ")));
+        }
+        r.check_keys(kv.second, path, {"ids_per_bag"});
+        run.data.per_feature[feature] = parse_ids_per_bag(r, r.required(kv.second, path, "ids_per_bag"), path + ".ids_per_bag");
+      }
+    }
+  }
+  return run;
+}
+
+Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
+                              const std::set<std::string>& table_names) {
+  r.check_keys(node, path, {"when", "replicas", "diverged", "at", "global_model", "max_broadcast_seconds"});
+  Expectation e;
+  e.where = {r.file(), r.line_of(node)};
+  if (node["replicas"]) {
+    e.replicas = r.choice(node["replicas"], path + ".replicas", {"equal", "diverge"}) == "equal"
+                     ? ReplicaExpectation::kEqual
+                     : ReplicaExpectation::kDiverge;
+  }
+  if (node["diverged"]) {
+    if (e.replicas != ReplicaExpectation::kDiverge) r.fail(node["diverged"], path + ".diverged", "needs 'replicas: diverge'");
+    e.diverged = r.string_list(node["diverged"], path + ".diverged");
+    for (size_t i = 0; i < e.diverged.size(); ++i) {
+      const auto& name = e.diverged[i];
+      if (name.find('.') == std::string::npos && !table_names.count(name)) {
+        r.fail(node["diverged"][i], fmt::format("{}.diverged[{}]", path, i),
+               fmt::format("'{}' is neither a table nor a tensor name (tables: {})", name, fmt::join(table_names, ", ")));
+      }
+    }
+  } else if (e.replicas == ReplicaExpectation::kDiverge) {
+    r.fail(node, path, "'replicas: diverge' needs 'diverged:', the tensors or tables expected to differ");
+  }
+  if (node["at"]) {
+    e.at.clear();
+    const auto phases = r.string_list(node["at"], path + ".at");
+    for (size_t i = 0; i < phases.size(); ++i) {
+      e.at.push_back(r.choice(node["at"][i], fmt::format("{}.at[{}]", path, i), {"init", "final"}) == "init"
+                         ? Phase::kInit
+                         : Phase::kFinal);
+    }
+  }
+  if (YAML::Node g = node["global_model"]) {
+    Tolerance t;
+    if (!(g.IsScalar() && g.Scalar() == "true")) {
+      r.check_keys(g, path + ".global_model", {"rtol", "atol"});
+      if (g["rtol"]) t.rtol = r.non_negative(g["rtol"], path + ".global_model.rtol");
+      if (g["atol"]) t.atol = r.non_negative(g["atol"], path + ".global_model.atol");
+    }
+    e.global_model = t;
+  }
+  if (node["max_broadcast_seconds"]) {
+    e.max_broadcast_seconds = r.number(node["max_broadcast_seconds"], path + ".max_broadcast_seconds", 0.0);
+  }
+  return e;
+}
+
+}  // namespace
+
+const char* init_mode_name(InitMode mode) { return mode == InitMode::kSeeded ? "seeded" : "unseeded"; }
+const char* phase_name(Phase phase) { return phase == Phase::kInit ? "init" : "final"; }
+
+std::string SourceLocation::to_string() const {
+  return line > 0 ? fmt::format("{}:{}", file, line) : file;
+}
+
+std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) const {
+  auto it = per_feature.find(feature);
+  return it == per_feature.end() ? std::make_pair(min_ids_per_bag, max_ids_per_bag) : it->second;
+}
+
+std::string Expectation::describe() const {
+  std::string text = replicas == ReplicaExpectation::kEqual
+                         ? "replicas equal"
+                         : fmt::format("replicas diverge on {} at {}", fmt::join(diverged, ", "),
+                                       fmt::join([&] {
+                                         std::vector<std::string> p;
+                                         for (Phase ph : at) p.push_back(phase_name(ph));
+                                         return p;
+                                       }(), ", "));
+  if (global_model) text += fmt::format("; matches the unsharded model (rtol {}, atol {})", global_model->rtol, global_model->atol);
+  if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
+  return text;
+}
+
+Scenario load_scenario_text(const std::string& text, const std::string& file_label) {
+  Reader r(file_label);
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw_error(ErrorKind::kInvalidScenario,
+                fmt::format("{}:{}: not valid YAML: {}", file_label, e.mark.line + 1, e.msg));
+  }
+  r.check_keys(root, "", kTopLevelKeys);
+
+  Scenario s;
+  s.file = file_label;
+  s.source_text = text;
+  s.version = static_cast<int>(r.integer(r.required(root, "", "version"), "version", 1, 1000));
+  if (s.version != kFormatVersion) {
+    r.fail(root["version"], "version", fmt::format("this dmpcheck reads version {}, got {}", kFormatVersion, s.version));
+  }
+  s.name = r.string(r.required(root, "", "name"), "name");
+  if (root["description"]) s.description = r.string(root["description"], "description");
+  if (YAML::Node rep = root["reproduces"]) {
+    r.check_keys(rep, "reproduces", {"url", "affected", "fixed_in", "bug_profile", "fix_profile"});
+    Reproduces out;
+    out.url = r.string(r.required(rep, "reproduces", "url"), "reproduces.url");
+    if (rep["affected"]) out.affected = r.string(rep["affected"], "reproduces.affected");
+    if (rep["fixed_in"]) out.fixed_in = r.string(rep["fixed_in"], "reproduces.fixed_in");
+    out.bug_profile = r.choice(r.required(rep, "reproduces", "bug_profile"), "reproduces.bug_profile", dmp::behaviour_profile_names());
+    out.fix_profile = r.choice(r.required(rep, "reproduces", "fix_profile"), "reproduces.fix_profile", dmp::behaviour_profile_names());
+    s.reproduces = out;
+  }
+
+  // Matrix: the cartesian product of every listed value, first key varying slowest.
+  struct Axis {
+    std::string path;
+    YAML::Node key;
+    std::vector<YAML::Node> values;
+  };
+  std::vector<Axis> axes;
+  if (YAML::Node matrix = root["matrix"]) {
+    r.require_map(matrix, "matrix");
+    for (const auto& kv : matrix) {
+      Axis axis{kv.first.as<std::string>(), kv.first, {}};
+      const std::string field = "matrix." + axis.path;
+      const auto parts = split_path(axis.path);
+      if (parts.empty() || std::find(kMatrixRoots.begin(), kMatrixRoots.end(), parts[0]) == kMatrixRoots.end()) {
+        r.fail(kv.first, field, fmt::format("a matrix varies a run field; expected a path under one of {}",
+                                            fmt::join(kMatrixRoots, ", ")));
+      }
+      if (!kv.second.IsSequence() || kv.second.size() == 0) r.expected(kv.second, field, "a non-empty list of values");
+      for (const auto& v : kv.second) axis.values.push_back(v);
+      axes.push_back(axis);
+    }
+  }
+
+  std::vector<std::vector<size_t>> cells = {{}};
+  for (const auto& axis : axes) {
+    std::vector<std::vector<size_t>> next;
+    for (const auto& cell : cells) {
+      for (size_t i = 0; i < axis.values.size(); ++i) {
+        auto c = cell;
+        c.push_back(i);
+        next.push_back(c);
+      }
+    }
+    cells = next;
+  }
+
+  std::set<std::string> table_names;
+  for (const auto& cell : cells) {
+    YAML::Node run_root = YAML::Clone(root);
+    run_root.remove("matrix");
+    run_root.remove("expect");
+    std::vector<std::pair<std::string, std::string>> assignments;
+    for (size_t a = 0; a < axes.size(); ++a) {
+      const YAML::Node& value = axes[a].values[cell[a]];
+      if (!assign_path(run_root, split_path(axes[a].path), value)) {
+        r.fail(axes[a].key, "matrix." + axes[a].path, "this path does not lead to a field of the scenario");
+      }
+      assignments.emplace_back(axes[a].path, value.IsScalar() ? value.Scalar() : YAML::Dump(value));
+    }
+    RunSpec run = parse_run(r, run_root);
+    run.cell = assignments;
+    if (assignments.empty()) {
+      run.name = "default";
+      run.slug = "default";
+    } else {
+      std::vector<std::string> named, values;
+      for (const auto& [path, value] : assignments) {
+        named.push_back(path + "=" + value);
+        values.push_back(slug_of(value));
+      }
+      run.name = fmt::format("{}", fmt::join(named, " "));
+      run.slug = fmt::format("{}", fmt::join(values, "_"));
+    }
+    for (const auto& t : run.model.tables) table_names.insert(t.name);
+
+    // Expectations: the first entry whose `when` matches this cell.
+    if (YAML::Node expect = root["expect"]) {
+      if (!expect.IsSequence()) r.expected(expect, "expect", "a list of expectations (each with an optional 'when')");
+      bool found = false;
+      for (size_t i = 0; i < expect.size() && !found; ++i) {
+        const std::string path = fmt::format("expect[{}]", i);
+        const YAML::Node when = expect[i]["when"];
+        bool matches = true;
+        if (when) {
+          r.require_map(when, path + ".when");
+          for (const auto& kv : when) {
+            const std::string key = kv.first.as<std::string>();
+            auto it = std::find_if(assignments.begin(), assignments.end(), [&](const auto& p) { return p.first == key; });
+            if (std::none_of(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; })) {
+              r.fail(kv.first, path + ".when." + key, "is not a matrix key; 'when' selects matrix cells");
+            }
+            if (!kv.second.IsScalar()) r.expected(kv.second, path + ".when." + key, "a scalar value");
+            matches = matches && it != assignments.end() && it->second == kv.second.Scalar();
+          }
+        }
+        if (matches) {
+          run.expect = parse_expectation(r, expect[i], path, table_names);
+          found = true;
+        }
+      }
+      if (!found) {
+        r.fail(expect, "expect", fmt::format("no entry applies to run '{}'; add one without 'when' as the default", run.name));
+      }
+    }
+    s.runs.push_back(run);
+  }
+  return s;
+}
+
+Scenario load_scenario_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DMP_CHECK(in.good(), ErrorKind::kInvalidScenario, "{}: cannot open the scenario file", path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return load_scenario_text(buffer.str(), path);
+}
+
+}  // namespace dmpcheck::scenario

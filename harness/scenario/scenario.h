@@ -1,0 +1,113 @@
+// A scenario: one YAML file, validated, its matrix expanded into runs.  A RunSpec is fully
+// resolved and immutable; the launcher hands the scenario text and a run index to every rank,
+// so every rank provably runs the same thing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dmp/behaviour_profile.h"
+#include "dmp/model_parallel.h"
+#include "dmp/optim/dense_optimizer.h"
+#include "dmp/optim/fused_optimizer.h"
+#include "dmp/planner.h"
+
+namespace dmpcheck::scenario {
+
+inline constexpr int kFormatVersion = 1;
+
+enum class InitMode {
+  kSeeded,    // every rank seeds its generator with init.seed (as TorchRec's tests did)
+  kUnseeded,  // rank r seeds with init.seed + r: what happens when nobody seeds on purpose
+};
+const char* init_mode_name(InitMode mode);
+
+enum class Phase { kInit, kFinal };
+const char* phase_name(Phase phase);
+
+struct SourceLocation {
+  std::string file;
+  int line = 0;  // 1-based; 0 when unknown
+  std::string to_string() const;
+};
+
+struct InitSpec {
+  InitMode mode = InitMode::kSeeded;
+  uint64_t seed = 0;
+};
+
+struct DataSpec {
+  uint64_t seed = 0;
+  int64_t min_ids_per_bag = 1;
+  int64_t max_ids_per_bag = 1;
+  // Per-feature overrides of (min, max) ids per bag.
+  std::map<std::string, std::pair<int64_t, int64_t>> per_feature;
+  std::pair<int64_t, int64_t> ids_per_bag(const std::string& feature) const;
+};
+
+struct Tolerance {
+  double rtol = 1e-5;
+  double atol = 1e-6;
+};
+
+enum class ReplicaExpectation { kEqual, kDiverge };
+
+struct Expectation {
+  ReplicaExpectation replicas = ReplicaExpectation::kEqual;
+  // kDiverge: exactly these tensors differ across ranks (a bare table name means its weight);
+  // every other replicated tensor is equal.
+  std::vector<std::string> diverged;
+  std::vector<Phase> at = {Phase::kInit, Phase::kFinal};  // where the divergence must show
+  std::optional<Tolerance> global_model;  // compare against the unsharded model when set
+  std::optional<double> max_broadcast_seconds;
+  SourceLocation where;
+  std::string describe() const;
+};
+
+struct Reproduces {
+  std::string url;
+  std::string affected;
+  std::string fixed_in;
+  std::string bug_profile;
+  std::string fix_profile;
+};
+
+struct RunSpec {
+  std::string name;   // "init.mode=seeded profile=current", or "default" without a matrix
+  std::string slug;   // file-safe: "seeded_current"
+  std::vector<std::pair<std::string, std::string>> cell;  // the matrix assignments
+  int world_size = 2;
+  std::string backend = "gloo";
+  int steps = 1;
+  int64_t batch_size = 8;  // per rank
+  double timeout_s = 60.0;
+  int threads_per_rank = 0;  // 0: cores / world_size, at least 1
+  InitSpec init;
+  dmp::BehaviourProfile profile;
+  dmp::ModelConfig model;
+  std::map<std::string, dmp::ShardingConstraints> constraints;
+  dmp::FusedOptimizerConfig sparse_optimizer;
+  dmp::DenseOptimizerConfig dense_optimizer;
+  DataSpec data;
+  Expectation expect;
+};
+
+struct Scenario {
+  int version = kFormatVersion;
+  std::string name;
+  std::string description;
+  std::string file;         // as given
+  std::string source_text;  // the file's bytes
+  std::optional<Reproduces> reproduces;
+  std::vector<RunSpec> runs;
+};
+
+// Error(kInvalidScenario) with "file:line: field 'x.y': expected ..., got ..." on bad input.
+Scenario load_scenario_file(const std::string& path);
+Scenario load_scenario_text(const std::string& text, const std::string& file_label);
+
+}  // namespace dmpcheck::scenario
