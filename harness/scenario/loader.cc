@@ -515,7 +515,8 @@ Scenario load_scenario_text(const std::string& text, const std::string& file_lab
 
   std::set<std::string> table_names;
   for (const auto& cell : cells) {
-    YAML::Node run_root = YAML::Clone(root);
+    // A fresh parse per cell rather than YAML::Clone, which drops the line marks errors need.
+    YAML::Node run_root = YAML::Load(text);
     run_root.remove("matrix");
     run_root.remove("expect");
     std::vector<std::pair<std::string, std::string>> assignments;

@@ -1,0 +1,77 @@
+// The launcher on its own, with stand-in rank programs: fail fast, name the rank and its
+// cause, and leave no process behind.
+#include "run/launcher.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+
+#include <gtest/gtest.h>
+
+namespace dmpcheck::run {
+namespace {
+
+bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+LaunchRequest shell_ranks(const std::string& script, int world_size) {
+  LaunchRequest request;
+  request.executable = "/bin/sh";
+  request.arguments = {"-c", script};
+  request.world_size = world_size;
+  request.budget = std::chrono::seconds(30);
+  return request;
+}
+
+TEST(Launcher, ARankThatExitsWithAnErrorStopsTheOthersFastAndIsNamed) {
+  // Rank 1 fails after a moment; ranks 0 and 2 would sleep for a minute.
+  const auto request = shell_ranks(
+      "if [ \"$RANK\" = 1 ]; then echo \"rank $RANK of $WORLD_SIZE at $MASTER_ADDR:$MASTER_PORT\"; "
+      "echo 'boom: table t0 is on fire' >&2; sleep 0.2; exit 7; fi; exec sleep 60",
+      3);
+  const auto start = std::chrono::steady_clock::now();
+  const LaunchOutcome outcome = launch(request);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(outcome.ok);
+  ASSERT_TRUE(outcome.failure.has_value());
+  EXPECT_EQ(outcome.failure->rank, 1);
+  EXPECT_EQ(outcome.failure->cause, "exited with status 7");
+  EXPECT_EQ(outcome.failure->message, "boom: table t0 is on fire");
+  ASSERT_EQ(outcome.failure->last_lines.size(), 2u);
+  EXPECT_NE(outcome.failure->last_lines[0].find("rank 1 of 3 at 127.0.0.1:"), std::string::npos);
+  EXPECT_LT(seconds, 5.0);
+  ASSERT_EQ(outcome.pids.size(), 3u);
+  for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived";
+}
+
+TEST(Launcher, ACrashIsReportedWithItsSignal) {
+  const LaunchOutcome outcome = launch(shell_ranks("if [ \"$RANK\" = 0 ]; then kill -SEGV $$; fi; exec sleep 60", 2));
+  ASSERT_TRUE(outcome.failure.has_value());
+  EXPECT_EQ(outcome.failure->rank, 0);
+  EXPECT_EQ(outcome.failure->cause, "killed by signal 11 (SIGSEGV)");
+  for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid));
+}
+
+TEST(Launcher, TheBudgetKillsAHungRun) {
+  auto request = shell_ranks("exec sleep 60", 2);
+  request.budget = std::chrono::milliseconds(500);
+  const LaunchOutcome outcome = launch(request);
+  ASSERT_TRUE(outcome.failure.has_value());
+  EXPECT_EQ(outcome.failure->kind, "timeout");
+  EXPECT_LT(outcome.seconds, 5.0);
+  for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid));
+}
+
+TEST(Launcher, CleanRanksAndTheirOutputLines) {
+  auto request = shell_ranks("echo hello from $RANK; echo threads $OMP_NUM_THREADS", 2);
+  request.threads_per_rank = 1;
+  std::vector<std::string> lines;
+  request.on_line = [&](int rank, const std::string& line) { lines.push_back(std::to_string(rank) + ":" + line); };
+  const LaunchOutcome outcome = launch(request);
+  EXPECT_TRUE(outcome.ok);
+  EXPECT_FALSE(outcome.failure.has_value());
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"0:hello from 0", "0:threads 1", "1:hello from 1", "1:threads 1"}));
+}
+
+}  // namespace
+}  // namespace dmpcheck::run

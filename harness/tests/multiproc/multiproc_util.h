@@ -1,0 +1,47 @@
+// Helpers shared by the multi-process tests: run a scenario through the real launcher and the
+// real dmpcheck binary, quietly, into a temporary report directory.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "run/scenario_runner.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::testing {
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+inline std::string temporary_directory() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "dmpcheck-test-XXXXXX").string();
+  return ::mkdtemp(pattern.data());
+}
+
+inline run::ScenarioOutcome run_quietly(const scenario::Scenario& s) {
+  run::ScenarioRunOptions options;
+  options.worker_executable = DMPCHECK_CLI_PATH;
+  options.out_dir = temporary_directory();
+  options.out = nullptr;
+  options.budget_s = 120;
+  auto outcome = run::run_scenario(s, options);
+  std::filesystem::remove_all(options.out_dir);
+  return outcome;
+}
+
+inline std::string replace_once(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << "'" << from << "' not in the scenario";
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+}  // namespace dmpcheck::testing

@@ -1,0 +1,70 @@
+// The seed bug (TorchRec #1739) end to end, through the launcher and real rank processes: only
+// unseeded + torchrec-0.6 diverges, on all four data-parallel tables, at init and after the
+// step; the fix profiles keep every replica equal.
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "multiproc/multiproc_util.h"
+
+namespace dmpcheck {
+namespace {
+
+const char* kSeed = DMPCHECK_SOURCE_DIR "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml";
+
+void expect_seed_verdicts(const run::ScenarioOutcome& outcome, int world_size) {
+  ASSERT_EQ(outcome.results.size(), 4u);
+  EXPECT_EQ(outcome.exit_code, 0);
+  for (const auto& r : outcome.results) {
+    SCOPED_TRACE(r.run);
+    EXPECT_EQ(r.verdict, "pass") << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    EXPECT_EQ(r.environment.world_size, world_size);
+    std::set<std::string> diverged;
+    for (const auto& c : r.replicas) {
+      if (!c.equal) {
+        diverged.insert(c.name + "@" + c.phase);
+        // Every rank but 0 drew its own tables.
+        EXPECT_EQ(c.differing_ranks.size(), static_cast<size_t>(world_size - 1));
+      }
+    }
+    const bool bug = r.init_mode == "unseeded" && r.profile == "torchrec-0.6";
+    if (bug) {
+      EXPECT_EQ(diverged.size(), 8u);  // four tables, at init and at final
+      for (const char* t : {"large_table_0", "large_table_1", "small_table_0", "small_table_1"}) {
+        EXPECT_TRUE(diverged.count(fmt::format("ebc.embedding_bags.{}.weight@init", t)));
+        EXPECT_TRUE(diverged.count(fmt::format("ebc.embedding_bags.{}.weight@final", t)));
+      }
+    } else {
+      EXPECT_TRUE(diverged.empty());
+    }
+    EXPECT_EQ(r.init_broadcast.performed, r.profile == "current");
+    if (r.init_broadcast.performed) EXPECT_EQ(r.init_broadcast.bytes, (2 * 4096 + 2 * 1024) * 64 * 4);
+  }
+}
+
+TEST(SeedScenario, TwoRanks) {
+  expect_seed_verdicts(testing::run_quietly(scenario::load_scenario_file(kSeed)), 2);
+}
+
+TEST(SeedScenario, ThreeRanks) {
+  const std::string text = testing::replace_once(testing::read_file(kSeed), "world_size: 2", "world_size: 3");
+  expect_seed_verdicts(testing::run_quietly(scenario::load_scenario_text(text, kSeed)), 3);
+}
+
+TEST(SeedScenario, AWrongExpectationFailsWithExitCodeOne) {
+  // Claim the bug shows under the fix profile too: the harness must say that it does not.
+  const std::string text =
+      testing::replace_once(testing::read_file(kSeed), "when: {init.mode: unseeded, profile: torchrec-0.6}", "when: {init.mode: unseeded}");
+  const auto outcome = testing::run_quietly(scenario::load_scenario_text(text, kSeed));
+  EXPECT_EQ(outcome.exit_code, 1);
+  ASSERT_EQ(outcome.results.size(), 4u);
+  const auto& fixed = outcome.results[3];  // unseeded + current
+  EXPECT_EQ(fixed.verdict, "fail");
+  ASSERT_FALSE(fixed.expectation.failures.empty());
+  EXPECT_NE(fixed.expectation.failures[0].find("was expected to diverge at init but is equal on every rank"),
+            std::string::npos)
+      << fixed.expectation.failures[0];
+}
+
+}  // namespace
+}  // namespace dmpcheck

@@ -1,0 +1,47 @@
+#include "comm/rendezvous.h"
+
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace dmpcheck::comm {
+namespace {
+
+RankEnvironment from(const std::map<std::string, std::string>& vars) {
+  return rank_environment_from([&](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+TEST(Rendezvous, ReadsTheTorchrunVariables) {
+  const RankEnvironment env = from({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                                    {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.local_world_size, 2);
+  EXPECT_EQ(env.master_addr, "node0");
+  EXPECT_EQ(env.master_port, 29500);
+}
+
+TEST(Rendezvous, MissingAndMalformedVariablesAreNamed) {
+  try {
+    from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "x"}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_PORT is not set"), std::string::npos) << e.what();
+  }
+  try {
+    from({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("RANK='2': expected an integer in [0, 1]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dmpcheck::comm

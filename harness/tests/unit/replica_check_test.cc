@@ -1,0 +1,64 @@
+#include "check/replica_check.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "check/expectations.h"
+
+namespace dmpcheck::check {
+namespace {
+
+TEST(ReplicaCheck, EqualCopiesAreEqual) {
+  at::Tensor a = at::randn({4, 3});
+  const TensorCheck c = compare_copies("t", "data_parallel", "init", {a, a.clone(), a.clone()});
+  EXPECT_TRUE(c.equal);
+  EXPECT_EQ(c.elements_differing, 0);
+  EXPECT_TRUE(c.differing_ranks.empty());
+}
+
+TEST(ReplicaCheck, OneUlpOnOneElementOfOneRankIsCaught) {
+  at::Tensor a = at::randn({16, 8});
+  at::Tensor b = a.clone();
+  const float x = b[3][5].item<float>();
+  b[3][5] = std::nextafter(x, INFINITY);
+  const TensorCheck c = compare_copies("t", "data_parallel", "final", {a, a.clone(), b});
+  EXPECT_FALSE(c.equal);
+  EXPECT_EQ(c.elements_differing, 1);
+  EXPECT_EQ(c.differing_ranks, std::vector<int>{2});
+  EXPECT_GT(c.max_abs_diff, 0.0);
+  EXPECT_LT(c.max_abs_diff, 1e-5);
+}
+
+TEST(ReplicaCheck, SignedZeroAndNanAreComparedBitwise) {
+  at::Tensor a = at::tensor({0.0f, NAN});
+  at::Tensor b = at::tensor({-0.0f, NAN});
+  const TensorCheck c = compare_copies("t", "dense", "init", {a, b});
+  EXPECT_FALSE(c.equal);
+  EXPECT_EQ(c.elements_differing, 1);  // -0.0 vs 0.0; the identical NaNs are equal
+}
+
+TEST(Expectations, DivergeMustMatchExactlyTheNamedTablesAtTheNamedPhases) {
+  RunResult r;
+  r.replicas = {{"ebc.embedding_bags.t0.weight", "data_parallel", "init", false, 0.1, 5, 10, {1}},
+                {"ebc.embedding_bags.t0.weight", "data_parallel", "final", false, 0.1, 5, 10, {1}},
+                {"dense.0.weight", "dense", "init", true},
+                {"dense.0.weight", "dense", "final", false, 0.2, 1, 10, {1}}};
+  scenario::Expectation e;
+  e.replicas = scenario::ReplicaExpectation::kDiverge;
+  e.diverged = {"t0"};
+  const ExpectationResult result = evaluate_expectation(e, r);
+  EXPECT_FALSE(result.held);
+  ASSERT_EQ(result.failures.size(), 1u);
+  EXPECT_NE(result.failures[0].find("dense.0.weight differs at final on rank(s) 1"), std::string::npos)
+      << result.failures[0];
+
+  r.replicas[3].equal = true;
+  EXPECT_TRUE(evaluate_expectation(e, r).held);
+  r.replicas[0].equal = true;  // no longer diverges at init
+  EXPECT_FALSE(evaluate_expectation(e, r).held);
+}
+
+}  // namespace
+}  // namespace dmpcheck::check

@@ -1,0 +1,152 @@
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::scenario {
+namespace {
+
+const char* kMinimal = R"(version: 1
+name: minimal
+world_size: 2
+tables:
+  - {name: t0, rows: 10, dim: 4, features: [f0]}
+  - name: t1
+    rows: 20
+    dim: 4
+    features: [f1]
+    pooling: mean
+    sharding: {types: [data_parallel]}
+)";
+
+std::string error_of(const std::string& text) {
+  try {
+    load_scenario_text(text, "s.yaml");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidScenario) << e.what();
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(ScenarioLoader, ReadsAMinimalScenarioWithDefaults) {
+  const Scenario s = load_scenario_text(kMinimal, "s.yaml");
+  ASSERT_EQ(s.runs.size(), 1u);
+  const RunSpec& run = s.runs[0];
+  EXPECT_EQ(run.name, "default");
+  EXPECT_EQ(run.world_size, 2);
+  EXPECT_EQ(run.profile.name, "current");
+  ASSERT_EQ(run.model.tables.size(), 2u);
+  EXPECT_EQ(run.model.tables[1].pooling, dmp::PoolingType::kMean);
+  EXPECT_EQ(run.constraints.at("t1").sharding_types.front(), dmp::ShardingType::kDataParallel);
+  EXPECT_EQ(run.sparse_optimizer.eps, 1e-8);
+  EXPECT_EQ(run.expect.replicas, ReplicaExpectation::kEqual);
+}
+
+TEST(ScenarioLoader, MatrixExpandsInOrderAndPicksTheFirstMatchingExpectation) {
+  const std::string text = std::string(kMinimal) + R"(matrix:
+  init.mode: [seeded, unseeded]
+  profile: [torchrec-0.6, current]
+expect:
+  - when: {init.mode: unseeded, profile: torchrec-0.6}
+    replicas: diverge
+    diverged: [t1]
+  - replicas: equal
+)";
+  const Scenario s = load_scenario_text(text, "s.yaml");
+  ASSERT_EQ(s.runs.size(), 4u);
+  EXPECT_EQ(s.runs[0].name, "init.mode=seeded profile=torchrec-0.6");
+  EXPECT_EQ(s.runs[0].slug, "seeded_torchrec-0.6");
+  EXPECT_EQ(s.runs[2].init.mode, InitMode::kUnseeded);
+  EXPECT_EQ(s.runs[2].profile.name, "torchrec-0.6");
+  EXPECT_FALSE(s.runs[2].profile.broadcast_data_parallel_tables_at_init);
+  EXPECT_EQ(s.runs[2].expect.replicas, ReplicaExpectation::kDiverge);
+  EXPECT_EQ(s.runs[3].expect.replicas, ReplicaExpectation::kEqual);
+}
+
+TEST(ScenarioLoader, ImpossibleValuesNameFileLineFieldAndExpectation) {
+  const std::string message = error_of(replace(kMinimal, "rows: 20", "rows: 0"));
+  EXPECT_NE(message.find("s.yaml:7: field 'tables[1].rows': expected an integer in [1, "), std::string::npos) << message;
+  EXPECT_NE(message.find("got '0'"), std::string::npos) << message;
+}
+
+TEST(ScenarioLoader, WorldSizeBelowOneIsRejected) {
+  const std::string message = error_of(replace(kMinimal, "world_size: 2", "world_size: 0"));
+  EXPECT_NE(message.find("s.yaml:3: field 'world_size': expected an integer in [1, 64], got '0'"), std::string::npos)
+      << message;
+}
+
+TEST(ScenarioLoader, WrongTypeIsRejected) {
+  const std::string message = error_of(replace(kMinimal, "dim: 4\n    features", "dim: [4]\n    features"));
+  EXPECT_NE(message.find("s.yaml:8: field 'tables[1].dim': expected an integer"), std::string::npos) << message;
+  EXPECT_NE(message.find("got a list"), std::string::npos) << message;
+}
+
+TEST(ScenarioLoader, UnknownKeySuggestsTheClosestOne) {
+  const std::string message = error_of(replace(kMinimal, "pooling: mean", "poolin: mean"));
+  EXPECT_NE(message.find("s.yaml:10: field 'tables[1].poolin': unknown key (did you mean 'pooling'?)"),
+            std::string::npos)
+      << message;
+}
+
+TEST(ScenarioLoader, AFeatureNoTableReadsIsRejected) {
+  const std::string message = error_of(std::string(kMinimal) + "data:\n  features:\n    f9: {ids_per_bag: 2}\n");
+  EXPECT_NE(message.find("s.yaml:14: field 'data.features.f9': no table reads feature 'f9'"), std::string::npos)
+      << message;
+}
+
+TEST(ScenarioLoader, UnknownProfileListsTheKnownOnes) {
+  const std::string message = error_of(std::string(kMinimal) + "profile: torchrec-9\n");
+  EXPECT_NE(message.find("field 'profile': expected one of torchrec-0.6, torchrec-0.8, current"), std::string::npos)
+      << message;
+}
+
+TEST(ScenarioLoader, ConstraintRankOutsideTheWorldIsRejected) {
+  const std::string message =
+      error_of(replace(kMinimal, "sharding: {types: [data_parallel]}", "sharding: {types: [table_wise], ranks: [2]}"));
+  EXPECT_NE(message.find("field 'tables[1].sharding.ranks[0]': expected an integer in [0, 1]"), std::string::npos)
+      << message;
+}
+
+TEST(ScenarioLoader, DivergeNeedsKnownTables) {
+  const std::string message =
+      error_of(std::string(kMinimal) + "expect:\n  - replicas: diverge\n    diverged: [t7]\n");
+  EXPECT_NE(message.find("s.yaml:14: field 'expect[0].diverged[0]': 't7' is neither a table"), std::string::npos)
+      << message;
+}
+
+TEST(ScenarioLoader, MatrixKeyMustBeARunField) {
+  const std::string message = error_of(std::string(kMinimal) + "matrix:\n  name: [a, b]\n");
+  EXPECT_NE(message.find("s.yaml:13: field 'matrix.name': a matrix varies a run field"), std::string::npos) << message;
+}
+
+TEST(ScenarioLoader, InvalidYamlReportsTheLine) {
+  const std::string message = error_of("version: 1\nname: [unclosed\n");
+  EXPECT_NE(message.find("s.yaml:"), std::string::npos) << message;
+  EXPECT_NE(message.find("not valid YAML"), std::string::npos) << message;
+}
+
+TEST(ScenarioLoader, MissingFileIsAnError) {
+  try {
+    load_scenario_file("/nonexistent/scenario.yaml");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/scenario.yaml: cannot open"), std::string::npos);
+  }
+}
+
+TEST(ScenarioLoader, TheSeedScenarioIsValid) {
+  const Scenario s = load_scenario_file(DMPCHECK_SOURCE_DIR "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml");
+  EXPECT_EQ(s.runs.size(), 4u);
+  ASSERT_TRUE(s.reproduces.has_value());
+  EXPECT_EQ(s.reproduces->bug_profile, "torchrec-0.6");
+}
+
+}  // namespace
+}  // namespace dmpcheck::scenario
