@@ -1,7 +1,6 @@
 #include "report/console.h"
 
 #include <algorithm>
-#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -52,13 +51,19 @@ std::string render_verdict_line(const check::RunResult& r) {
   if (r.failure) {
     return fmt::format("{} ERROR - rank {} {}: {}", head, r.failure->rank, r.failure->cause, r.failure->message);
   }
-  std::set<std::string> diverged;
+  // tensor -> phases where it differs, in first-seen order
+  std::vector<std::pair<std::string, std::vector<std::string>>> diverged;
   for (const auto& c : r.replicas) {
-    if (!c.equal) diverged.insert(c.name + "@" + c.phase);
+    if (c.equal) continue;
+    auto it = std::find_if(diverged.begin(), diverged.end(), [&](const auto& d) { return d.first == c.name; });
+    if (it == diverged.end()) it = diverged.insert(diverged.end(), {c.name, {}});
+    it->second.push_back(c.phase);
   }
+  std::vector<std::string> parts;
+  for (const auto& [name, phases] : diverged) parts.push_back(fmt::format("{} ({})", name, fmt::join(phases, ", ")));
   const std::string observed =
       diverged.empty() ? std::string("all replicated tensors equal")
-                       : fmt::format("replicas DIVERGE ({})", fmt::join(diverged, ", "));
+                       : fmt::format("replicas DIVERGE on {} tensor(s): {}", diverged.size(), fmt::join(parts, "; "));
   if (r.verdict == "pass") {
     const std::string label = diverged.empty() ? "PASS" : "PASS (bug reproduced as expected)";
     return fmt::format("{} {} - {}; expected: {}", head, label, observed, r.expectation.description);

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what dmpcheck builds with, from Debian's packages only.  Idempotent: when everything
+# is present it prints one line and touches nothing.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build ccache git
+  libtorch-dev        # libtorch 1.13, CPU, with c10d, ProcessGroupGloo, TCPStore
+  libgloo-dev         # the Gloo headers that c10d's ProcessGroupGloo.hpp includes
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libgtest-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "ci/setup.sh: all ${#packages[@]} build packages present"
+  exit 0
+fi
+
+echo "ci/setup.sh: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "ci/setup.sh: done"
