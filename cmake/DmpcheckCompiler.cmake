@@ -11,6 +11,8 @@ if(DMPCHECK_USE_CCACHE)
     set(CMAKE_CXX_COMPILER_LAUNCHER
         ${CMAKE_COMMAND} -E env
         "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
+        # Paths relative to the checkout: a fresh clone elsewhere hits the same cache entries.
+        "CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}"
         ${DMPCHECK_CCACHE})
     message(STATUS "dmpcheck: compiling through ${DMPCHECK_CCACHE}")
   endif()

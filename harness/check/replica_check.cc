@@ -31,7 +31,10 @@ at::Tensor bits_differ(const at::Tensor& a, const at::Tensor& b) {
 
 TensorCheck compare_copies(const std::string& name, const std::string& sharding, const std::string& phase,
                            const std::vector<at::Tensor>& copies) {
-  TensorCheck check{name, sharding, phase};
+  TensorCheck check;
+  check.name = name;
+  check.sharding = sharding;
+  check.phase = phase;
   const at::Tensor& reference = copies.front();
   check.numel = reference.numel();
   at::Tensor any_differs = at::zeros(reference.sizes(), at::kBool);

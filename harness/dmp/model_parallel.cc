@@ -4,6 +4,7 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "dmp/embedding_bag_collection.h"
 #include "dmp/sharding/data_parallel.h"
 #include "dmp/sharding/table_wise.h"
 
@@ -30,9 +31,10 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   std::vector<TableShard> data_parallel, table_wise;
   std::vector<EmbeddingBagConfig> table_wise_configs;
   std::vector<int> table_wise_owners;
+  EmbeddingBagCollection collection(model_.tables);
+  collection.reset_parameters(generator);
   for (const auto& config : model_.tables) {
-    at::Tensor weight = at::empty({config.num_embeddings, config.embedding_dim}, at::kFloat);
-    weight.uniform_(-config.init_bound(), config.init_bound(), generator);
+    const at::Tensor& weight = collection.weight(config.name);
     const TablePlan& placement = plan_.of(config.name);
     auto make_shard = [&] {
       return TableShard{config, weight,

@@ -43,7 +43,7 @@ TEST(Expectations, DivergeMustMatchExactlyTheNamedTablesAtTheNamedPhases) {
   RunResult r;
   r.replicas = {{"ebc.embedding_bags.t0.weight", "data_parallel", "init", false, 0.1, 5, 10, {1}},
                 {"ebc.embedding_bags.t0.weight", "data_parallel", "final", false, 0.1, 5, 10, {1}},
-                {"dense.0.weight", "dense", "init", true},
+                {"dense.0.weight", "dense", "init", true, 0.0, 0, 10, {}},
                 {"dense.0.weight", "dense", "final", false, 0.2, 1, 10, {1}}};
   scenario::Expectation e;
   e.replicas = scenario::ReplicaExpectation::kDiverge;
