@@ -45,14 +45,21 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     }
   }
   if (expect.global_model) {
+    const auto& tol = *expect.global_model;
     if (!result.global_model_checked) {
       out.failures.push_back("the unsharded-model comparison did not run");
-    }
-    for (const auto& g : result.global_model) {
-      if (!g.within_tolerance) {
-        out.failures.push_back(fmt::format("{} differs from the unsharded model: max |diff| {:.3g} exceeds rtol {} / atol {}",
-                                           g.name, g.max_abs_diff, expect.global_model->rtol, expect.global_model->atol));
+    } else if (tol.match) {
+      for (const auto& g : result.global_model) {
+        if (g.within_tolerance) continue;
+        out.failures.push_back(
+            g.comparable ? fmt::format("{} differs from the unsharded model at step {}: max |diff| {:.3g} exceeds rtol {} / atol {}",
+                                       g.name, g.step, g.max_abs_diff, tol.rtol, tol.atol)
+                         : fmt::format("{} cannot be compared with the unsharded model: {}", g.name, g.note));
       }
+    } else if (std::all_of(result.global_model.begin(), result.global_model.end(),
+                           [](const GlobalModelCheck& g) { return g.within_tolerance; })) {
+      out.failures.push_back(fmt::format("expected to differ from the unsharded model, but every tensor is within rtol {} / atol {}",
+                                         tol.rtol, tol.atol));
     }
   }
   if (expect.max_broadcast_seconds && result.init_broadcast.performed &&

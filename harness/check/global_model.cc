@@ -1,5 +1,7 @@
 #include "check/global_model.h"
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -8,38 +10,70 @@
 
 namespace dmpcheck::check {
 
-std::vector<GlobalModelCheck> compare_with_global_model(const GlobalModelInput& input) {
-  auto comm = comm::make_loopback_communicator();
-  dmp::PlannerInput planner;
-  planner.tables = input.model.tables;
-  planner.world_size = 1;
-  for (const auto& t : input.model.tables) {
-    planner.constraints[t.name].sharding_types = {dmp::ShardingType::kTableWise};
+GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected,
+                                Tolerances tolerances, int step) {
+  GlobalModelCheck check;
+  check.name = name;
+  check.step = step;
+  check.numel = actual.numel();
+  if (actual.sizes() != expected.sizes()) {
+    check.comparable = false;
+    check.within_tolerance = false;
+    check.note = fmt::format("shape [{}] against the unsharded model's [{}]", fmt::join(actual.sizes(), ", "),
+                             fmt::join(expected.sizes(), ", "));
+    return check;
   }
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);  // overwritten below
-  dmp::DistributedModelParallel reference(*comm, input.model, dmp::plan_sharding(planner), generator, input.options);
-  reference.load_full_weights(input.initial_weights);
-  for (int step = 0; step < input.steps; ++step) reference.train_step(input.global_batch(step));
-
-  std::vector<GlobalModelCheck> checks;
-  std::map<std::string, at::Tensor> expected;
-  for (const auto& s : reference.state()) expected[s.name] = s.tensor;
-  for (const auto& [name, actual] : input.final_weights) {
-    auto it = expected.find(name);
-    DMP_INTERNAL_ASSERT(it != expected.end(), "the unsharded model has no tensor '{}'", name);
-    const at::Tensor a = actual.to(at::kDouble);
-    const at::Tensor b = it->second.detach().to(at::kDouble);
-    const at::Tensor diff = (a - b).abs();
-    const at::Tensor excess = diff - (input.atol + input.rtol * b.abs());
-    GlobalModelCheck check;
-    check.name = name;
-    check.numel = a.numel();
-    check.max_abs_diff = a.numel() ? diff.max().item<double>() : 0.0;
-    check.max_allowed_excess = a.numel() ? excess.max().item<double>() : 0.0;
-    check.within_tolerance = !(check.max_allowed_excess > 0.0) && !std::isnan(check.max_abs_diff);
-    checks.push_back(check);
-  }
-  return checks;
+  if (actual.numel() == 0) return check;
+  const at::Tensor a = actual.to(at::kDouble);
+  const at::Tensor b = expected.detach().to(at::kDouble);
+  const at::Tensor diff = (a - b).abs();
+  check.max_abs_diff = diff.max().item<double>();
+  check.max_allowed_excess = (diff - (tolerances.atol + tolerances.rtol * b.abs())).max().item<double>();
+  check.within_tolerance = !(check.max_allowed_excess > 0.0) && !std::isnan(check.max_abs_diff);
+  return check;
 }
+
+GlobalModelTracker::GlobalModelTracker(const dmp::ModelConfig& model, const dmp::DmpOptions& options,
+                                       const std::map<std::string, at::Tensor>& initial_state, Tolerances tolerances)
+    : comm_(comm::make_loopback_communicator()), tolerances_(tolerances) {
+  dmp::PlannerInput planner;
+  planner.tables = model.tables;
+  planner.topology = {1, 1, 0};
+  for (const auto& t : model.tables) planner.constraints[t.name].sharding_types = {dmp::ShardingType::kTableWise};
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);  // every draw is overwritten below
+  dmp::DmpOptions reference_options = options;
+  reference_options.profile.divide_model_parallel_gradients_by_world_size = true;  // a no-op at world 1
+  reference_ = std::make_unique<dmp::DistributedModelParallel>(*comm_, model, dmp::plan_sharding(planner), generator,
+                                                               reference_options);
+  reference_->load_full_state(initial_state);
+}
+
+GlobalModelTracker::~GlobalModelTracker() = default;
+
+void GlobalModelTracker::step_and_compare(const dmp::KeyedJaggedTensor& global_batch,
+                                          const std::map<std::string, at::Tensor>& sharded_state, int step) {
+  reference_->train_step(global_batch);
+  std::map<std::string, at::Tensor> expected;
+  for (const auto& s : reference_->state()) expected[s.name] = s.tensor;
+  for (const auto& [name, actual] : sharded_state) {
+    auto it = expected.find(name);
+    GlobalModelCheck check = it == expected.end() ? GlobalModelCheck{} : compare_tensor(name, actual, it->second, tolerances_, step);
+    if (it == expected.end()) {
+      check.name = name;
+      check.step = step;
+      check.comparable = false;
+      check.within_tolerance = false;
+      check.note = "the unsharded model has no such tensor";
+    }
+    auto existing = std::find_if(results_.begin(), results_.end(), [&](const GlobalModelCheck& c) { return c.name == name; });
+    if (existing == results_.end()) {
+      results_.push_back(check);
+    } else if (!check.comparable || (existing->comparable && check.max_allowed_excess > existing->max_allowed_excess)) {
+      *existing = check;
+    }
+  }
+}
+
+std::vector<GlobalModelCheck> GlobalModelTracker::results() const { return results_; }
 
 }  // namespace dmpcheck::check

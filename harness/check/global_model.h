@@ -1,12 +1,13 @@
 // Global-model equivalence: the unsharded model, started from the sharded model's initial
-// weights and trained on the global batches in one process, must end where the sharded model
-// ended, within the scenario's tolerance.  The unsharded model runs through the same DMP code
-// on a one-rank loopback world with every table table_wise on rank 0: the reference differs
-// from the subject in sharding and communication, and in nothing else.
+// state and trained on the same global batches in one process, must track the sharded model.
+// After every step each full tensor of the sharded model (weights and fused optimizer state,
+// assembled from its shards) is compared with the unsharded model's.  The unsharded model runs
+// through the same DMP code on a one-rank loopback world with every table table_wise: the
+// reference differs from the subject in sharding and communication, and in nothing else.
 #pragma once
 
-#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,20 +15,40 @@
 #include "dmp/keyed_jagged_tensor.h"
 #include "dmp/model_parallel.h"
 
+namespace dmpcheck::comm {
+class Communicator;
+}
+
 namespace dmpcheck::check {
 
-struct GlobalModelInput {
-  dmp::ModelConfig model;
-  dmp::DmpOptions options;
-  std::map<std::string, at::Tensor> initial_weights;  // full tensors, from gather_full_weights()
-  std::map<std::string, at::Tensor> final_weights;    // the sharded model's, after the last step
-  int steps = 0;
-  std::function<dmp::KeyedJaggedTensor(int step)> global_batch;
+struct Tolerances {
   double rtol = 1e-5;
   double atol = 1e-6;
 };
 
-// Runs the unsharded model and compares every weight.  Not collective.
-std::vector<GlobalModelCheck> compare_with_global_model(const GlobalModelInput& input);
+class GlobalModelTracker {
+ public:
+  // Not collective: runs wherever it is built (rank 0 in a run).
+  GlobalModelTracker(const dmp::ModelConfig& model, const dmp::DmpOptions& options,
+                     const std::map<std::string, at::Tensor>& initial_state, Tolerances tolerances);
+  ~GlobalModelTracker();
+
+  // Trains the unsharded model one step on `global_batch` and compares every tensor of
+  // `sharded_state` (gather_full_state() after the same step) with it.
+  void step_and_compare(const dmp::KeyedJaggedTensor& global_batch, const std::map<std::string, at::Tensor>& sharded_state,
+                        int step);
+  // Per tensor, the worst step seen so far.
+  std::vector<GlobalModelCheck> results() const;
+
+ private:
+  std::unique_ptr<comm::Communicator> comm_;
+  std::unique_ptr<dmp::DistributedModelParallel> reference_;
+  Tolerances tolerances_;
+  std::vector<GlobalModelCheck> results_;
+};
+
+// Compares one tensor: max |a - b|, and whether |a - b| <= atol + rtol * |b| everywhere.
+GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected,
+                                Tolerances tolerances, int step);
 
 }  // namespace dmpcheck::check

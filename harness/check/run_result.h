@@ -22,12 +22,15 @@ struct TensorCheck {
   std::vector<int> differing_ranks;  // ranks whose copy differs from rank 0's
 };
 
-// One tensor of the sharded model compared with the unsharded model after the last step.
+// One full tensor of the sharded model compared with the unsharded model's; the worst step.
 struct GlobalModelCheck {
   std::string name;
+  int step = 0;                     // 1-based step where the excess was largest
   double max_abs_diff = 0.0;
-  double max_allowed_excess = 0.0;  // max(|a-b| - (atol + rtol*|b|)); <= 0 within tolerance
+  double max_allowed_excess = -1e300;  // max(|a-b| - (atol + rtol*|b|)); <= 0 within tolerance
   bool within_tolerance = true;
+  bool comparable = true;           // false when shapes differ (a note says why)
+  std::string note;
   int64_t numel = 0;
 };
 
@@ -41,11 +44,19 @@ struct BroadcastCost {
   double gbps = 0.0;     // bytes / seconds / 1e9 (algbw = busbw for broadcast)
 };
 
+struct ShardPlacement {
+  int rank = 0;
+  int64_t row_offset = 0;
+  int64_t rows = 0;
+  int64_t col_offset = 0;
+  int64_t cols = 0;
+  int64_t bytes = 0;
+};
+
 struct TablePlacement {
   std::string table;
   std::string sharding;
-  std::vector<int> ranks;
-  int64_t bytes_per_rank = 0;
+  std::vector<ShardPlacement> shards;
 };
 
 struct Environment {

@@ -61,7 +61,8 @@ KeyedTensor EmbeddingBagCollection::forward(const KeyedJaggedTensor& features) c
   for (size_t i = 0; i < tables_.size(); ++i) {
     for (const auto& f : tables_[i].feature_names) {
       const size_t k = features.key_index(f);
-      Bags bags{features.values_of(k), features.lengths_of(k), features.weights_of(k)};
+      Bags bags{features.values_of(k), features.lengths_of(k),
+                tables_[i].weighted ? features.weights_of(k) : std::nullopt};
       check_ids_in_range(bags, tables_[i].num_embeddings, tables_[i].name, f);
       pooled.push_back(pooled_forward(weights_[i], bags, tables_[i].pooling));
       out.keys.push_back(f);

@@ -15,6 +15,7 @@ struct EmbeddingBagConfig {
   int64_t embedding_dim = 0;
   std::vector<std::string> feature_names;
   PoolingType pooling = PoolingType::kSum;
+  bool weighted = false;  // its features carry per-id weights (TorchRec's weighted EBC)
 
   // TorchRec's default init_fn: uniform in [-sqrt(1/rows), sqrt(1/rows)].
   double init_bound() const;

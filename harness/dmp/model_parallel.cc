@@ -1,14 +1,32 @@
 #include "dmp/model_parallel.h"
 
+#include <set>
+#include <tuple>
+
 #include <ATen/ATen.h>
 
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "dmp/embedding_bag_collection.h"
 #include "dmp/sharding/data_parallel.h"
-#include "dmp/sharding/table_wise.h"
+#include "dmp/sharding/model_parallel.h"
 
 namespace dmpcheck::dmp {
+namespace {
+
+std::string table_state_key(const std::string& table, const std::string& state) {
+  return "ebc.embedding_bags." + table + "." + state;
+}
+
+// The view of `full` where a piece with `placement` goes.  A 1-D row state of a table with
+// several column shards is stored as one column per shard.
+at::Tensor piece_of(at::Tensor& full, const Shard& placement, int64_t column_shard, bool row_state) {
+  at::Tensor rows = full.narrow(0, placement.row_offset, placement.rows);
+  if (!row_state) return rows.narrow(1, placement.col_offset, placement.cols);
+  return full.dim() == 1 ? rows : rows.select(1, column_shard);
+}
+
+}  // namespace
 
 std::vector<std::string> ModelConfig::features() const { return features_of(tables); }
 
@@ -23,33 +41,28 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
                                                    const DmpOptions& options)
     : comm_(comm), model_(model), plan_(plan), options_(options) {
   at::NoGradGuard no_grad;
-  // The user's model: dense layers are created (and drawn) first, the tables stay on "meta"
-  // until DMP materialises them.
+  // The user's model: dense layers are created (and drawn) first; the tables stay unmaterialised
+  // until DMP's reset_parameters draws every table in model order, on every rank.
   dense_ = std::make_unique<DenseMlp>(model_.pooled_width(), model_.dense_layers, generator);
-
-  // reset_parameters: every table drawn in model order, each rank keeping what it holds.
-  std::vector<TableShard> data_parallel, table_wise;
-  std::vector<EmbeddingBagConfig> table_wise_configs;
-  std::vector<int> table_wise_owners;
   EmbeddingBagCollection collection(model_.tables);
   collection.reset_parameters(generator);
+
+  std::vector<TableShard> data_parallel, model_parallel;
+  std::vector<EmbeddingBagConfig> mp_tables;
+  std::vector<TablePlan> mp_plans;
   for (const auto& config : model_.tables) {
-    const at::Tensor& weight = collection.weight(config.name);
     const TablePlan& placement = plan_.of(config.name);
-    auto make_shard = [&] {
-      return TableShard{config, weight,
-                        std::make_unique<FusedOptimizer>(options_.sparse_optimizer, config.num_embeddings,
-                                                         config.embedding_dim)};
-    };
-    switch (placement.type) {
-      case ShardingType::kDataParallel:
-        data_parallel.push_back(make_shard());
-        break;
-      case ShardingType::kTableWise:
-        table_wise_configs.push_back(config);
-        table_wise_owners.push_back(placement.ranks.front());
-        if (placement.ranks.front() == comm_.rank()) table_wise.push_back(make_shard());
-        break;
+    const at::Tensor& full = collection.weight(config.name);
+    for (const Shard& shard : placement.shards) {
+      if (shard.rank != comm_.rank()) continue;
+      TableShard local{config, placement.type, shard,
+                       full.narrow(0, shard.row_offset, shard.rows).narrow(1, shard.col_offset, shard.cols).clone(),
+                       std::make_unique<FusedOptimizer>(options_.sparse_optimizer, shard.rows, shard.cols)};
+      (placement.type == ShardingType::kDataParallel ? data_parallel : model_parallel).push_back(std::move(local));
+    }
+    if (placement.type != ShardingType::kDataParallel) {
+      mp_tables.push_back(config);
+      mp_plans.push_back(placement);
     }
   }
 
@@ -64,19 +77,23 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
     init_broadcast_.data_parallel_tables = comm::broadcast_coalesced(comm_, weights, bopts);
   }
 
-  // Sharding groups in first-appearance order of their type in the model, as TorchRec groups them.
-  for (const auto& config : model_.tables) {
-    const ShardingType type = plan_.of(config.name).type;
-    bool exists = false;
-    for (const auto& s : shardings_) exists = exists || s->type() == type;
-    if (exists) continue;
-    if (type == ShardingType::kDataParallel) {
-      shardings_.push_back(std::make_unique<DataParallelSharding>(comm_, std::move(data_parallel)));
-    } else {
-      shardings_.push_back(std::make_unique<TableWiseSharding>(
-          comm_, table_wise_configs, table_wise_owners, std::move(table_wise),
-          options_.profile.divide_model_parallel_gradients_by_world_size));
+  // Two groups, in first-appearance order of their kind in the model, as TorchRec groups by type.
+  const bool dp_first = !model_.tables.empty() && plan_.of(model_.tables.front().name).type == ShardingType::kDataParallel;
+  auto add_dp = [&] {
+    if (!data_parallel.empty()) shardings_.push_back(std::make_unique<DataParallelSharding>(comm_, std::move(data_parallel)));
+  };
+  auto add_mp = [&] {
+    if (!mp_tables.empty()) {
+      shardings_.push_back(std::make_unique<ModelParallelSharding>(
+          comm_, mp_tables, mp_plans, std::move(model_parallel), options_.profile.divide_model_parallel_gradients_by_world_size));
     }
+  };
+  if (dp_first) {
+    add_dp();
+    add_mp();
+  } else {
+    add_mp();
+    add_dp();
   }
 
   DenseDataParallelOptions dense_options;
@@ -132,50 +149,112 @@ std::vector<StateTensor> DistributedModelParallel::state() const {
   std::vector<StateTensor> out;
   std::vector<StateTensor> optimizer_state;
   for (const auto& sharding : shardings_) {
-    const bool replicated = sharding->type() == ShardingType::kDataParallel;
-    const std::string name = sharding_type_name(sharding->type());
     for (TableShard* shard : sharding->local_shards()) {
-      out.push_back({table_weight_key(shard->config.name), name, replicated, shard->weight});
+      const std::string type = sharding_type_name(shard->type);
+      const int64_t rows = shard->config.num_embeddings;
+      const int64_t dim = shard->config.embedding_dim;
+      const int64_t column_shards = shard->placement.cols == 0 ? 1 : dim / shard->placement.cols;
+      out.push_back({table_weight_key(shard->config.name), type, sharding->replicated(), shard->weight, shard->placement,
+                     {rows, dim}});
       for (const auto& s : shard->optimizer->state()) {
-        optimizer_state.push_back({"ebc.embedding_bags." + shard->config.name + "." + s.name, name, replicated, s.tensor});
+        std::vector<int64_t> full = s.tensor.dim() == 2 ? std::vector<int64_t>{rows, dim}
+                                    : column_shards > 1  ? std::vector<int64_t>{rows, column_shards}
+                                                         : std::vector<int64_t>{rows};
+        optimizer_state.push_back({table_state_key(shard->config.name, s.name), type, sharding->replicated(), s.tensor,
+                                   shard->placement, full});
       }
     }
   }
-  for (const auto& p : dense_->parameters()) out.push_back({p.name, "dense", true, p.tensor.detach()});
-  for (const auto& s : dense_dp_->optimizer_state()) optimizer_state.push_back({s.name, "dense", true, s.tensor});
+  auto whole = [](const at::Tensor& t) {
+    Shard s;
+    s.rows = t.dim() > 0 ? t.size(0) : 1;
+    s.cols = t.dim() > 1 ? t.size(1) : 1;
+    return s;
+  };
+  for (const auto& p : dense_->parameters()) {
+    out.push_back({p.name, "dense", true, p.tensor.detach(), whole(p.tensor), p.tensor.sizes().vec()});
+  }
+  for (const auto& s : dense_dp_->optimizer_state()) {
+    optimizer_state.push_back({s.name, "dense", true, s.tensor, whole(s.tensor), s.tensor.sizes().vec()});
+  }
   out.insert(out.end(), optimizer_state.begin(), optimizer_state.end());
   return out;
 }
 
-std::map<std::string, at::Tensor> DistributedModelParallel::gather_full_weights() {
-  std::map<std::string, at::Tensor> local;
-  for (const auto& s : state()) local[s.name] = s.tensor;
+std::map<std::string, at::Tensor> DistributedModelParallel::gather_full_state() {
+  at::NoGradGuard no_grad;
+  // Local pieces by (name, row offset, column offset).
+  std::map<std::tuple<std::string, int64_t, int64_t>, at::Tensor> local;
+  for (const auto& s : state()) local[{s.name, s.placement.row_offset, s.placement.col_offset}] = s.tensor;
+
   std::map<std::string, at::Tensor> full;
   for (const auto& config : model_.tables) {
-    const std::string key = table_weight_key(config.name);
     const TablePlan& placement = plan_.of(config.name);
-    const int root = placement.ranks.front();
-    at::Tensor t = comm_.rank() == root ? local.at(key).clone()
-                                         : at::empty({config.num_embeddings, config.embedding_dim}, at::kFloat);
-    comm_.broadcast(t, root);
-    full[key] = t;
+    const int64_t rows = config.num_embeddings;
+    const int64_t dim = config.embedding_dim;
+    int64_t column_shards = 1;
+    if (placement.type == ShardingType::kColumnWise) {
+      std::set<int64_t> offsets;
+      for (const auto& shard : placement.shards) offsets.insert(shard.col_offset);
+      column_shards = static_cast<int64_t>(offsets.size());
+    }
+    struct Spec {
+      std::string name;
+      std::vector<int64_t> sizes;
+      bool row_state;
+    };
+    std::vector<Spec> specs = {{"weight", {rows, dim}, false}};
+    for (const auto& spec : FusedOptimizer::state_specs(options_.sparse_optimizer, rows, dim)) {
+      const bool row_state = spec.sizes.size() == 1;
+      specs.push_back({spec.name, row_state && column_shards > 1 ? std::vector<int64_t>{rows, column_shards} : spec.sizes,
+                       row_state});
+    }
+    // A data_parallel table is whole on rank 0; other types are assembled from every shard.
+    std::vector<Shard> sources = placement.shards;
+    if (placement.type == ShardingType::kDataParallel) sources = {placement.shards.front()};
+    for (const auto& spec : specs) {
+      const std::string key = table_state_key(config.name, spec.name);
+      at::Tensor whole = at::zeros(spec.sizes, at::kFloat);
+      for (const Shard& shard : sources) {
+        if (shard.rows == 0 || shard.cols == 0) continue;  // an empty row_wise shard
+        const int64_t column_shard = shard.cols > 0 ? shard.col_offset / shard.cols : 0;
+        at::Tensor target = piece_of(whole, shard, column_shard, spec.row_state);
+        at::Tensor piece = shard.rank == comm_.rank() ? local.at({key, shard.row_offset, shard.col_offset}).clone()
+                                                      : at::empty(target.sizes(), at::kFloat);
+        comm_.broadcast(piece, shard.rank);
+        target.copy_(piece.view(target.sizes()));
+      }
+      full[key] = whole;
+    }
   }
-  for (const auto& p : dense_->parameters()) {
-    at::Tensor t = p.tensor.detach().clone();
+  for (const auto& s : state()) {
+    if (s.sharding != "dense") continue;
+    at::Tensor t = s.tensor.detach().clone();
     comm_.broadcast(t, 0);
-    full[p.name] = t;
+    full[s.name] = t;
   }
   return full;
 }
 
-void DistributedModelParallel::load_full_weights(const std::map<std::string, at::Tensor>& weights) {
+void DistributedModelParallel::load_full_state(const std::map<std::string, at::Tensor>& state_map) {
   at::NoGradGuard no_grad;
-  for (auto& sharding : shardings_) {
-    for (TableShard* shard : sharding->local_shards()) {
-      shard->weight.copy_(weights.at(table_weight_key(shard->config.name)));
+  for (const auto& s : state()) {
+    auto it = state_map.find(s.name);
+    if (it == state_map.end()) continue;
+    at::Tensor full = it->second;
+    const bool row_state = s.tensor.dim() == 1 && s.sharding != "dense";
+    at::Tensor source;
+    if (s.sharding == "dense") {
+      source = full;
+    } else {
+      const int64_t column_shard = s.placement.cols > 0 ? s.placement.col_offset / s.placement.cols : 0;
+      source = piece_of(full, s.placement, column_shard, row_state);
     }
+    DMP_CHECK(source.sizes() == s.tensor.sizes(), ErrorKind::kInvalidInput,
+              "cannot load '{}': the checkpoint's piece has shape [{}], this rank's has [{}]", s.name,
+              fmt::join(source.sizes(), ", "), fmt::join(s.tensor.sizes(), ", "));
+    s.tensor.copy_(source);
   }
-  for (const auto& p : dense_->parameters()) p.tensor.copy_(weights.at(p.name));
 }
 
 }  // namespace dmpcheck::dmp

@@ -22,6 +22,7 @@
 #include "dmp/optim/fused_optimizer.h"
 #include "dmp/planner.h"
 #include "dmp/sharding/embedding_sharding.h"
+#include "dmp/planner.h"
 
 namespace dmpcheck::comm {
 class Communicator;
@@ -44,10 +45,14 @@ struct DmpOptions {
 
 // One tensor this rank holds, as a check sees it.
 struct StateTensor {
-  std::string name;      // state_dict-style key
-  std::string sharding;  // data_parallel, table_wise, dense
+  std::string name;      // state_dict-style key of the full tensor it belongs to
+  std::string sharding;  // data_parallel, table_wise, row_wise, column_wise, table_row_wise, dense
   bool replicated = false;  // must be bitwise equal on every rank
   at::Tensor tensor;
+  // Where this piece sits in the full tensor (rows and columns; a row-wise optimizer state of
+  // a column_wise table is one column per column shard).  Dense tensors are whole.
+  Shard placement;
+  std::vector<int64_t> full_sizes;
 };
 
 struct InitBroadcastReport {
@@ -72,11 +77,13 @@ class DistributedModelParallel {
 
   // Every tensor this rank holds: weights, then optimizer state.
   std::vector<StateTensor> state() const;
-  // Collective.  Every table whole, and the dense parameters, as of now: data_parallel tables
-  // and dense parameters from rank 0, table_wise tables from their owner.
-  std::map<std::string, at::Tensor> gather_full_weights();
-  // Overwrites weights from full tensors (keys as gather_full_weights); optimizer state is kept.
-  void load_full_weights(const std::map<std::string, at::Tensor>& weights);
+  // Collective.  Every tensor whole, keyed by name: weights and fused optimizer state of every
+  // table, dense parameters and their optimizer state.  data_parallel tables and dense tensors
+  // come from rank 0, sharded tables are assembled from their shards' owners.
+  std::map<std::string, at::Tensor> gather_full_state();
+  // Overwrites this rank's pieces from full tensors (keys as gather_full_state).  Keys absent
+  // from `state` are left as they are; optimizer state is loaded when present.
+  void load_full_state(const std::map<std::string, at::Tensor>& state);
 
   const InitBroadcastReport& init_broadcast() const { return init_broadcast_; }
   const ShardingPlan& plan() const { return plan_; }

@@ -26,15 +26,16 @@ std::string render_run_table(const check::RunResult& r) {
                        c.equal ? "yes" : "NO", c.max_abs_diff, c.elements_differing,
                        c.differing_ranks.empty() ? std::string("-") : fmt::format("{}", fmt::join(c.differing_ranks, ",")));
   }
-  if (r.global_model_checked) {
+  if (r.global_model_checked && !r.global_model.empty()) {
     int ok = 0;
-    double worst = 0.0;
+    const check::GlobalModelCheck* worst = &r.global_model.front();
     for (const auto& g : r.global_model) {
       ok += g.within_tolerance ? 1 : 0;
-      worst = std::max(worst, g.max_abs_diff);
+      if (g.max_allowed_excess > worst->max_allowed_excess) worst = &g;
     }
-    out += fmt::format("   unsharded model: {}/{} tensors within tolerance, max |diff| {:.3g}\n", ok,
-                       r.global_model.size(), worst);
+    out += fmt::format("   unsharded model: {}/{} tensors within tolerance; worst {} at step {}, max |diff| {:.3g}{}\n", ok,
+                       r.global_model.size(), worst->name, worst->step, worst->max_abs_diff,
+                       worst->note.empty() ? "" : " (" + worst->note + ")");
   }
   if (r.init_broadcast.performed) {
     out += fmt::format("   init broadcast: {} tensors, {} bytes in {} collective(s), {:.6f} s, {:.3f} GB/s\n",

@@ -12,9 +12,11 @@ namespace dmpcheck::check {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TensorCheck, name, sharding, phase, equal, max_abs_diff, elements_differing,
                                    numel, differing_ranks)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GlobalModelCheck, name, max_abs_diff, max_allowed_excess, within_tolerance, numel)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GlobalModelCheck, name, step, max_abs_diff, max_allowed_excess, within_tolerance,
+                                   comparable, note, numel)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BroadcastCost, performed, bytes, tensors, collectives, bucket_cap_bytes, seconds, gbps)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TablePlacement, table, sharding, ranks, bytes_per_rank)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ShardPlacement, rank, row_offset, rows, col_offset, cols, bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TablePlacement, table, sharding, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Environment, libtorch_version, backend, host, git_revision, world_size, cores,
                                    threads_per_rank)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ExpectationResult, description, held, failures)

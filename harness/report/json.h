@@ -16,6 +16,8 @@ void to_json(nlohmann::json& j, const GlobalModelCheck& v);
 void from_json(const nlohmann::json& j, GlobalModelCheck& v);
 void to_json(nlohmann::json& j, const BroadcastCost& v);
 void from_json(const nlohmann::json& j, BroadcastCost& v);
+void to_json(nlohmann::json& j, const ShardPlacement& v);
+void from_json(const nlohmann::json& j, ShardPlacement& v);
 void to_json(nlohmann::json& j, const TablePlacement& v);
 void from_json(const nlohmann::json& j, TablePlacement& v);
 void to_json(nlohmann::json& j, const Environment& v);

@@ -1,5 +1,7 @@
 #include "run/data_generator.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -12,7 +14,8 @@ dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   const int64_t bags = spec.batch_size * spec.world_size;
   std::vector<std::string> keys;
-  std::vector<at::Tensor> lengths, values;
+  std::vector<at::Tensor> lengths, values, weights;
+  const auto& weighted = spec.data.weighted_features;
   for (const auto& table : spec.model.tables) {
     for (const auto& feature : table.feature_names) {
       const auto [lo, hi] = spec.data.ids_per_bag(feature);
@@ -21,9 +24,15 @@ dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step
       keys.push_back(feature);
       lengths.push_back(len);
       values.push_back(at::randint(0, table.num_embeddings, {n}, generator, at::kLong));
+      // Per-id weights in [0.5, 1.5) for weighted features, 1 for the others.
+      at::Tensor w = at::ones({n}, at::kFloat);
+      if (std::find(weighted.begin(), weighted.end(), feature) != weighted.end()) w.uniform_(0.5, 1.5, generator);
+      weights.push_back(w);
     }
   }
-  return dmp::KeyedJaggedTensor(keys, at::cat(values), at::cat(lengths));
+  std::optional<at::Tensor> w;
+  if (!weighted.empty()) w = at::cat(weights);
+  return dmp::KeyedJaggedTensor(keys, at::cat(values), at::cat(lengths), w);
 }
 
 dmp::KeyedJaggedTensor local_batch(const scenario::RunSpec& spec, const dmp::KeyedJaggedTensor& global, int rank) {

@@ -47,13 +47,15 @@ struct ChildImage {
 
 ChildImage make_image(const LaunchRequest& request, int rank, uint16_t port) {
   ChildImage image;
+  // One machine stands in for several hosts of local_world_size ranks each.
+  const int local_world_size = request.local_world_size > 0 ? request.local_world_size : request.world_size;
   image.argv_storage.push_back(request.executable);
   image.argv_storage.insert(image.argv_storage.end(), request.arguments.begin(), request.arguments.end());
   const std::map<std::string, std::string> ours = {
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(request.world_size)},
-      {"LOCAL_RANK", std::to_string(rank)},
-      {"LOCAL_WORLD_SIZE", std::to_string(request.world_size)},
+      {"LOCAL_RANK", std::to_string(rank % local_world_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(local_world_size)},
       {"MASTER_ADDR", "127.0.0.1"},
       {"MASTER_PORT", std::to_string(port)},
       {"OMP_NUM_THREADS", std::to_string(request.threads_per_rank)},

@@ -20,6 +20,7 @@ struct LaunchRequest {
   std::string executable;              // what each rank runs (the dmpcheck binary)
   std::vector<std::string> arguments;  // argv[1..]
   int world_size = 1;
+  int local_world_size = 0;            // ranks per host (LOCAL_WORLD_SIZE); 0: world_size
   int threads_per_rank = 1;            // exported as OMP_NUM_THREADS
   // Set in the store before any rank starts (e.g. the scenario text and run index).
   std::map<std::string, std::string> store_entries;

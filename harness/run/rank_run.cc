@@ -13,6 +13,7 @@
 #include "check/expectations.h"
 #include "check/global_model.h"
 #include "check/replica_check.h"
+#include "comm/broadcast_bytes.h"
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "dmp/model_parallel.h"
@@ -37,17 +38,20 @@ std::string hostname() {
   return buffer;
 }
 
-// Every rank must hold the same plan; a planner that gives ranks different plans is a class of
-// bug of its own.
-void verify_same_plan(comm::Communicator& comm, const dmp::ShardingPlan& plan) {
-  const std::string text = plan.describe();
+// Rank 0 plans and broadcasts the plan (TorchRec's collective_plan); then every rank's copy is
+// compared, since a planner that gives ranks different plans is a class of bug of its own.
+dmp::ShardingPlan collective_plan(comm::Communicator& comm, const dmp::PlannerInput& input) {
+  const std::string text = comm.rank() == 0 ? dmp::plan_sharding(input).serialize() : std::string();
+  const dmp::ShardingPlan plan = dmp::ShardingPlan::deserialize(comm::broadcast_bytes(comm, text, 0));
+  const std::string held = plan.serialize();
   uint64_t hash = 1469598103934665603ull;
-  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  for (unsigned char c : held) hash = (hash ^ c) * 1099511628211ull;
   const auto all = comm.all_gather(at::tensor({static_cast<int64_t>(hash >> 1)}, at::kLong));
   for (size_t r = 1; r < all.size(); ++r) {
     DMP_CHECK(all[r].item<int64_t>() == all[0].item<int64_t>(), ErrorKind::kInternal,
-              "rank {} computed a different sharding plan from rank 0; rank {} has:\n{}", r, comm.rank(), text);
+              "rank {} holds a different sharding plan from rank 0; rank {} has:\n{}", r, comm.rank(), held);
   }
+  return plan;
 }
 
 std::vector<dmp::StateTensor> replicated(const std::vector<dmp::StateTensor>& state) {
@@ -100,12 +104,18 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   dmp::PlannerInput planner;
   planner.tables = spec.model.tables;
   planner.constraints = spec.constraints;
-  planner.world_size = spec.world_size;
-  planner.optimizer_state_factor = spec.sparse_optimizer.type == dmp::FusedOptimizerType::kAdagrad ? 1.0 : 0.0;
-  const dmp::ShardingPlan plan = dmp::plan_sharding(planner);
-  verify_same_plan(comm, plan);
+  const int scenario_local = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+  const int local_world_size = options.local_world_size > 0 ? options.local_world_size : scenario_local;
+  DMP_CHECK(local_world_size == scenario_local, ErrorKind::kInvalidInput,
+            "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size, scenario_local);
+  planner.topology = {spec.world_size, local_world_size, spec.memory_per_rank};
+  const dmp::FusedOptimizerConfig sparse = spec.sparse_optimizer;
+  planner.state_bytes = [sparse](int64_t rows, int64_t cols) { return dmp::FusedOptimizer::state_bytes(sparse, rows, cols); };
+  const dmp::ShardingPlan plan = collective_plan(comm, planner);
   for (const auto& t : plan.tables) {
-    result.plan.push_back({t.table, dmp::sharding_type_name(t.type), t.ranks, t.bytes_per_rank});
+    check::TablePlacement placement{t.table, dmp::sharding_type_name(t.type), {}};
+    for (const auto& s : t.shards) placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, s.bytes});
+    result.plan.push_back(placement);
   }
 
   // Build: the generator is seeded per the init mode before the model exists.
@@ -128,8 +138,14 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   }
   result.replicas = check::check_replicas(comm, replicated(model.state()), "init");
   const bool compare_global = spec.expect.global_model.has_value();
-  std::map<std::string, at::Tensor> initial_weights;
-  if (compare_global) initial_weights = model.gather_full_weights();
+  std::unique_ptr<check::GlobalModelTracker> tracker;
+  if (compare_global) {
+    const auto initial = model.gather_full_state();
+    if (comm.rank() == 0) {
+      tracker = std::make_unique<check::GlobalModelTracker>(
+          spec.model, dmp_options, initial, check::Tolerances{spec.expect.global_model->rtol, spec.expect.global_model->atol});
+    }
+  }
   result.timings.init_s = seconds_since(start);
   say(fmt::format("built: {} tables, plan {}, threads/rank {}", spec.model.tables.size(),
                   [&] {
@@ -139,37 +155,32 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
                   }(),
                   threads));
 
-  // Train.
+  // Train; the unsharded model follows step by step when the scenario compares with it.
   const auto train_start = Clock::now();
+  double check_seconds = 0.0;
   for (int step = 0; step < spec.steps; ++step) {
     const dmp::KeyedJaggedTensor global = make_global_batch(spec, step);
     const double loss = model.train_step(local_batch(spec, global, comm.rank()));
     result.losses.push_back(loss);
+    if (compare_global) {
+      const auto check_start = Clock::now();
+      const auto state = model.gather_full_state();
+      if (tracker) tracker->step_and_compare(global, state, step + 1);
+      check_seconds += seconds_since(check_start);
+    }
     say(fmt::format("step {}/{} loss {:.6f} ({:.2f} s)", step + 1, spec.steps, loss, seconds_since(train_start)));
   }
-  result.timings.train_s = seconds_since(train_start);
+  result.timings.train_s = seconds_since(train_start) - check_seconds;
 
   // Check.
   const auto check_start = Clock::now();
   auto final_checks = check::check_replicas(comm, replicated(model.state()), "final");
   result.replicas.insert(result.replicas.end(), final_checks.begin(), final_checks.end());
-  if (compare_global) {
-    std::map<std::string, at::Tensor> final_weights = model.gather_full_weights();
-    if (comm.rank() == 0) {
-      check::GlobalModelInput input;
-      input.model = spec.model;
-      input.options = dmp_options;
-      input.initial_weights = initial_weights;
-      input.final_weights = final_weights;
-      input.steps = spec.steps;
-      input.global_batch = [&spec](int step) { return make_global_batch(spec, step); };
-      input.rtol = spec.expect.global_model->rtol;
-      input.atol = spec.expect.global_model->atol;
-      result.global_model = check::compare_with_global_model(input);
-      result.global_model_checked = true;
-    }
+  if (tracker) {
+    result.global_model = tracker->results();
+    result.global_model_checked = true;
   }
-  result.timings.check_s = seconds_since(check_start);
+  result.timings.check_s = seconds_since(check_start) + check_seconds;
   result.expectation = check::evaluate_expectation(spec.expect, result);
   result.verdict = result.expectation.held ? "pass" : "fail";
   return result;

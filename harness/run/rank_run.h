@@ -16,6 +16,7 @@ namespace dmpcheck::run {
 
 struct RankRunOptions {
   int cores = 0;  // cores this machine gives the job; 0: ask the OS
+  int local_world_size = 0;  // LOCAL_WORLD_SIZE of this rank; 0: the scenario's (or one host)
   // Called with progress lines ("step 3/10 loss=..."); may be empty.
   std::function<void(const std::string&)> progress;
 };

@@ -36,6 +36,7 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
     request.executable = options.worker_executable;
     request.arguments = {"worker"};
     request.world_size = spec.world_size;
+    request.local_world_size = spec.local_world_size;
     request.threads_per_rank = threads_per_rank(spec, available_cores());
     request.store_entries = {{"scenario_text", scenario.source_text},
                              {"scenario_file", scenario.file},

@@ -30,6 +30,7 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
   gloo.timeout = millis(spec.timeout_s);
   auto comm = comm::make_gloo_communicator(run_store, env.rank, env.world_size, gloo);
   RankRunOptions options;
+  options.local_world_size = env.local_world_size;
   options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
   return run_on_rank(scenario, spec, *comm, options);
 }

@@ -160,12 +160,12 @@ class Reader {
 
 const std::vector<std::string> kTopLevelKeys = {
     "version", "name", "description", "reproduces", "world_size", "backend", "steps", "batch_size",
-    "timeout_s", "threads_per_rank", "init", "profile", "data", "tables", "dense", "optimizers",
+    "timeout_s", "threads_per_rank", "topology", "init", "profile", "data", "tables", "dense", "optimizers",
     "matrix", "expect"};
 
 // Keys a matrix may vary: everything that describes one run.
 const std::vector<std::string> kMatrixRoots = {"world_size", "backend", "steps", "batch_size", "timeout_s",
-                                               "threads_per_rank", "init", "profile", "data", "tables",
+                                               "threads_per_rank", "topology", "init", "profile", "data", "tables",
                                                "dense", "optimizers"};
 
 std::vector<std::string> split_path(const std::string& path) {
@@ -216,7 +216,7 @@ std::string slug_of(const std::string& text) {
 
 dmp::ShardingConstraints parse_constraints(const Reader& r, const YAML::Node& node, const std::string& path,
                                            int world_size) {
-  r.check_keys(node, path, {"types", "ranks"});
+  r.check_keys(node, path, {"types", "ranks", "column_shards"});
   dmp::ShardingConstraints c;
   if (node["types"]) {
     const auto names = r.string_list(node["types"], path + ".types");
@@ -237,6 +237,7 @@ dmp::ShardingConstraints parse_constraints(const Reader& r, const YAML::Node& no
       c.ranks.push_back(static_cast<int>(r.integer(ranks[i], fmt::format("{}.ranks[{}]", path, i), 0, world_size - 1)));
     }
   }
+  if (node["column_shards"]) c.column_shards = static_cast<int>(r.integer(node["column_shards"], path + ".column_shards", 1, 1 << 20));
   return c;
 }
 
@@ -265,6 +266,20 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
                                : static_cast<int>(r.integer(t, "threads_per_rank", 1, 1024));
   }
 
+  if (YAML::Node topology = root["topology"]) {
+    r.check_keys(topology, "topology", {"local_world_size", "memory_per_rank"});
+    if (topology["local_world_size"]) {
+      run.local_world_size = static_cast<int>(r.integer(topology["local_world_size"], "topology.local_world_size", 1, run.world_size));
+      if (run.world_size % run.local_world_size != 0) {
+        r.fail(topology["local_world_size"], "topology.local_world_size",
+               fmt::format("must divide world_size {} (hosts of equal size)", run.world_size));
+      }
+    }
+    if (topology["memory_per_rank"]) {
+      run.memory_per_rank = r.integer(topology["memory_per_rank"], "topology.memory_per_rank", 1, INT64_MAX);
+    }
+  }
+
   if (YAML::Node init = root["init"]) {
     r.check_keys(init, "init", {"mode", "seed"});
     if (init["mode"]) {
@@ -285,7 +300,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   for (size_t i = 0; i < tables.size(); ++i) {
     const std::string path = fmt::format("tables[{}]", i);
     const YAML::Node t = tables[i];
-    r.check_keys(t, path, {"name", "rows", "dim", "features", "pooling", "sharding"});
+    r.check_keys(t, path, {"name", "rows", "dim", "features", "pooling", "weighted", "sharding"});
     dmp::EmbeddingBagConfig c;
     c.name = r.string(r.required(t, path, "name"), path + ".name");
     if (!names.insert(c.name).second) r.fail(t["name"], path + ".name", fmt::format("table '{}' is defined twice", c.name));
@@ -303,6 +318,14 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     if (t["pooling"]) {
       c.pooling = r.choice(t["pooling"], path + ".pooling", {"sum", "mean"}) == "sum" ? dmp::PoolingType::kSum
                                                                                      : dmp::PoolingType::kMean;
+    }
+    if (t["weighted"]) {
+      const bool weighted = r.choice(t["weighted"], path + ".weighted", {"true", "false"}) == "true";
+      if (weighted && c.pooling == dmp::PoolingType::kMean) {
+        r.fail(t["weighted"], path + ".weighted", "weighted features cannot use mean pooling (FBGEMM rejects it)");
+      }
+      c.weighted = weighted;
+      if (weighted) run.data.weighted_features.insert(run.data.weighted_features.end(), c.feature_names.begin(), c.feature_names.end());
     }
     if (t["sharding"]) run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);
     run.model.tables.push_back(c);
@@ -324,11 +347,31 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   if (YAML::Node opts = root["optimizers"]) {
     r.check_keys(opts, "optimizers", {"sparse", "dense"});
     if (YAML::Node s = opts["sparse"]) {
-      r.check_keys(s, "optimizers.sparse", {"type", "lr", "eps"});
-      const std::string type = r.choice(r.required(s, "optimizers.sparse", "type"), "optimizers.sparse.type", {"sgd", "adagrad"});
-      run.sparse_optimizer.type = type == "sgd" ? dmp::FusedOptimizerType::kSgd : dmp::FusedOptimizerType::kAdagrad;
-      if (s["lr"]) run.sparse_optimizer.learning_rate = r.number(s["lr"], "optimizers.sparse.lr", 0.0);
-      if (s["eps"]) run.sparse_optimizer.eps = r.number(s["eps"], "optimizers.sparse.eps", 0.0);
+      r.check_keys(s, "optimizers.sparse", {"type", "lr", "eps", "beta1", "beta2", "weight_decay", "weight_decay_mode"});
+      auto& o = run.sparse_optimizer;
+      const std::string type = r.choice(r.required(s, "optimizers.sparse", "type"), "optimizers.sparse.type", dmp::fused_optimizer_names());
+      o.type = type == "sgd" ? dmp::FusedOptimizerType::kSgd
+               : type == "adagrad" ? dmp::FusedOptimizerType::kAdagrad
+               : type == "rowwise_adagrad" ? dmp::FusedOptimizerType::kRowWiseAdagrad
+                                           : dmp::FusedOptimizerType::kAdam;
+      if (s["lr"]) o.learning_rate = r.number(s["lr"], "optimizers.sparse.lr", 0.0);
+      if (s["eps"]) o.eps = r.number(s["eps"], "optimizers.sparse.eps", 0.0);
+      if (s["beta1"]) o.beta1 = r.non_negative(s["beta1"], "optimizers.sparse.beta1");
+      if (s["beta2"]) o.beta2 = r.non_negative(s["beta2"], "optimizers.sparse.beta2");
+      if (s["weight_decay"]) o.weight_decay = r.non_negative(s["weight_decay"], "optimizers.sparse.weight_decay");
+      if (s["weight_decay_mode"]) {
+        const std::string mode = r.choice(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode", {"none", "l2", "decoupled"});
+        o.weight_decay_mode = mode == "none" ? dmp::WeightDecayMode::kNone
+                              : mode == "l2" ? dmp::WeightDecayMode::kL2
+                                             : dmp::WeightDecayMode::kDecoupled;
+        if (o.weight_decay_mode != dmp::WeightDecayMode::kNone && o.type != dmp::FusedOptimizerType::kRowWiseAdagrad) {
+          r.fail(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode",
+                 fmt::format("FBGEMM's {} has no weight decay modes; only rowwise_adagrad does (adam decays by weight_decay alone)", type));
+        }
+      }
+      if (o.weight_decay > 0 && (o.type == dmp::FusedOptimizerType::kSgd || o.type == dmp::FusedOptimizerType::kAdagrad)) {
+        r.fail(s["weight_decay"], "optimizers.sparse.weight_decay", fmt::format("FBGEMM's exact {} has no weight decay", type));
+      }
     }
     if (YAML::Node d = opts["dense"]) {
       r.check_keys(d, "optimizers.dense", {"type", "lr", "eps", "momentum", "beta1", "beta2", "weight_decay"});
@@ -406,7 +449,8 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
   if (YAML::Node g = node["global_model"]) {
     Tolerance t;
     if (!(g.IsScalar() && g.Scalar() == "true")) {
-      r.check_keys(g, path + ".global_model", {"rtol", "atol"});
+      r.check_keys(g, path + ".global_model", {"rtol", "atol", "match"});
+      if (g["match"]) t.match = r.choice(g["match"], path + ".global_model.match", {"true", "false"}) == "true";
       if (g["rtol"]) t.rtol = r.non_negative(g["rtol"], path + ".global_model.rtol");
       if (g["atol"]) t.atol = r.non_negative(g["atol"], path + ".global_model.atol");
     }
@@ -441,7 +485,10 @@ std::string Expectation::describe() const {
                                          for (Phase ph : at) p.push_back(phase_name(ph));
                                          return p;
                                        }(), ", "));
-  if (global_model) text += fmt::format("; matches the unsharded model (rtol {}, atol {})", global_model->rtol, global_model->atol);
+  if (global_model) {
+    text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
+                        global_model->rtol, global_model->atol);
+  }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
   return text;
 }

@@ -42,6 +42,7 @@ struct InitSpec {
 
 struct DataSpec {
   uint64_t seed = 0;
+  std::vector<std::string> weighted_features;  // features of tables marked weighted
   int64_t min_ids_per_bag = 1;
   int64_t max_ids_per_bag = 1;
   // Per-feature overrides of (min, max) ids per bag.
@@ -52,6 +53,9 @@ struct DataSpec {
 struct Tolerance {
   double rtol = 1e-5;
   double atol = 1e-6;
+  // false: the sharded model is expected to differ from the unsharded one (a known divergence,
+  // e.g. row-wise Adagrad state under column_wise sharding).
+  bool match = true;
 };
 
 enum class ReplicaExpectation { kEqual, kDiverge };
@@ -86,6 +90,8 @@ struct RunSpec {
   int64_t batch_size = 8;  // per rank
   double timeout_s = 60.0;
   int threads_per_rank = 0;  // 0: cores / world_size, at least 1
+  int local_world_size = 0;  // ranks per host (LOCAL_WORLD_SIZE); 0: all ranks on one host
+  int64_t memory_per_rank = 0;  // planner limit in bytes; 0: none
   InitSpec init;
   dmp::BehaviourProfile profile;
   dmp::ModelConfig model;

@@ -1,11 +1,21 @@
 // Fused in-backward optimizers for embedding tables, with FBGEMM's "exact" semantics: the
 // gradient of each touched row is summed first, then each touched row is updated once.  Rows
-// absent from the batch are not touched at all (no decay, no state change).
+// absent from the batch are not touched at all (no decay, no state change).  g is a row's
+// summed gradient; D the shard's width.  Defaults are FBGEMM's: lr 0.01, eps 1e-8 (torch.optim's
+// Adagrad uses 1e-10), beta1 0.9, beta2 0.999, no weight decay.
 //
-//   SGD      (EXACT_SGD):      w -= lr * g
-//   Adagrad  (EXACT_ADAGRAD):  m += g * g;  w -= lr * g / (sqrt(m) + eps)      eps default 1e-8
+//   sgd              w -= lr * g                                       (no weight decay)
+//   adagrad          m += g^2;  w -= lr * g / (sqrt(m) + eps)          (no weight decay)
+//   rowwise_adagrad  g' = g + wd*w (l2) else g;  m_row += mean_d(g'^2);
+//                    mult = lr / (sqrt(m_row) + eps);  w = c*w - mult*g
+//                    c = 1 - mult*wd (l2), 1 - lr*wd (decoupled), 1 (none)
+//   adam             t += 1 every step (one counter per optimizer, like FBGEMM's iter);
+//                    m1 = b1*m1 + (1-b1)*g;  m2 = b2*m2 + (1-b2)*g^2  (touched rows only)
+//                    w -= lr * (m1/(1-b1^t) / (sqrt(m2/(1-b2^t)) + eps) + wd*w)
 //
-// FBGEMM's eps default (1e-8) differs from torch.optim.Adagrad's (1e-10); a scenario names it.
+// Source: fbgemm_gpu/codegen/genscript/optimizers.py.  FBGEMM's CPU fast path for fp32 row-wise
+// Adagrad passes weight_decay=0 to its kernel; this reference follows the GPU (and the
+// documented) math.
 #pragma once
 
 #include <memory>
@@ -19,35 +29,55 @@
 
 namespace dmpcheck::dmp {
 
-enum class FusedOptimizerType { kSgd, kAdagrad };
+enum class FusedOptimizerType { kSgd, kAdagrad, kRowWiseAdagrad, kAdam };
+enum class WeightDecayMode { kNone, kL2, kDecoupled };
 
 struct FusedOptimizerConfig {
   FusedOptimizerType type = FusedOptimizerType::kSgd;
-  double learning_rate = 0.01;  // FBGEMM's default
-  double eps = 1e-8;            // FBGEMM's default
+  double learning_rate = 0.01;
+  double eps = 1e-8;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double weight_decay = 0.0;
+  WeightDecayMode weight_decay_mode = WeightDecayMode::kNone;
 };
 
 const char* fused_optimizer_name(FusedOptimizerType type);
+std::vector<std::string> fused_optimizer_names();
+const char* weight_decay_mode_name(WeightDecayMode mode);
 
 struct NamedTensor {
   std::string name;
   at::Tensor tensor;
 };
 
-// One optimizer per table shard; its state has the shard's shape and lives beside it.
+// The name and shape of one state tensor of a shard of rows x cols.
+struct StateSpec {
+  std::string name;
+  std::vector<int64_t> sizes;
+};
+
+// One optimizer per table shard; its state has the shard's rows and lives beside it.
 class FusedOptimizer {
  public:
-  FusedOptimizer(const FusedOptimizerConfig& config, int64_t rows, int64_t dim);
+  FusedOptimizer(const FusedOptimizerConfig& config, int64_t rows, int64_t cols);
 
-  // Updates `weight` (the shard) in place; grads.rows are rows of the shard.
+  // One step: updates `weight` (the shard) in place for the rows in `grads` (shard-local,
+  // unique).  Called once per training step even when no row was touched (Adam counts steps).
   void apply(at::Tensor& weight, const RowGradients& grads);
   // State tensors with their state_dict suffix, e.g. {"momentum1", m} for Adagrad.
   std::vector<NamedTensor> state() const;
   const FusedOptimizerConfig& config() const { return config_; }
+  int64_t step() const { return step_; }
+
+  static std::vector<StateSpec> state_specs(const FusedOptimizerConfig& config, int64_t rows, int64_t cols);
+  // Bytes of state for a shard of rows x cols (what the planner balances).
+  static int64_t state_bytes(const FusedOptimizerConfig& config, int64_t rows, int64_t cols);
 
  private:
   FusedOptimizerConfig config_;
-  at::Tensor momentum1_;  // Adagrad's sum of squared gradients
+  std::vector<NamedTensor> state_;
+  int64_t step_ = 0;
 };
 
 }  // namespace dmpcheck::dmp

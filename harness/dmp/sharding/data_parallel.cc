@@ -36,7 +36,8 @@ at::Tensor DataParallelSharding::forward(const KeyedJaggedTensor& local) {
   for (const auto& shard : shards_) {
     for (const auto& feature : shard.config.feature_names) {
       const size_t k = local.key_index(feature);
-      Bags bags{local.values_of(k), local.lengths_of(k), local.weights_of(k)};
+      Bags bags{local.values_of(k), local.lengths_of(k),
+                shard.config.weighted ? local.weights_of(k) : std::nullopt};
       check_ids_in_range(bags, shard.config.num_embeddings, shard.config.name, feature);
       pooled.push_back(pooled_forward(shard.weight, bags, shard.config.pooling));
       saved_bags_.push_back(std::move(bags));

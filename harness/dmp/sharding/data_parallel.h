@@ -13,7 +13,7 @@ class DataParallelSharding final : public EmbeddingSharding {
   // `shards` hold full tables (already initialised); ownership moves here.
   DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards);
 
-  ShardingType type() const override { return ShardingType::kDataParallel; }
+  bool replicated() const override { return true; }
   const std::vector<std::string>& input_features() const override { return input_features_; }
   const PooledColumns& output_columns() const override { return columns_; }
   at::Tensor forward(const KeyedJaggedTensor& local) override;

@@ -25,7 +25,9 @@ struct BehaviourProfile;
 // A table's part held on this rank.  Owned by its sharding.
 struct TableShard {
   EmbeddingBagConfig config;
-  at::Tensor weight;  // [rows of the shard, dim]
+  ShardingType type = ShardingType::kTableWise;
+  Shard placement;    // rows and columns of the full table this shard holds
+  at::Tensor weight;  // [placement.rows, placement.cols]
   std::unique_ptr<FusedOptimizer> optimizer;
 };
 
@@ -40,7 +42,8 @@ class EmbeddingSharding {
  public:
   virtual ~EmbeddingSharding() = default;
 
-  virtual ShardingType type() const = 0;
+  // Whether every rank holds every table of this sharding (data_parallel).
+  virtual bool replicated() const = 0;
   // Features this sharding reads from the batch.
   virtual const std::vector<std::string>& input_features() const = 0;
   virtual const PooledColumns& output_columns() const = 0;

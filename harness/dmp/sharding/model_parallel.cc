@@ -1,0 +1,221 @@
+#include "dmp/sharding/model_parallel.h"
+
+#include <ATen/ATen.h>
+
+#include "comm/communicator.h"
+#include "common/error.h"
+
+namespace dmpcheck::dmp {
+namespace {
+
+std::vector<int64_t> scaled(const std::vector<int64_t>& counts, int64_t factor) {
+  std::vector<int64_t> out;
+  for (int64_t c : counts) out.push_back(c * factor);
+  return out;
+}
+
+// The ids of `bags` that fall in [begin, begin + rows), shifted to start at 0, with the
+// lengths of the bags they came from.
+Bags bucketize(const Bags& bags, int64_t begin, int64_t rows) {
+  const at::Tensor keep = bags.ids.ge(begin).logical_and(bags.ids.lt(begin + rows));
+  const at::Tensor bag_of_id = at::repeat_interleave(at::arange(bags.lengths.numel(), at::kLong), bags.lengths);
+  at::Tensor lengths = at::zeros({bags.lengths.numel()}, at::kLong);
+  if (bags.ids.numel() > 0) lengths.index_add_(0, bag_of_id, keep.to(at::kLong));
+  Bags out{bags.ids.masked_select(keep) - begin, lengths, std::nullopt};
+  if (bags.weights) out.weights = bags.weights->masked_select(keep);
+  return out;
+}
+
+at::Tensor cat_or_empty(const std::vector<at::Tensor>& parts, at::ScalarType type) {
+  return parts.empty() ? at::empty({0}, type) : at::cat(parts);
+}
+
+}  // namespace
+
+ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std::vector<EmbeddingBagConfig>& tables,
+                                             const std::vector<TablePlan>& plans, std::vector<TableShard> local_shards,
+                                             bool divide_gradients_by_world_size)
+    : comm_(comm), tables_(tables), shards_(std::move(local_shards)), divide_gradients_(divide_gradients_by_world_size) {
+  DMP_INTERNAL_ASSERT(tables.size() == plans.size(), "one plan per table");
+  const auto world = static_cast<size_t>(comm_.world_size());
+  items_by_rank_.resize(world);
+  width_by_rank_.assign(world, 0);
+  int local = 0;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    std::vector<int> local_index(plans[t].shards.size(), -1);
+    for (size_t s = 0; s < plans[t].shards.size(); ++s) {
+      if (plans[t].shards[s].rank == comm_.rank()) local_index[s] = local++;
+    }
+    for (const auto& feature : tables_[t].feature_names) {
+      input_features_.push_back(feature);
+      const size_t column = columns_.features.size();
+      columns_.features.push_back(feature);
+      columns_.dims.push_back(tables_[t].embedding_dim);
+      column_table_.push_back(t);
+      for (size_t s = 0; s < plans[t].shards.size(); ++s) {
+        const Shard& shard = plans[t].shards[s];
+        items_by_rank_[static_cast<size_t>(shard.rank)].push_back({t, feature, column, shard, local_index[s]});
+        width_by_rank_[static_cast<size_t>(shard.rank)] += shard.cols;
+      }
+    }
+  }
+  DMP_INTERNAL_ASSERT(local == static_cast<int>(shards_.size()), "{} local shards given, the plan has {}", shards_.size(), local);
+  int64_t offset = 0;
+  for (int64_t d : columns_.dims) {
+    column_offsets_.push_back(offset);
+    offset += d;
+  }
+}
+
+at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
+  const int world = comm_.world_size();
+  const auto me = static_cast<size_t>(comm_.rank());
+  const int64_t batch = local.stride();
+  const bool weighted = local.weights().has_value();
+  local_batch_ = batch;
+
+  local_lengths_.clear();
+  std::vector<Bags> local_bags;
+  for (size_t c = 0; c < columns_.features.size(); ++c) {
+    const size_t k = local.key_index(columns_.features[c]);
+    local_bags.push_back({local.values_of(k), local.lengths_of(k), local.weights_of(k)});
+    local_lengths_.push_back(local.lengths_of(k));
+  }
+
+  // Step 1: bucketize for every owner and exchange lengths, id counts, ids and weights.
+  std::vector<at::Tensor> send_lengths, send_ids, send_weights;
+  std::vector<int64_t> length_splits, id_counts;
+  for (int d = 0; d < world; ++d) {
+    int64_t ids = 0;
+    for (const Item& item : items_by_rank_[static_cast<size_t>(d)]) {
+      const EmbeddingBagConfig& table = tables_[item.table];
+      check_ids_in_range(local_bags[item.column], table.num_embeddings, table.name, item.feature);
+      Bags part = bucketize(local_bags[item.column], item.shard.row_offset, item.shard.rows);
+      send_lengths.push_back(part.lengths);
+      send_ids.push_back(part.ids);
+      if (weighted) send_weights.push_back(*part.weights);
+      ids += part.ids.numel();
+    }
+    length_splits.push_back(batch * static_cast<int64_t>(items_by_rank_[static_cast<size_t>(d)].size()));
+    id_counts.push_back(ids);
+  }
+  const int64_t my_items = static_cast<int64_t>(items_by_rank_[me].size());
+  const std::vector<int64_t> recv_length_splits(static_cast<size_t>(world), batch * my_items);
+  const at::Tensor recv_lengths = comm_.all_to_all(cat_or_empty(send_lengths, at::kLong), length_splits, recv_length_splits);
+  const std::vector<int64_t> ones(static_cast<size_t>(world), 1);
+  const at::Tensor counts = comm_.all_to_all(at::tensor(id_counts, at::kLong), ones, ones);
+  const std::vector<int64_t> recv_counts(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + world);
+  const at::Tensor recv_ids = comm_.all_to_all(cat_or_empty(send_ids, at::kLong), id_counts, recv_counts);
+  at::Tensor recv_weights;
+  if (weighted) recv_weights = comm_.all_to_all(cat_or_empty(send_weights, at::kFloat), id_counts, recv_counts);
+
+  // Step 2: the owner pools each item over the global batch (sources in rank order).
+  owner_bags_.assign(static_cast<size_t>(my_items), Bags{});
+  std::vector<at::Tensor> pooled;
+  {
+    std::vector<std::vector<at::Tensor>> lengths(static_cast<size_t>(my_items)), ids(lengths.size()), weights(lengths.size());
+    int64_t l0 = 0, v0 = 0;
+    for (int s = 0; s < world; ++s) {
+      for (int64_t i = 0; i < my_items; ++i) {
+        const at::Tensor len = recv_lengths.narrow(0, l0, batch);
+        const int64_t n = len.sum().item<int64_t>();
+        lengths[static_cast<size_t>(i)].push_back(len);
+        ids[static_cast<size_t>(i)].push_back(recv_ids.narrow(0, v0, n));
+        if (weighted) weights[static_cast<size_t>(i)].push_back(recv_weights.narrow(0, v0, n));
+        l0 += batch;
+        v0 += n;
+      }
+    }
+    for (int64_t i = 0; i < my_items; ++i) {
+      const Item& item = items_by_rank_[me][static_cast<size_t>(i)];
+      Bags& bags = owner_bags_[static_cast<size_t>(i)];
+      bags.lengths = at::cat(lengths[static_cast<size_t>(i)]);
+      bags.ids = at::cat(ids[static_cast<size_t>(i)]);
+      if (weighted && tables_[item.table].weighted) bags.weights = at::cat(weights[static_cast<size_t>(i)]);
+      pooled.push_back(pooled_forward(shards_[static_cast<size_t>(item.local_shard)].weight, bags, PoolingType::kSum));
+    }
+  }
+
+  // Step 3: partials back to the bags' ranks; sum row shards, place column shards, then mean.
+  const at::Tensor send = pooled.empty() ? at::empty({0}, at::kFloat) : at::cat(pooled, 1).reshape({-1});
+  // pooled rows are [world * batch], source-major, so each source's block is contiguous.
+  const std::vector<int64_t> send_splits(static_cast<size_t>(world), batch * width_by_rank_[me]);
+  const at::Tensor received = comm_.all_to_all(send, send_splits, scaled(width_by_rank_, batch));
+  at::Tensor out = at::zeros({batch, columns_.total_dim()}, at::kFloat);
+  int64_t offset = 0;
+  for (int d = 0; d < world; ++d) {
+    const int64_t width = width_by_rank_[static_cast<size_t>(d)];
+    if (width == 0) continue;
+    const at::Tensor block = received.narrow(0, offset, batch * width).view({batch, width});
+    offset += batch * width;
+    int64_t col = 0;
+    for (const Item& item : items_by_rank_[static_cast<size_t>(d)]) {
+      out.narrow(1, column_offsets_[item.column] + item.shard.col_offset, item.shard.cols)
+          .add_(block.narrow(1, col, item.shard.cols));
+      col += item.shard.cols;
+    }
+  }
+  for (size_t c = 0; c < columns_.features.size(); ++c) {
+    if (tables_[column_table_[c]].pooling != PoolingType::kMean) continue;
+    const at::Tensor length = local_lengths_[c].clamp_min(1).to(at::kFloat).unsqueeze(1);
+    out.narrow(1, column_offsets_[c], columns_.dims[c]).div_(length);
+  }
+  return out;
+}
+
+void ModelParallelSharding::backward(const at::Tensor& grad) {
+  const int world = comm_.world_size();
+  const auto me = static_cast<size_t>(comm_.rank());
+  const int64_t batch = local_batch_;
+
+  // The mean's 1/length first, so owners see the gradient of their sum-pooled partials.
+  at::Tensor g = grad.contiguous().clone();
+  for (size_t c = 0; c < columns_.features.size(); ++c) {
+    if (tables_[column_table_[c]].pooling != PoolingType::kMean) continue;
+    g.narrow(1, column_offsets_[c], columns_.dims[c]).div_(local_lengths_[c].clamp_min(1).to(at::kFloat).unsqueeze(1));
+  }
+
+  std::vector<at::Tensor> sends;
+  for (int d = 0; d < world; ++d) {
+    std::vector<at::Tensor> blocks;
+    for (const Item& item : items_by_rank_[static_cast<size_t>(d)]) {
+      blocks.push_back(g.narrow(1, column_offsets_[item.column] + item.shard.col_offset, item.shard.cols));
+    }
+    if (!blocks.empty()) sends.push_back(at::cat(blocks, 1).reshape({-1}));
+  }
+  const std::vector<int64_t> recv_splits(static_cast<size_t>(world), batch * width_by_rank_[me]);
+  const at::Tensor received = comm_.all_to_all(cat_or_empty(sends, at::kFloat), scaled(width_by_rank_, batch), recv_splits);
+  const int64_t width = width_by_rank_[me];
+
+  const double scale = divide_gradients_ ? 1.0 / world : 1.0;
+  std::vector<std::vector<RowGradients>> per_shard(shards_.size());
+  if (width > 0) {
+    std::vector<at::Tensor> per_source;
+    for (int s = 0; s < world; ++s) {
+      per_source.push_back(received.narrow(0, s * batch * width, batch * width).view({batch, width}));
+    }
+    const at::Tensor global = at::cat(per_source, 0);  // [world * batch, width]
+    int64_t col = 0;
+    for (size_t i = 0; i < items_by_rank_[me].size(); ++i) {
+      const Item& item = items_by_rank_[me][i];
+      per_shard[static_cast<size_t>(item.local_shard)].push_back(
+          pooled_backward(global.narrow(1, col, item.shard.cols), owner_bags_[i], PoolingType::kSum));
+      col += item.shard.cols;
+    }
+  }
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    RowGradients rows = per_shard[s].empty()
+                            ? RowGradients{at::empty({0}, at::kLong), at::empty({0, shards_[s].weight.size(1)}, at::kFloat)}
+                            : merge_row_gradients(per_shard[s]);
+    if (scale != 1.0) rows.grads = rows.grads * scale;
+    shards_[s].optimizer->apply(shards_[s].weight, rows);
+  }
+}
+
+std::vector<TableShard*> ModelParallelSharding::local_shards() {
+  std::vector<TableShard*> out;
+  for (auto& s : shards_) out.push_back(&s);
+  return out;
+}
+
+}  // namespace dmpcheck::dmp
