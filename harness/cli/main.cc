@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "dmp/behaviour_profile.h"
+#include "report/explain.h"
 #include "run/scenario_runner.h"
 #include "run/worker.h"
 #include "scenario/scenario.h"
@@ -36,6 +37,15 @@ int command_validate(const std::vector<std::string>& files) {
                                run.world_size, run.steps, run.profile.name, scenario::init_mode_name(run.init.mode),
                                run.expect.describe());
     }
+  }
+  return 0;
+}
+
+int command_explain(const std::vector<std::string>& files) {
+  for (const auto& file : files) {
+    const auto s = scenario::load_scenario_file(file);
+    std::cout << fmt::format("{} ({}):\n", s.name, file);
+    for (const auto& run : s.runs) std::cout << report::explain_run(run);
   }
   return 0;
 }
@@ -85,6 +95,10 @@ int main(int argc, char** argv) {
   auto* validate_cmd = app.add_subcommand("validate", "Check scenario files without running them");
   validate_cmd->add_option("scenario", validate_files, "Scenario YAML file(s)")->required();
 
+  std::vector<std::string> explain_files;
+  auto* explain_cmd = app.add_subcommand("explain", "Print each run's sharding plan and the collectives a step issues");
+  explain_cmd->add_option("scenario", explain_files, "Scenario YAML file(s)")->required();
+
   std::optional<std::string> worker_file;
   std::string worker_out = "reports";
   auto* worker_cmd = app.add_subcommand(
@@ -98,6 +112,7 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return command_run(run_files, out_dir, quiet, budget);
     if (*validate_cmd) return command_validate(validate_files);
+    if (*explain_cmd) return command_explain(explain_files);
     if (*worker_cmd) return run::worker_main({worker_file, worker_out});
   } catch (const Error& e) {
     std::cerr << "dmpcheck: " << e.what() << "\n";

@@ -101,16 +101,11 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
                         spec.world_size, cores, threads};
 
   // Plan.
-  dmp::PlannerInput planner;
-  planner.tables = spec.model.tables;
-  planner.constraints = spec.constraints;
   const int scenario_local = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
   const int local_world_size = options.local_world_size > 0 ? options.local_world_size : scenario_local;
   DMP_CHECK(local_world_size == scenario_local, ErrorKind::kInvalidInput,
             "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size, scenario_local);
-  planner.topology = {spec.world_size, local_world_size, spec.memory_per_rank};
-  const dmp::FusedOptimizerConfig sparse = spec.sparse_optimizer;
-  planner.state_bytes = [sparse](int64_t rows, int64_t cols) { return dmp::FusedOptimizer::state_bytes(sparse, rows, cols); };
+  const dmp::PlannerInput planner = scenario::planner_input(spec, local_world_size);
   const dmp::ShardingPlan plan = collective_plan(comm, planner);
   for (const auto& t : plan.tables) {
     check::TablePlacement placement{t.table, dmp::sharding_type_name(t.type), {}};

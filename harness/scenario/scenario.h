@@ -117,3 +117,11 @@ Scenario load_scenario_file(const std::string& path);
 Scenario load_scenario_text(const std::string& text, const std::string& file_label);
 
 }  // namespace dmpcheck::scenario
+
+namespace dmpcheck::scenario {
+
+// What the planner is asked for a run, with the hosts' size (0: the scenario's
+// topology.local_world_size, or one host).
+dmp::PlannerInput planner_input(const RunSpec& run, int local_world_size = 0);
+
+}  // namespace dmpcheck::scenario

@@ -62,3 +62,78 @@ TEST(FusedOptimizer, UntouchedRowsAreNotUpdated) {
 
 }  // namespace
 }  // namespace dmpcheck::dmp
+
+namespace dmpcheck::dmp {
+namespace {
+
+// One row, two columns: g = (0.2, 0.4) summed from two occurrences of id 1, w = (1, 2).
+struct OneRow {
+  at::Tensor weight = at::tensor({0.5f, -0.5f, 1.0f, 2.0f}).view({2, 2});
+  RowGradients grads{at::tensor({1}, at::kLong), at::tensor({0.2f, 0.4f}).view({1, 2})};
+};
+
+TEST(FusedOptimizer, RowWiseAdagradKeepsOneMomentumPerRow) {
+  OneRow t;
+  FusedOptimizerConfig c;
+  c.type = FusedOptimizerType::kRowWiseAdagrad;
+  c.learning_rate = 0.1;
+  FusedOptimizer opt(c, 2, 2);
+  opt.apply(t.weight, t.grads);
+  // m = mean(0.04, 0.16) = 0.1; mult = 0.1 / (sqrt(0.1) + 1e-8)
+  const double mult = 0.1 / (std::sqrt(0.1) + 1e-8);
+  EXPECT_NEAR(t.weight[1][0].item<double>(), 1.0 - mult * 0.2, 1e-6);
+  EXPECT_NEAR(t.weight[1][1].item<double>(), 2.0 - mult * 0.4, 1e-6);
+  EXPECT_NEAR(opt.state()[0].tensor[1].item<double>(), 0.1, 1e-7);
+  EXPECT_EQ(opt.state()[0].tensor[0].item<float>(), 0.0f);
+  EXPECT_EQ(opt.state()[0].tensor.sizes(), (at::IntArrayRef{2}));
+}
+
+TEST(FusedOptimizer, RowWiseAdagradWeightDecayModes) {
+  const double lr = 0.1, wd = 0.5;
+  {  // L2: the decayed gradient g + wd*w enters the momentum and the step.
+    OneRow t;
+    FusedOptimizerConfig c{FusedOptimizerType::kRowWiseAdagrad, lr, 1e-8, 0.9, 0.999, wd, WeightDecayMode::kL2};
+    FusedOptimizer opt(c, 2, 2);
+    opt.apply(t.weight, t.grads);
+    const double g0 = 0.2 + wd * 1.0, g1 = 0.4 + wd * 2.0;
+    const double m = (g0 * g0 + g1 * g1) / 2;
+    const double mult = lr / (std::sqrt(m) + 1e-8);
+    EXPECT_NEAR(t.weight[1][0].item<double>(), 1.0 - mult * g0, 1e-6);
+    EXPECT_NEAR(t.weight[1][1].item<double>(), 2.0 - mult * g1, 1e-6);
+  }
+  {  // Decoupled: w = (1 - lr*wd) w - mult*g, momentum from the raw gradient.
+    OneRow t;
+    FusedOptimizerConfig c{FusedOptimizerType::kRowWiseAdagrad, lr, 1e-8, 0.9, 0.999, wd, WeightDecayMode::kDecoupled};
+    FusedOptimizer opt(c, 2, 2);
+    opt.apply(t.weight, t.grads);
+    const double mult = lr / (std::sqrt(0.1) + 1e-8);
+    EXPECT_NEAR(t.weight[1][0].item<double>(), (1 - lr * wd) * 1.0 - mult * 0.2, 1e-6);
+    EXPECT_NEAR(t.weight[1][1].item<double>(), (1 - lr * wd) * 2.0 - mult * 0.4, 1e-6);
+  }
+}
+
+TEST(FusedOptimizer, AdamCountsEveryStepAndLeavesUntouchedRowsAlone) {
+  OneRow t;
+  FusedOptimizerConfig c;
+  c.type = FusedOptimizerType::kAdam;
+  c.learning_rate = 0.1;
+  c.weight_decay = 0.01;
+  FusedOptimizer opt(c, 2, 2);
+  const RowGradients none{at::empty({0}, at::kLong), at::empty({0, 2}, at::kFloat)};
+  opt.apply(t.weight, none);  // step 1 touches nothing
+  opt.apply(t.weight, t.grads);  // step 2
+  EXPECT_EQ(opt.step(), 2);
+  // m1 = 0.1 g, m2 = 0.001 g^2; corrections use t = 2.
+  auto expect = [&](double w, double g) {
+    const double m1 = 0.1 * g / (1 - 0.9 * 0.9);
+    const double m2 = 0.001 * g * g / (1 - 0.999 * 0.999);
+    return w - 0.1 * (m1 / (std::sqrt(m2) + 1e-8) + 0.01 * w);
+  };
+  EXPECT_NEAR(t.weight[1][0].item<double>(), expect(1.0, 0.2), 1e-5);
+  EXPECT_NEAR(t.weight[1][1].item<double>(), expect(2.0, 0.4), 1e-5);
+  EXPECT_EQ(t.weight[0][0].item<float>(), 0.5f);  // untouched: no decay either
+  EXPECT_EQ(opt.state()[0].tensor[0][0].item<float>(), 0.0f);
+}
+
+}  // namespace
+}  // namespace dmpcheck::dmp
