@@ -34,7 +34,8 @@ GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actua
 }
 
 GlobalModelTracker::GlobalModelTracker(const dmp::ModelConfig& model, const dmp::DmpOptions& options,
-                                       const std::map<std::string, at::Tensor>& initial_state, Tolerances tolerances)
+                                       const std::map<std::string, at::Tensor>& initial_state, int64_t steps_done,
+                                       Tolerances tolerances)
     : comm_(comm::make_loopback_communicator()), tolerances_(tolerances) {
   dmp::PlannerInput planner;
   planner.tables = model.tables;
@@ -45,7 +46,7 @@ GlobalModelTracker::GlobalModelTracker(const dmp::ModelConfig& model, const dmp:
   reference_options.profile.divide_model_parallel_gradients_by_world_size = true;  // a no-op at world 1
   reference_ = std::make_unique<dmp::DistributedModelParallel>(*comm_, model, dmp::plan_sharding(planner), generator,
                                                                reference_options);
-  reference_->load_full_state(initial_state);
+  reference_->resume(initial_state, steps_done);
 }
 
 GlobalModelTracker::~GlobalModelTracker() = default;

@@ -30,7 +30,7 @@ class GlobalModelTracker {
  public:
   // Not collective: runs wherever it is built (rank 0 in a run).
   GlobalModelTracker(const dmp::ModelConfig& model, const dmp::DmpOptions& options,
-                     const std::map<std::string, at::Tensor>& initial_state, Tolerances tolerances);
+                     const std::map<std::string, at::Tensor>& initial_state, int64_t steps_done, Tolerances tolerances);
   ~GlobalModelTracker();
 
   // Trains the unsharded model one step on `global_batch` and compares every tensor of

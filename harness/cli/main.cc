@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "dmp/behaviour_profile.h"
+#include "dmp/checkpoint.h"
 #include "report/explain.h"
 #include "run/scenario_runner.h"
 #include "run/worker.h"
@@ -50,8 +51,24 @@ int command_explain(const std::vector<std::string>& files) {
   return 0;
 }
 
-int command_run(const std::vector<std::string>& files, const std::string& out_dir, bool quiet,
-                std::optional<double> budget) {
+struct RunFlags {
+  std::string out_dir = "reports";
+  bool quiet = false;
+  std::optional<double> budget;
+  std::string checkpoint_dir;
+  std::string dump_batches_dir;
+};
+
+int command_gather(const std::string& directory, const std::string& output) {
+  const dmp::FullState state = dmp::load_sharded_checkpoint(directory);
+  dmp::save_unsharded_checkpoint(output, state);
+  std::cout << fmt::format("{}: {} tensors after {} step(s), unsharded, written to {}\n", directory, state.tensors.size(),
+                           state.steps, output);
+  return 0;
+}
+
+int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
+  const std::string& out_dir = flags.out_dir;
   // Validate everything first: a typo in the third file should not cost two runs.
   std::vector<scenario::Scenario> scenarios;
   for (const auto& file : files) scenarios.push_back(scenario::load_scenario_file(file));
@@ -60,9 +77,11 @@ int command_run(const std::vector<std::string>& files, const std::string& out_di
     run::ScenarioRunOptions options;
     options.worker_executable = self_executable();
     options.out_dir = out_dir;
-    options.echo_rank_output = !quiet;
+    options.echo_rank_output = !flags.quiet;
     options.out = &std::cout;
-    options.budget_s = budget;
+    options.budget_s = flags.budget;
+    options.checkpoint_dir = flags.checkpoint_dir;
+    options.dump_batches_dir = flags.dump_batches_dir;
     auto outcome = run::run_scenario(s, options);
     all.insert(all.end(), outcome.results.begin(), outcome.results.end());
   }
@@ -82,14 +101,23 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::vector<std::string> run_files;
-  std::string out_dir = "reports";
-  bool quiet = false;
-  std::optional<double> budget;
+  RunFlags flags;
   auto* run_cmd = app.add_subcommand("run", "Run scenario files: spawn the ranks, train, compare replicas, judge");
   run_cmd->add_option("scenario", run_files, "Scenario YAML file(s)")->required()->check(CLI::ExistingFile);
-  run_cmd->add_option("--out", out_dir, "Report directory (reports/<scenario>/<run>.json)")->capture_default_str();
-  run_cmd->add_flag("--quiet", quiet, "Do not echo the ranks' own output");
-  run_cmd->add_option("--budget", budget, "Seconds a run may take in all before its ranks are killed");
+  run_cmd->add_option("--out", flags.out_dir, "Report directory (reports/<scenario>/<run>.json)")->capture_default_str();
+  run_cmd->add_flag("--quiet", flags.quiet, "Do not echo the ranks' own output");
+  run_cmd->add_option("--budget", flags.budget, "Seconds a run may take in all before its ranks are killed");
+  run_cmd->add_option("--checkpoint-dir", flags.checkpoint_dir,
+                      "After the last step every rank saves its shards to DIR/<scenario>/<run>/rank<r>.pt (torch.load reads them)");
+  run_cmd->add_option("--dump-batches", flags.dump_batches_dir,
+                      "Rank 0 writes every global batch to DIR/<scenario>/<run>/batch<step>.pt, to feed TorchRec the same data");
+
+  std::string gather_dir, gather_out;
+  auto* checkpoint_cmd = app.add_subcommand("checkpoint", "Work with checkpoints");
+  auto* gather_cmd = checkpoint_cmd->add_subcommand("gather", "Assemble a sharded checkpoint directory into one unsharded file");
+  gather_cmd->add_option("directory", gather_dir, "Directory holding rank<r>.pt")->required()->check(CLI::ExistingDirectory);
+  gather_cmd->add_option("output", gather_out, "Unsharded file to write (a dict with 'state_dict')")->required();
+  checkpoint_cmd->require_subcommand(1);
 
   std::vector<std::string> validate_files;
   auto* validate_cmd = app.add_subcommand("validate", "Check scenario files without running them");
@@ -110,7 +138,8 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*run_cmd) return command_run(run_files, out_dir, quiet, budget);
+    if (*run_cmd) return command_run(run_files, flags);
+    if (*gather_cmd) return command_gather(gather_dir, gather_out);
     if (*validate_cmd) return command_validate(validate_files);
     if (*explain_cmd) return command_explain(explain_files);
     if (*worker_cmd) return run::worker_main({worker_file, worker_out});

@@ -3,6 +3,7 @@
 // averaged by bucketed all-reduce; then a libtorch optimizer steps.
 #pragma once
 
+#include <map>
 #include <memory>
 
 #include "comm/coalesced.h"
@@ -30,6 +31,9 @@ class DenseDataParallel {
   void step();
   const comm::CoalescedBroadcastStats& wrap_broadcast() const { return wrap_broadcast_; }
   std::vector<NamedTensor> optimizer_state() const { return optimizer_.state(); }
+  void load_optimizer_state(const std::map<std::string, at::Tensor>& state, int64_t steps) {
+    optimizer_.load_state(state, steps);
+  }
 
  private:
   comm::Communicator& comm_;  // owned by the worker, outlives the model

@@ -257,4 +257,12 @@ void DistributedModelParallel::load_full_state(const std::map<std::string, at::T
   }
 }
 
+void DistributedModelParallel::resume(const std::map<std::string, at::Tensor>& state_map, int64_t steps) {
+  load_full_state(state_map);
+  for (auto& sharding : shardings_) {
+    for (TableShard* shard : sharding->local_shards()) shard->optimizer->set_step(steps);
+  }
+  dense_dp_->load_optimizer_state(state_map, steps);
+}
+
 }  // namespace dmpcheck::dmp

@@ -84,6 +84,9 @@ class DistributedModelParallel {
   // Overwrites this rank's pieces from full tensors (keys as gather_full_state).  Keys absent
   // from `state` are left as they are; optimizer state is loaded when present.
   void load_full_state(const std::map<std::string, at::Tensor>& state);
+  // Resuming after `steps` steps: optimizer step counters (Adam's bias correction) and the
+  // dense optimizer's state from `state`.
+  void resume(const std::map<std::string, at::Tensor>& state, int64_t steps);
 
   const InitBroadcastReport& init_broadcast() const { return init_broadcast_; }
   const ShardingPlan& plan() const { return plan_; }

@@ -16,6 +16,7 @@
 #include "comm/broadcast_bytes.h"
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "dmp/checkpoint.h"
 #include "dmp/model_parallel.h"
 #include "run/data_generator.h"
 
@@ -118,6 +119,13 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   dmp::DmpOptions dmp_options{spec.profile, spec.sparse_optimizer, spec.dense_optimizer};
   dmp::DistributedModelParallel model(comm, spec.model, plan, generator, dmp_options);
+  int64_t steps_done = 0;  // steps the model had taken before this run (a checkpoint's)
+  if (!spec.init.from.empty()) {
+    const dmp::FullState checkpoint = dmp::load_checkpoint(spec.init.from);
+    model.resume(checkpoint.tensors, checkpoint.steps);
+    steps_done = checkpoint.steps;
+    say(fmt::format("resumed from {} after {} step(s)", spec.init.from, steps_done));
+  }
   const auto& init = model.init_broadcast();
   if (init.data_parallel_tables_broadcast) {
     at::Tensor seconds = at::tensor({init.data_parallel_tables.seconds}, at::kDouble);
@@ -138,7 +146,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     const auto initial = model.gather_full_state();
     if (comm.rank() == 0) {
       tracker = std::make_unique<check::GlobalModelTracker>(
-          spec.model, dmp_options, initial, check::Tolerances{spec.expect.global_model->rtol, spec.expect.global_model->atol});
+          spec.model, dmp_options, initial, steps_done, check::Tolerances{spec.expect.global_model->rtol, spec.expect.global_model->atol});
     }
   }
   result.timings.init_s = seconds_since(start);
@@ -154,7 +162,11 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   const auto train_start = Clock::now();
   double check_seconds = 0.0;
   for (int step = 0; step < spec.steps; ++step) {
-    const dmp::KeyedJaggedTensor global = make_global_batch(spec, step);
+    const int global_step = static_cast<int>(steps_done) + step;
+    const dmp::KeyedJaggedTensor global = make_global_batch(spec, global_step);
+    if (!options.dump_batches_dir.empty() && comm.rank() == 0) {
+      dmp::save_batch(fmt::format("{}/{}/{}/batch{}.pt", options.dump_batches_dir, scenario.name, spec.slug, global_step), global);
+    }
     const double loss = model.train_step(local_batch(spec, global, comm.rank()));
     result.losses.push_back(loss);
     if (compare_global) {
@@ -166,6 +178,11 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     say(fmt::format("step {}/{} loss {:.6f} ({:.2f} s)", step + 1, spec.steps, loss, seconds_since(train_start)));
   }
   result.timings.train_s = seconds_since(train_start) - check_seconds;
+  if (!options.checkpoint_dir.empty()) {
+    const std::string dir = fmt::format("{}/{}/{}", options.checkpoint_dir, scenario.name, spec.slug);
+    dmp::save_sharded_checkpoint(dir, model, comm.rank(), comm.world_size(), steps_done + spec.steps);
+    say(fmt::format("checkpoint saved to {}/rank{}.pt", dir, comm.rank()));
+  }
 
   // Check.
   const auto check_start = Clock::now();

@@ -41,6 +41,8 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
     request.store_entries = {{"scenario_text", scenario.source_text},
                              {"scenario_file", scenario.file},
                              {"run_index", std::to_string(i)}};
+    if (!options.checkpoint_dir.empty()) request.store_entries["checkpoint_dir"] = options.checkpoint_dir;
+    if (!options.dump_batches_dir.empty()) request.store_entries["dump_batches_dir"] = options.dump_batches_dir;
     const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
     request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
     if (options.echo_rank_output && options.out) {

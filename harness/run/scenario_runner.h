@@ -20,6 +20,8 @@ struct ScenarioRunOptions {
   bool echo_rank_output = true;   // "[rank N] ..." lines as they come
   std::ostream* out = nullptr;    // tables and verdicts; nullptr: quiet
   std::optional<double> budget_s;  // per run; default max(600, 10 x timeout_s)
+  std::string checkpoint_dir;      // ranks save sharded checkpoints under <dir>/<scenario>/<run>/
+  std::string dump_batches_dir;    // rank 0 dumps the global batches under <dir>/<scenario>/<run>/
 };
 
 struct ScenarioOutcome {

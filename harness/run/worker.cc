@@ -23,7 +23,7 @@ std::chrono::milliseconds millis(double seconds) {
 }
 
 check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm::Store& store,
-                         const comm::RankEnvironment& env) {
+                         const comm::RankEnvironment& env, const WorkerOptions& worker) {
   const scenario::RunSpec& spec = scenario.runs.at(index);
   comm::Store run_store = store.with_prefix(fmt::format("run{}", index));
   comm::GlooOptions gloo;
@@ -31,6 +31,8 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
   auto comm = comm::make_gloo_communicator(run_store, env.rank, env.world_size, gloo);
   RankRunOptions options;
   options.local_world_size = env.local_world_size;
+  options.checkpoint_dir = store.try_get("checkpoint_dir").value_or(worker.checkpoint_dir);
+  options.dump_batches_dir = store.try_get("dump_batches_dir").value_or(worker.dump_batches_dir);
   options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
   return run_on_rank(scenario, spec, *comm, options);
 }
@@ -50,7 +52,7 @@ int worker_main(const WorkerOptions& options) {
       store = comm::Store::connect(env.master_addr, env.master_port, store_timeout);
       const scenario::Scenario scenario = scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"));
       const size_t index = std::stoul(store->get("run_index"));
-      const check::RunResult result = run_one(scenario, index, *store, env);
+      const check::RunResult result = run_one(scenario, index, *store, env, options);
       if (env.rank == 0) store->set("result", nlohmann::json(result).dump());
       return 0;
     }
@@ -67,7 +69,7 @@ int worker_main(const WorkerOptions& options) {
     const scenario::Scenario scenario = scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"));
     int exit_code = 0;
     for (size_t i = 0; i < scenario.runs.size(); ++i) {
-      check::RunResult result = run_one(scenario, i, *store, env);
+      check::RunResult result = run_one(scenario, i, *store, env, options);
       if (env.rank != 0) continue;
       report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
       std::printf("%s%s\n", report::render_run_table(result).c_str(), report::render_verdict_line(result).c_str());

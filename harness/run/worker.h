@@ -12,6 +12,8 @@ namespace dmpcheck::run {
 struct WorkerOptions {
   std::optional<std::string> scenario_path;  // external launchers only
   std::string out_dir = "reports";           // external launchers: where rank 0 writes reports
+  std::string checkpoint_dir;                // external launchers: save sharded checkpoints here
+  std::string dump_batches_dir;              // external launchers: rank 0 dumps batches here
 };
 
 // Returns the process exit status: 0 pass, 1 an expectation failed, 2 bad input, 3 this rank

@@ -1,6 +1,7 @@
 // The YAML loader: a strict schema walk.  Every field is read through Reader, which knows the
 // file and the field's path, so every error says where and what was expected.
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -281,7 +282,12 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   }
 
   if (YAML::Node init = root["init"]) {
-    r.check_keys(init, "init", {"mode", "seed"});
+    r.check_keys(init, "init", {"mode", "seed", "from"});
+    if (init["from"]) {
+      const std::string from = r.string(init["from"], "init.from");
+      const std::filesystem::path base = std::filesystem::path(r.file()).parent_path();
+      run.init.from = std::filesystem::path(from).is_absolute() || base.empty() ? from : (base / from).string();
+    }
     if (init["mode"]) {
       run.init.mode = r.choice(init["mode"], "init.mode", {"seeded", "unseeded"}) == "seeded" ? InitMode::kSeeded
                                                                                           : InitMode::kUnseeded;

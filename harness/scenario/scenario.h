@@ -38,6 +38,9 @@ struct SourceLocation {
 struct InitSpec {
   InitMode mode = InitMode::kSeeded;
   uint64_t seed = 0;
+  // A checkpoint to start from (a sharded directory or an unsharded file), resolved against
+  // the scenario file's directory; empty: start from the seeded draw.
+  std::string from;
 };
 
 struct DataSpec {

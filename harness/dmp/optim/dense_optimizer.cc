@@ -1,5 +1,7 @@
 #include "dmp/optim/dense_optimizer.h"
 
+#include <optional>
+
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
@@ -85,6 +87,47 @@ std::vector<NamedTensor> DenseOptimizer::state() const {
     }
   }
   return out;
+}
+
+void DenseOptimizer::load_state(const std::map<std::string, at::Tensor>& state, int64_t steps) {
+  auto get = [&](const std::string& key) -> std::optional<at::Tensor> {
+    auto it = state.find(key);
+    if (it == state.end()) return std::nullopt;
+    return it->second.clone();
+  };
+  for (const auto& p : impl_->parameters) {
+    const std::string key = c10::guts::to_string(p.tensor.unsafeGetTensorImpl());
+    switch (impl_->config.type) {
+      case DenseOptimizerType::kSgd: {
+        auto buffer = get(p.name + ".momentum_buffer");
+        if (!buffer) continue;
+        auto s = std::make_unique<torch::optim::SGDParamState>();
+        s->momentum_buffer(*buffer);
+        impl_->optimizer->state()[key] = std::move(s);
+        break;
+      }
+      case DenseOptimizerType::kAdagrad: {
+        auto sum = get(p.name + ".sum");
+        if (!sum) continue;
+        auto s = std::make_unique<torch::optim::AdagradParamState>();
+        s->sum(*sum);
+        s->step(steps);
+        impl_->optimizer->state()[key] = std::move(s);
+        break;
+      }
+      case DenseOptimizerType::kAdam: {
+        auto exp_avg = get(p.name + ".exp_avg");
+        auto exp_avg_sq = get(p.name + ".exp_avg_sq");
+        if (!exp_avg || !exp_avg_sq) continue;
+        auto s = std::make_unique<torch::optim::AdamParamState>();
+        s->exp_avg(*exp_avg);
+        s->exp_avg_sq(*exp_avg_sq);
+        s->step(steps);
+        impl_->optimizer->state()[key] = std::move(s);
+        break;
+      }
+    }
+  }
 }
 
 }  // namespace dmpcheck::dmp

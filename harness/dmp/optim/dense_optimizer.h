@@ -2,6 +2,7 @@
 // math is exactly PyTorch's.  The torch/optim headers stay inside dense_optimizer.cc.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ class DenseOptimizer {
   void step();
   // State per parameter, named "<param>.<state>" (exp_avg, exp_avg_sq, sum, momentum_buffer).
   std::vector<NamedTensor> state() const;
+  // Installs state named as state() names it, as if `steps` steps had been taken (resuming
+  // from a checkpoint).  Parameters without state in `state` are left without.
+  void load_state(const std::map<std::string, at::Tensor>& state, int64_t steps);
 
  private:
   class Impl;

@@ -69,6 +69,8 @@ class FusedOptimizer {
   std::vector<NamedTensor> state() const;
   const FusedOptimizerConfig& config() const { return config_; }
   int64_t step() const { return step_; }
+  // Resuming from a checkpoint taken after `step` steps.
+  void set_step(int64_t step) { step_ = step; }
 
   static std::vector<StateSpec> state_specs(const FusedOptimizerConfig& config, int64_t rows, int64_t cols);
   // Bytes of state for a shard of rows x cols (what the planner balances).

@@ -1,0 +1,170 @@
+#include "dmp/checkpoint.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/Dict.h>
+#include <ATen/core/List.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include "common/error.h"
+
+namespace dmpcheck::dmp {
+namespace {
+
+namespace fs = std::filesystem;
+using GenericDict = c10::Dict<c10::IValue, c10::IValue>;
+
+void write_atomically(const std::string& path, const std::vector<char>& bytes) {
+  const fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  const std::string temporary = fmt::format("{}.tmp.{}", path, ::getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "cannot write the checkpoint {}", temporary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "writing the checkpoint {} failed", temporary);
+  }
+  fs::rename(temporary, target, ec);
+  if (ec) {
+    std::remove(temporary.c_str());
+    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot move the checkpoint into place at {}: {}", path, ec.message()));
+  }
+}
+
+c10::IValue read_pickle(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DMP_CHECK(in.good(), ErrorKind::kInvalidInput, "cannot open the checkpoint {}", path);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    return torch::jit::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{} is not a torch-serialised file: {}", path, e.what()));
+  }
+}
+
+GenericDict as_dict(const c10::IValue& value, const std::string& path) {
+  DMP_CHECK(value.isGenericDict(), ErrorKind::kInvalidInput, "{}: expected a dict at the top level", path);
+  return value.toGenericDict();
+}
+
+c10::IValue field(const GenericDict& dict, const std::string& key, const std::string& path) {
+  auto it = dict.find(key);
+  DMP_CHECK(it != dict.end(), ErrorKind::kInvalidInput, "{}: the checkpoint has no '{}'", path, key);
+  return it->value();
+}
+
+// The view of `full` where a piece goes (see StateTensor::placement).
+at::Tensor target_of(at::Tensor& full, const std::string& sharding, const Shard& p, int64_t piece_dim) {
+  if (sharding == "dense") return full;
+  at::Tensor rows = full.narrow(0, p.row_offset, p.rows);
+  if (piece_dim == 2) return rows.narrow(1, p.col_offset, p.cols);
+  if (full.dim() == 1) return rows;
+  return rows.select(1, p.cols > 0 ? p.col_offset / p.cols : 0);  // one column per column shard
+}
+
+}  // namespace
+
+void save_sharded_checkpoint(const std::string& directory, const DistributedModelParallel& model, int rank,
+                             int world_size, int64_t steps) {
+  GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("format", std::string("dmpcheck-sharded-v1"));
+  top.insert("rank", static_cast<int64_t>(rank));
+  top.insert("world_size", static_cast<int64_t>(world_size));
+  top.insert("steps", steps);
+  top.insert("plan", model.plan().serialize());
+  c10::impl::GenericList pieces(c10::AnyType::get());
+  for (const auto& s : model.state()) {
+    GenericDict piece(c10::StringType::get(), c10::AnyType::get());
+    piece.insert("name", s.name);
+    piece.insert("sharding", s.sharding);
+    piece.insert("row_offset", s.placement.row_offset);
+    piece.insert("rows", s.placement.rows);
+    piece.insert("col_offset", s.placement.col_offset);
+    piece.insert("cols", s.placement.cols);
+    piece.insert("full_sizes", c10::List<int64_t>(s.full_sizes));
+    piece.insert("tensor", s.tensor.detach().clone());
+    pieces.push_back(piece);
+  }
+  top.insert("pieces", pieces);
+  write_atomically(fmt::format("{}/rank{}.pt", directory, rank), torch::jit::pickle_save(top));
+}
+
+FullState load_sharded_checkpoint(const std::string& directory) {
+  const std::string first = directory + "/rank0.pt";
+  const GenericDict head = as_dict(read_pickle(first), first);
+  DMP_CHECK(field(head, "format", first).toStringRef() == "dmpcheck-sharded-v1", ErrorKind::kInvalidInput,
+            "{}: not a dmpcheck sharded checkpoint (format '{}')", first, field(head, "format", first).toStringRef());
+  const int64_t world_size = field(head, "world_size", first).toInt();
+  FullState state;
+  state.steps = field(head, "steps", first).toInt();
+  for (int64_t r = 0; r < world_size; ++r) {
+    const std::string path = fmt::format("{}/rank{}.pt", directory, r);
+    DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "{}: missing; the checkpoint was saved by {} ranks", path, world_size);
+    const GenericDict dict = r == 0 ? head : as_dict(read_pickle(path), path);
+    for (const auto& item : field(dict, "pieces", path).toListRef()) {
+      const GenericDict piece = item.toGenericDict();
+      const std::string name = field(piece, "name", path).toStringRef();
+      const std::string sharding = field(piece, "sharding", path).toStringRef();
+      const at::Tensor tensor = field(piece, "tensor", path).toTensor();
+      const Shard placement{static_cast<int>(r), field(piece, "row_offset", path).toInt(), field(piece, "rows", path).toInt(),
+                            field(piece, "col_offset", path).toInt(), field(piece, "cols", path).toInt(), 0};
+      auto it = state.tensors.find(name);
+      if (it == state.tensors.end()) {
+        const auto sizes = field(piece, "full_sizes", path).toIntVector();
+        it = state.tensors.emplace(name, at::zeros(sizes, tensor.scalar_type())).first;
+      } else if (sharding == "dense" || sharding == "data_parallel") {
+        continue;  // replicated: rank 0's copy is the one kept
+      }
+      at::Tensor target = target_of(it->second, sharding, placement, tensor.dim());
+      DMP_CHECK(target.sizes() == tensor.sizes(), ErrorKind::kInvalidInput,
+                "{}: piece of '{}' has shape [{}] but its place in the full tensor is [{}]", path, name,
+                fmt::join(tensor.sizes(), ", "), fmt::join(target.sizes(), ", "));
+      target.copy_(tensor);
+    }
+  }
+  return state;
+}
+
+void save_unsharded_checkpoint(const std::string& path, const FullState& state) {
+  GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("format", std::string("dmpcheck-unsharded-v1"));
+  top.insert("steps", state.steps);
+  c10::Dict<std::string, at::Tensor> tensors;
+  for (const auto& [name, t] : state.tensors) tensors.insert(name, t);
+  top.insert("state_dict", tensors);
+  write_atomically(path, torch::jit::pickle_save(top));
+}
+
+FullState load_checkpoint(const std::string& path) {
+  DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "checkpoint {} does not exist", path);
+  if (fs::is_directory(path)) return load_sharded_checkpoint(path);
+  const GenericDict top = as_dict(read_pickle(path), path);
+  DMP_CHECK(field(top, "format", path).toStringRef() == "dmpcheck-unsharded-v1", ErrorKind::kInvalidInput,
+            "{}: not a dmpcheck unsharded checkpoint (format '{}')", path, field(top, "format", path).toStringRef());
+  FullState state;
+  state.steps = field(top, "steps", path).toInt();
+  for (const auto& entry : field(top, "state_dict", path).toGenericDict()) {
+    state.tensors[entry.key().toStringRef()] = entry.value().toTensor();
+  }
+  return state;
+}
+
+void save_batch(const std::string& path, const KeyedJaggedTensor& batch) {
+  GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("keys", c10::List<std::string>(batch.keys()));
+  top.insert("values", batch.values());
+  top.insert("lengths", batch.lengths());
+  if (batch.weights()) top.insert("weights", *batch.weights());
+  top.insert("stride", batch.stride());
+  write_atomically(path, torch::jit::pickle_save(top));
+}
+
+}  // namespace dmpcheck::dmp

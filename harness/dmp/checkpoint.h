@@ -1,0 +1,46 @@
+// Checkpoints in PyTorch's own serialisation (torch::pickle_save writes what Python's
+// torch.load reads).
+//
+// Sharded: one file per rank, `rank<r>.pt`, a dict
+//   {"format": "dmpcheck-sharded-v1", "rank", "world_size", "steps", "plan",
+//    "pieces": [{"name", "sharding", "row_offset", "rows", "col_offset", "cols",
+//                "full_sizes", "tensor"}...]}
+// holding every piece the rank has (its shards, the data_parallel tables, the dense tensors,
+// and their optimizer state).  Unsharded: one file, a dict
+//   {"format": "dmpcheck-unsharded-v1", "steps", "state_dict": {name: tensor}}
+// whose keys are the unsharded model's (`ebc.embedding_bags.<table>.weight`, ...).
+//
+// Loading always goes through full tensors, so a checkpoint loads at any world size and under
+// any plan: each rank takes its own pieces out of the full tensors.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "dmp/model_parallel.h"
+
+namespace dmpcheck::dmp {
+
+struct FullState {
+  int64_t steps = 0;  // training steps taken before the checkpoint
+  std::map<std::string, at::Tensor> tensors;
+};
+
+// Writes `directory`/rank<r>.pt for this rank (atomically: temporary file, then rename).
+void save_sharded_checkpoint(const std::string& directory, const DistributedModelParallel& model, int rank,
+                             int world_size, int64_t steps);
+// Assembles full tensors from every rank<r>.pt in `directory`.  Error(kInvalidInput) when files
+// are missing, of another format, or do not cover a tensor.
+FullState load_sharded_checkpoint(const std::string& directory);
+void save_unsharded_checkpoint(const std::string& path, const FullState& state);
+// A directory is read as sharded, a file as unsharded.
+FullState load_checkpoint(const std::string& path);
+
+// Torch-loadable dump of one batch: {"keys", "values", "lengths", "weights" (optional), "stride"}.
+void save_batch(const std::string& path, const KeyedJaggedTensor& batch);
+
+}  // namespace dmpcheck::dmp

@@ -1,0 +1,98 @@
+// Checkpoints: saved by every rank in PyTorch's serialisation, loaded at another world size and
+// under another plan (resharding) bitwise, and a run resumed from one ends where an
+// uninterrupted run ends.
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "dmp/checkpoint.h"
+#include "multiproc/multiproc_util.h"
+
+namespace dmpcheck {
+namespace {
+
+const char* kModel = R"(version: 1
+name: NAME
+world_size: WORLD
+steps: STEPS
+batch_size: 4
+init: {mode: unseeded, seed: 3FROM}
+data: {seed: 42, ids_per_bag: [0, 4]}
+tables:
+  - {name: t0, rows: 37, dim: 8, features: [f0], sharding: {types: [TYPE0]}}
+  - {name: t1, rows: 23, dim: 4, features: [f1], pooling: mean, sharding: {types: [data_parallel]}}
+  - {name: t2, rows: 9, dim: 8, features: [f2], weighted: true, sharding: TYPE2}
+dense: {layers: [8, 1]}
+optimizers: {sparse: {type: adam, lr: 0.05}, dense: {type: adam, lr: 0.01}}
+)";
+
+std::string model(const std::string& name, int world, int steps, const std::string& type0, const std::string& type2,
+                  const std::string& from = "") {
+  std::string text = kModel;
+  text = testing::replace_once(text, "NAME", name);
+  text = testing::replace_once(text, "WORLD", std::to_string(world));
+  text = testing::replace_once(text, "STEPS", std::to_string(steps));
+  text = testing::replace_once(text, "TYPE0", type0);
+  text = testing::replace_once(text, "TYPE2", type2);
+  return testing::replace_once(text, "FROM", from.empty() ? "" : ", from: " + from);
+}
+
+class Checkpoints : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::temporary_directory(); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Runs `text`, saving checkpoints under dir_/ckpt; returns the run's checkpoint directory.
+  std::string run(const std::string& text, const std::string& name) {
+    run::ScenarioRunOptions options;
+    options.worker_executable = DMPCHECK_CLI_PATH;
+    options.out_dir = dir_ + "/reports";
+    options.checkpoint_dir = dir_ + "/ckpt";
+    options.budget_s = 120;
+    const auto outcome = run::run_scenario(scenario::load_scenario_text(text, name + ".yaml"), options);
+    EXPECT_EQ(outcome.exit_code, 0) << (outcome.results.at(0).failure ? outcome.results.at(0).failure->message : "");
+    return dir_ + "/ckpt/" + name + "/default";
+  }
+
+  std::string dir_;
+};
+
+TEST_F(Checkpoints, ReloadUnderAnotherWorldSizeAndPlanIsBitwise) {
+  const std::string a = run(model("a", 2, 2, "row_wise", "{types: [column_wise], column_shards: 2}"), "a");
+  // world 3, t0 table_wise instead of row_wise, t2 row_wise instead of column_wise, no training.
+  const std::string b = run(model("b", 3, 0, "table_wise", "{types: [row_wise]}", a), "b");
+  const dmp::FullState saved = dmp::load_checkpoint(a);
+  const dmp::FullState reloaded = dmp::load_checkpoint(b);
+  EXPECT_EQ(saved.steps, 2);
+  EXPECT_EQ(reloaded.steps, 2);
+  ASSERT_EQ(saved.tensors.size(), reloaded.tensors.size());
+  for (const auto& [name, t] : saved.tensors) {
+    ASSERT_TRUE(reloaded.tensors.count(name)) << name;
+    EXPECT_TRUE(t.equal(reloaded.tensors.at(name))) << name;
+  }
+  // The gathered, unsharded file holds the same tensors under the unsharded model's keys.
+  const std::string file = dir_ + "/a.pt";
+  dmp::save_unsharded_checkpoint(file, saved);
+  const dmp::FullState unsharded = dmp::load_checkpoint(file);
+  EXPECT_TRUE(unsharded.tensors.at("ebc.embedding_bags.t0.weight").equal(saved.tensors.at("ebc.embedding_bags.t0.weight")));
+  EXPECT_EQ(unsharded.tensors.at("ebc.embedding_bags.t0.weight").sizes(), (at::IntArrayRef{37, 8}));
+}
+
+TEST_F(Checkpoints, AResumedRunEndsWhereAnUninterruptedRunEnds) {
+  // Same world size (the global batch is batch_size x world_size), another plan after the stop.
+  const dmp::FullState straight =
+      dmp::load_checkpoint(run(model("straight", 2, 4, "row_wise", "{types: [table_wise]}"), "straight"));
+  const std::string half = run(model("half", 2, 2, "row_wise", "{types: [table_wise]}"), "half");
+  const dmp::FullState resumed = dmp::load_checkpoint(
+      run(model("resumed", 2, 2, "table_wise", "{types: [column_wise], column_shards: 2}", half), "resumed"));
+  EXPECT_EQ(resumed.steps, 4);
+  for (const auto& [name, t] : straight.tensors) {
+    ASSERT_TRUE(resumed.tensors.count(name)) << name;
+    EXPECT_TRUE(t.allclose(resumed.tensors.at(name), 1e-5, 1e-6))
+        << name << " max |diff| " << (t - resumed.tensors.at(name)).abs().max().item<double>();
+  }
+}
+
+}  // namespace
+}  // namespace dmpcheck
