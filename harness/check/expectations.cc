@@ -67,6 +67,9 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     out.failures.push_back(fmt::format("the init broadcast took {:.4f} s, over the bound of {} s",
                                        result.init_broadcast.seconds, *expect.max_broadcast_seconds));
   }
+  if (expect.error) {
+    out.failures.push_back(fmt::format("expected the run to fail with an error containing '{}', but it completed", *expect.error));
+  }
   out.held = out.failures.empty();
   return out;
 }

@@ -42,8 +42,9 @@ GlobalModelTracker::GlobalModelTracker(const dmp::ModelConfig& model, const dmp:
   planner.topology = {1, 1, 0};
   for (const auto& t : model.tables) planner.constraints[t.name].sharding_types = {dmp::ShardingType::kTableWise};
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);  // every draw is overwritten below
+  // The unsharded model is the truth: it never carries a bug profile's switches.
   dmp::DmpOptions reference_options = options;
-  reference_options.profile.divide_model_parallel_gradients_by_world_size = true;  // a no-op at world 1
+  reference_options.profile = *dmp::find_behaviour_profile("current");
   reference_ = std::make_unique<dmp::DistributedModelParallel>(*comm_, model, dmp::plan_sharding(planner), generator,
                                                                reference_options);
   reference_->resume(initial_state, steps_done);

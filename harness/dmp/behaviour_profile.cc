@@ -27,6 +27,33 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
         "dmpcheck's reference: data-parallel tables are broadcast from rank 0 after "
         "reset_parameters, coalesced into 25 MiB buckets";
     all.push_back(current);
+
+    auto variant = [&](const std::string& name, const std::string& description, auto&& set) {
+      BehaviourProfile p;  // current, with one switch turned
+      p.name = name;
+      p.description = description;
+      set(p);
+      all.push_back(p);
+    };
+    variant("torchrec#2362", "row_wise mean pooling divides each shard's partial sum by the shard's share of the bag",
+            [](BehaviourProfile& p) { p.row_wise_mean_divides_by_local_length = true; });
+    variant("torchrec#2808", "the mean-pooling divisor overwrites the lengths of sum-pooled row_wise features before the all-to-all",
+            [](BehaviourProfile& p) { p.mean_divisor_mutates_lengths = true; });
+    variant("torchrec#2251", "model-parallel gradients are not divided by world size (the other convention of #2251)",
+            [](BehaviourProfile& p) { p.divide_model_parallel_gradients_by_world_size = false; });
+    variant("torchrec#1298", "fused optimizers update a row once per occurrence instead of once per batch",
+            [](BehaviourProfile& p) { p.deduplicate_row_gradients = false; });
+    variant("torchrec#2394", "checkpoints name data-parallel optimizer state the torch.optim way, so a resume under another plan drops it",
+            [](BehaviourProfile& p) { p.data_parallel_state_keys_differ = true; });
+    variant("torchrec#1497", "a checkpoint cannot be loaded into a table whose sharding type changed",
+            [](BehaviourProfile& p) { p.load_requires_same_sharding = true; });
+    variant("dense-not-broadcast", "the dense wrapper does not broadcast rank 0's parameters when it wraps",
+            [](BehaviourProfile& p) { p.broadcast_dense_at_wrap = false; });
+    variant("dp-tables-not-updated", "no optimizer is attached to data-parallel tables",
+            [](BehaviourProfile& p) { p.update_data_parallel_tables = false; });
+    variant("plan-per-rank", "every rank plans for itself, breaking ties its own way, instead of taking rank 0's plan",
+            [](BehaviourProfile& p) { p.plan_on_every_rank = true; });
+
     return all;
   }();
   return profiles;

@@ -80,12 +80,13 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   // Two groups, in first-appearance order of their kind in the model, as TorchRec groups by type.
   const bool dp_first = !model_.tables.empty() && plan_.of(model_.tables.front().name).type == ShardingType::kDataParallel;
   auto add_dp = [&] {
-    if (!data_parallel.empty()) shardings_.push_back(std::make_unique<DataParallelSharding>(comm_, std::move(data_parallel)));
+    if (!data_parallel.empty()) shardings_.push_back(std::make_unique<DataParallelSharding>(comm_, std::move(data_parallel),
+                                                                                   options_.profile.update_data_parallel_tables));
   };
   auto add_mp = [&] {
     if (!mp_tables.empty()) {
       shardings_.push_back(std::make_unique<ModelParallelSharding>(
-          comm_, mp_tables, mp_plans, std::move(model_parallel), options_.profile.divide_model_parallel_gradients_by_world_size));
+          comm_, mp_tables, mp_plans, std::move(model_parallel), options_.profile));
     }
   };
   if (dp_first) {
@@ -97,6 +98,7 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   }
 
   DenseDataParallelOptions dense_options;
+  dense_options.broadcast_at_wrap = options_.profile.broadcast_dense_at_wrap;
   dense_dp_ = std::make_unique<DenseDataParallel>(comm_, *dense_, options_.dense_optimizer, dense_options);
   init_broadcast_.dense = dense_dp_->wrap_broadcast();
 }

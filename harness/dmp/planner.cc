@@ -24,12 +24,19 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The allowed rank with the fewest bytes, ties to the lowest; `avoid` ranks are skipped while
 // any other is left.
-int least_loaded(const std::vector<int>& allowed, const std::vector<int64_t>& load, const std::set<int>& avoid) {
+int least_loaded(const std::vector<int>& allowed, const std::vector<int64_t>& load, const std::set<int>& avoid,
+                 int tie_break_rank) {
+  const int world = static_cast<int>(load.size());
+  auto order = [&](int r) { return (r - tie_break_rank + world) % world; };
   int best = -1;
   for (int pass = 0; pass < 2 && best < 0; ++pass) {
     for (int r : allowed) {
       if (pass == 0 && avoid.count(r)) continue;
-      if (best < 0 || load[static_cast<size_t>(r)] < load[static_cast<size_t>(best)]) best = r;
+      const auto lr = load[static_cast<size_t>(r)];
+      if (best < 0 || lr < load[static_cast<size_t>(best)] ||
+          (lr == load[static_cast<size_t>(best)] && order(r) < order(best))) {
+        best = r;
+      }
     }
   }
   return best;
@@ -181,7 +188,7 @@ ShardingPlan plan_sharding(const PlannerInput& input) {
           for (int r : all_ranks) shards.push_back({r, 0, t.num_embeddings, 0, t.embedding_dim, 0});
           break;
         case ShardingType::kTableWise:
-          shards.push_back({least_loaded(allowed, load, {}), 0, t.num_embeddings, 0, t.embedding_dim, 0});
+          shards.push_back({least_loaded(allowed, load, {}, input.tie_break_rank), 0, t.num_embeddings, 0, t.embedding_dim, 0});
           break;
         case ShardingType::kRowWise:
           shards = row_blocks(t, allowed);
@@ -207,7 +214,7 @@ ShardingPlan plan_sharding(const PlannerInput& input) {
           std::set<int> used;
           const int64_t cols = t.embedding_dim / k;
           for (int64_t i = 0; i < k; ++i) {
-            const int r = least_loaded(allowed, trial, used);
+            const int r = least_loaded(allowed, trial, used, input.tie_break_rank);
             used.insert(r);
             trial[static_cast<size_t>(r)] += t.num_embeddings * cols * 4 + state_bytes(t.num_embeddings, cols);
             shards.push_back({r, 0, t.num_embeddings, i * cols, cols, 0});

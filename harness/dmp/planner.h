@@ -72,6 +72,9 @@ struct PlannerInput {
   // Optimizer state bytes for a shard of rows x cols (Adagrad: rows*cols*4, row-wise
   // Adagrad: rows*4, Adam: 2*rows*cols*4, SGD: 0).
   std::function<int64_t(int64_t rows, int64_t cols)> state_bytes;
+  // Equal loads go to the first rank at or after this one (wrapping).  0 everywhere in a run;
+  // a rank's own number under the plan-per-rank profile, where it makes plans differ.
+  int tie_break_rank = 0;
 };
 
 // Tables are placed largest first (ties by name); each takes the first allowed type whose

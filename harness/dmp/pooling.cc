@@ -49,19 +49,43 @@ at::Tensor pooled_forward(const at::Tensor& weight, const Bags& bags, PoolingTyp
   return std::get<0>(result);
 }
 
-RowGradients pooled_backward(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling) {
+RowGradients per_occurrence_gradients(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling) {
   const int64_t dim = grad_pooled.size(1);
-  if (bags.ids.numel() == 0) {
-    return {at::empty({0}, at::kLong), at::empty({0, dim}, grad_pooled.options())};
-  }
+  if (bags.ids.numel() == 0) return {at::empty({0}, at::kLong), at::empty({0, dim}, grad_pooled.options())};
   const at::Tensor bag_of_id =
       at::repeat_interleave(at::arange(bags.lengths.numel(), at::kLong), bags.lengths);
-  const at::Tensor per_id = grad_pooled.index_select(0, bag_of_id) * id_scales(bags, pooling, bag_of_id).unsqueeze(1);
-  auto [rows, inverse, counts] = at::_unique2(bags.ids, /*sorted=*/true, /*return_inverse=*/true,
+  return {bags.ids, grad_pooled.index_select(0, bag_of_id) * id_scales(bags, pooling, bag_of_id).unsqueeze(1)};
+}
+
+RowGradients sum_by_row(const RowGradients& per_id) {
+  if (per_id.rows.numel() == 0) return per_id;
+  auto [rows, inverse, counts] = at::_unique2(per_id.rows, /*sorted=*/true, /*return_inverse=*/true,
                                               /*return_counts=*/false);
-  at::Tensor grads = at::zeros({rows.numel(), dim}, grad_pooled.options());
-  grads.index_add_(0, inverse, per_id);
+  at::Tensor grads = at::zeros({rows.numel(), per_id.grads.size(1)}, per_id.grads.options());
+  grads.index_add_(0, inverse, per_id.grads);
   return {rows, grads};
+}
+
+RowGradients pooled_backward(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling) {
+  return sum_by_row(per_occurrence_gradients(grad_pooled, bags, pooling));
+}
+
+std::vector<RowGradients> occurrence_groups(const RowGradients& per_occurrence) {
+  const int64_t n = per_occurrence.rows.numel();
+  if (n == 0) return {};
+  // occurrence[i] = how many earlier entries have the same row.
+  auto [sorted, order] = per_occurrence.rows.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);
+  auto [unique, inverse, counts] = at::_unique2(sorted, true, true, true);
+  const at::Tensor run_start = (counts.cumsum(0) - counts).repeat_interleave(counts);
+  at::Tensor occurrence = at::empty({n}, at::kLong);
+  occurrence.index_copy_(0, order, at::arange(n, at::kLong) - run_start);
+  std::vector<RowGradients> groups;
+  const int64_t most = occurrence.max().item<int64_t>();
+  for (int64_t k = 0; k <= most; ++k) {
+    const at::Tensor positions = occurrence.eq(k).nonzero().reshape({-1});
+    groups.push_back({per_occurrence.rows.index_select(0, positions), per_occurrence.grads.index_select(0, positions)});
+  }
+  return groups;
 }
 
 }  // namespace dmpcheck::dmp
@@ -76,11 +100,7 @@ RowGradients merge_row_gradients(const std::vector<RowGradients>& parts) {
     rows.push_back(p.rows);
     grads.push_back(p.grads);
   }
-  auto [unique_rows, inverse, counts] = at::_unique2(at::cat(rows), true, true, false);
-  at::Tensor all = at::cat(grads);
-  at::Tensor summed = at::zeros({unique_rows.numel(), all.size(1)}, all.options());
-  summed.index_add_(0, inverse, all);
-  return {unique_rows, summed};
+  return sum_by_row({at::cat(rows), at::cat(grads)});
 }
 
 }  // namespace dmpcheck::dmp

@@ -37,6 +37,14 @@ struct RowGradients {
 // Gradient of the pooled output with respect to the rows the bags touched.
 RowGradients pooled_backward(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling);
 
+// The same gradient, one entry per id occurrence (rows repeat, in bag order).
+RowGradients per_occurrence_gradients(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling);
+// Sums per-occurrence gradients per unique row (rows ascending).
+RowGradients sum_by_row(const RowGradients& per_occurrence);
+// Splits per-occurrence gradients into groups of unique rows: group k holds the k-th occurrence
+// of every row that occurs more than k times, in bag order.
+std::vector<RowGradients> occurrence_groups(const RowGradients& per_occurrence);
+
 }  // namespace dmpcheck::dmp
 
 namespace dmpcheck::dmp {

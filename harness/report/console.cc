@@ -50,7 +50,10 @@ std::string render_run_table(const check::RunResult& r) {
 std::string render_verdict_line(const check::RunResult& r) {
   const std::string head = fmt::format("VERDICT {} [{}]:", r.scenario, r.run);
   if (r.failure) {
-    return fmt::format("{} ERROR - rank {} {}: {}", head, r.failure->rank, r.failure->cause, r.failure->message);
+    const std::string what = fmt::format("rank {} {}: {}", r.failure->rank, r.failure->cause, r.failure->message);
+    if (r.verdict == "pass") return fmt::format("{} PASS (failed as expected) - {}; expected: {}", head, what, r.expectation.description);
+    if (r.verdict == "fail") return fmt::format("{} FAIL - {}; expected: {}", head, what, r.expectation.description);
+    return fmt::format("{} ERROR - {}", head, what);
   }
   // tensor -> phases where it differs, in first-seen order
   std::vector<std::pair<std::string, std::vector<std::string>>> diverged;

@@ -41,9 +41,16 @@ std::string hostname() {
 
 // Rank 0 plans and broadcasts the plan (TorchRec's collective_plan); then every rank's copy is
 // compared, since a planner that gives ranks different plans is a class of bug of its own.
-dmp::ShardingPlan collective_plan(comm::Communicator& comm, const dmp::PlannerInput& input) {
-  const std::string text = comm.rank() == 0 ? dmp::plan_sharding(input).serialize() : std::string();
-  const dmp::ShardingPlan plan = dmp::ShardingPlan::deserialize(comm::broadcast_bytes(comm, text, 0));
+// Under the plan-per-rank profile every rank plans for itself with its own tie-breaks.
+dmp::ShardingPlan collective_plan(comm::Communicator& comm, dmp::PlannerInput input, bool plan_on_every_rank) {
+  dmp::ShardingPlan plan;
+  if (plan_on_every_rank) {
+    input.tie_break_rank = comm.rank();
+    plan = dmp::plan_sharding(input);
+  } else {
+    const std::string text = comm.rank() == 0 ? dmp::plan_sharding(input).serialize() : std::string();
+    plan = dmp::ShardingPlan::deserialize(comm::broadcast_bytes(comm, text, 0));
+  }
   const std::string held = plan.serialize();
   uint64_t hash = 1469598103934665603ull;
   for (unsigned char c : held) hash = (hash ^ c) * 1099511628211ull;
@@ -61,6 +68,43 @@ std::vector<dmp::StateTensor> replicated(const std::vector<dmp::StateTensor>& st
     if (s.replicated) out.push_back(s);
   }
   return out;
+}
+
+// The mid-run checkpoint of spec.resume: take the full state as a checkpoint holds it, build
+// the model again under the resume constraints, load, and carry on.
+std::unique_ptr<dmp::DistributedModelParallel> resume_under_new_plan(
+    comm::Communicator& comm, const scenario::RunSpec& spec, dmp::DistributedModelParallel& old_model,
+    dmp::PlannerInput planner, at::Generator& generator, const dmp::DmpOptions& options, int64_t steps) {
+  std::map<std::string, at::Tensor> state = old_model.gather_full_state();
+  const dmp::ShardingPlan& old_plan = old_model.plan();
+  if (spec.profile.data_parallel_state_keys_differ) {
+    // torch.optim names for data-parallel tables' state: "<table>.weight.<state>".
+    for (const auto& t : old_plan.tables) {
+      if (t.type != dmp::ShardingType::kDataParallel) continue;
+      for (const auto& s : dmp::FusedOptimizer::state_specs(options.sparse_optimizer, 1, 1)) {
+        auto node = state.extract("ebc.embedding_bags." + t.table + "." + s.name);
+        if (node.empty()) continue;
+        node.key() = "ebc.embedding_bags." + t.table + ".weight." + s.name;
+        state.insert(std::move(node));
+      }
+    }
+  }
+  for (const auto& [table, constraints] : spec.resume->constraints) planner.constraints[table] = constraints;
+  const dmp::ShardingPlan new_plan = collective_plan(comm, planner, spec.profile.plan_on_every_rank);
+  if (spec.profile.load_requires_same_sharding) {
+    for (const auto& t : new_plan.tables) {
+      const dmp::ShardingType before = old_plan.of(t.table).type;
+      DMP_CHECK(before == t.type, ErrorKind::kInvalidInput,
+                "cannot load table '{}': the checkpoint holds it {} ({}), the model now shards it {} "
+                "('Tensor' object has no attribute 'local_shards', TorchRec #1497)",
+                t.table, dmp::sharding_type_name(before),
+                before == dmp::ShardingType::kDataParallel ? "a plain tensor" : "a sharded tensor",
+                dmp::sharding_type_name(t.type));
+    }
+  }
+  auto model = std::make_unique<dmp::DistributedModelParallel>(comm, spec.model, new_plan, generator, options);
+  model->resume(state, steps);
+  return model;
 }
 
 }  // namespace
@@ -107,7 +151,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   DMP_CHECK(local_world_size == scenario_local, ErrorKind::kInvalidInput,
             "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size, scenario_local);
   const dmp::PlannerInput planner = scenario::planner_input(spec, local_world_size);
-  const dmp::ShardingPlan plan = collective_plan(comm, planner);
+  const dmp::ShardingPlan plan = collective_plan(comm, planner, spec.profile.plan_on_every_rank);
   for (const auto& t : plan.tables) {
     check::TablePlacement placement{t.table, dmp::sharding_type_name(t.type), {}};
     for (const auto& s : t.shards) placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, s.bytes});
@@ -118,15 +162,15 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   const uint64_t seed = spec.init.seed + (spec.init.mode == scenario::InitMode::kUnseeded ? comm.rank() : 0);
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   dmp::DmpOptions dmp_options{spec.profile, spec.sparse_optimizer, spec.dense_optimizer};
-  dmp::DistributedModelParallel model(comm, spec.model, plan, generator, dmp_options);
+  auto model = std::make_unique<dmp::DistributedModelParallel>(comm, spec.model, plan, generator, dmp_options);
   int64_t steps_done = 0;  // steps the model had taken before this run (a checkpoint's)
   if (!spec.init.from.empty()) {
     const dmp::FullState checkpoint = dmp::load_checkpoint(spec.init.from);
-    model.resume(checkpoint.tensors, checkpoint.steps);
+    model->resume(checkpoint.tensors, checkpoint.steps);
     steps_done = checkpoint.steps;
     say(fmt::format("resumed from {} after {} step(s)", spec.init.from, steps_done));
   }
-  const auto& init = model.init_broadcast();
+  const auto& init = model->init_broadcast();
   if (init.data_parallel_tables_broadcast) {
     at::Tensor seconds = at::tensor({init.data_parallel_tables.seconds}, at::kDouble);
     comm.all_reduce(seconds, comm::ReduceOp::kMax);
@@ -139,11 +183,11 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     cost.seconds = seconds.item<double>();
     cost.gbps = cost.seconds > 0 ? static_cast<double>(cost.bytes) / cost.seconds / 1e9 : 0.0;
   }
-  result.replicas = check::check_replicas(comm, replicated(model.state()), "init");
+  result.replicas = check::check_replicas(comm, replicated(model->state()), "init");
   const bool compare_global = spec.expect.global_model.has_value();
   std::unique_ptr<check::GlobalModelTracker> tracker;
   if (compare_global) {
-    const auto initial = model.gather_full_state();
+    const auto initial = model->gather_full_state();
     if (comm.rank() == 0) {
       tracker = std::make_unique<check::GlobalModelTracker>(
           spec.model, dmp_options, initial, steps_done, check::Tolerances{spec.expect.global_model->rtol, spec.expect.global_model->atol});
@@ -167,26 +211,30 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     if (!options.dump_batches_dir.empty() && comm.rank() == 0) {
       dmp::save_batch(fmt::format("{}/{}/{}/batch{}.pt", options.dump_batches_dir, scenario.name, spec.slug, global_step), global);
     }
-    const double loss = model.train_step(local_batch(spec, global, comm.rank()));
+    const double loss = model->train_step(local_batch(spec, global, comm.rank()));
     result.losses.push_back(loss);
     if (compare_global) {
       const auto check_start = Clock::now();
-      const auto state = model.gather_full_state();
+      const auto state = model->gather_full_state();
       if (tracker) tracker->step_and_compare(global, state, step + 1);
       check_seconds += seconds_since(check_start);
     }
     say(fmt::format("step {}/{} loss {:.6f} ({:.2f} s)", step + 1, spec.steps, loss, seconds_since(train_start)));
+    if (spec.resume && step + 1 == spec.resume->after_step) {
+      model = resume_under_new_plan(comm, spec, *model, planner, generator, dmp_options, steps_done + step + 1);
+      say(fmt::format("resumed after step {} under another plan", step + 1));
+    }
   }
   result.timings.train_s = seconds_since(train_start) - check_seconds;
   if (!options.checkpoint_dir.empty()) {
     const std::string dir = fmt::format("{}/{}/{}", options.checkpoint_dir, scenario.name, spec.slug);
-    dmp::save_sharded_checkpoint(dir, model, comm.rank(), comm.world_size(), steps_done + spec.steps);
+    dmp::save_sharded_checkpoint(dir, *model, comm.rank(), comm.world_size(), steps_done + spec.steps);
     say(fmt::format("checkpoint saved to {}/rank{}.pt", dir, comm.rank()));
   }
 
   // Check.
   const auto check_start = Clock::now();
-  auto final_checks = check::check_replicas(comm, replicated(model.state()), "final");
+  auto final_checks = check::check_replicas(comm, replicated(model->state()), "final");
   result.replicas.insert(result.replicas.end(), final_checks.begin(), final_checks.end());
   if (tracker) {
     result.global_model = tracker->results();

@@ -70,6 +70,15 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
       result.verdict = "error";
       if (launched.failure) {
         result.failure = launched.failure;
+        // A failure the scenario predicts is the expected outcome, not an error.
+        if (spec.expect.error && launched.failure->message.find(*spec.expect.error) != std::string::npos) {
+          result.verdict = "pass";
+          result.expectation.held = true;
+        } else if (spec.expect.error) {
+          result.verdict = "fail";
+          result.expectation.failures.push_back(fmt::format("expected an error containing '{}', got: {}", *spec.expect.error,
+                                                            launched.failure->message));
+        }
       } else {
         check::RankFailure f;
         f.rank = 0;

@@ -162,12 +162,12 @@ class Reader {
 const std::vector<std::string> kTopLevelKeys = {
     "version", "name", "description", "reproduces", "world_size", "backend", "steps", "batch_size",
     "timeout_s", "threads_per_rank", "topology", "init", "profile", "data", "tables", "dense", "optimizers",
-    "matrix", "expect"};
+    "resume", "matrix", "expect"};
 
 // Keys a matrix may vary: everything that describes one run.
 const std::vector<std::string> kMatrixRoots = {"world_size", "backend", "steps", "batch_size", "timeout_s",
                                                "threads_per_rank", "topology", "init", "profile", "data", "tables",
-                                               "dense", "optimizers"};
+                                               "dense", "optimizers", "resume"};
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -417,12 +417,28 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       }
     }
   }
+  if (YAML::Node resume = root["resume"]) {
+    r.check_keys(resume, "resume", {"after_step", "sharding"});
+    ResumeSpec spec;
+    spec.after_step = static_cast<int>(r.integer(r.required(resume, "resume", "after_step"), "resume.after_step", 1, run.steps));
+    if (YAML::Node sharding = resume["sharding"]) {
+      r.require_map(sharding, "resume.sharding");
+      for (const auto& kv : sharding) {
+        const std::string table = kv.first.as<std::string>();
+        if (!names.count(table)) {
+          r.fail(kv.first, "resume.sharding." + table, fmt::format("no table '{}' (tables: {})", table, fmt::join(names, ", ")));
+        }
+        spec.constraints[table] = parse_constraints(r, kv.second, "resume.sharding." + table, run.world_size);
+      }
+    }
+    run.resume = spec;
+  }
   return run;
 }
 
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
                               const std::set<std::string>& table_names) {
-  r.check_keys(node, path, {"when", "replicas", "diverged", "at", "global_model", "max_broadcast_seconds"});
+  r.check_keys(node, path, {"when", "replicas", "diverged", "at", "global_model", "max_broadcast_seconds", "error"});
   Expectation e;
   e.where = {r.file(), r.line_of(node)};
   if (node["replicas"]) {
@@ -462,6 +478,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     }
     e.global_model = t;
   }
+  if (node["error"]) e.error = r.string(node["error"], path + ".error");
   if (node["max_broadcast_seconds"]) {
     e.max_broadcast_seconds = r.number(node["max_broadcast_seconds"], path + ".max_broadcast_seconds", 0.0);
   }
@@ -496,6 +513,7 @@ std::string Expectation::describe() const {
                         global_model->rtol, global_model->atol);
   }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
+  if (error) text = fmt::format("the run fails with an error containing '{}'", *error);
   return text;
 }
 

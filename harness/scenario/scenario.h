@@ -71,6 +71,8 @@ struct Expectation {
   std::vector<Phase> at = {Phase::kInit, Phase::kFinal};  // where the divergence must show
   std::optional<Tolerance> global_model;  // compare against the unsharded model when set
   std::optional<double> max_broadcast_seconds;
+  // The run is expected to fail, with an error whose message contains this text.
+  std::optional<std::string> error;
   SourceLocation where;
   std::string describe() const;
 };
@@ -81,6 +83,14 @@ struct Reproduces {
   std::string fixed_in;
   std::string bug_profile;
   std::string fix_profile;
+};
+
+// Mid-run checkpoint and resume: after `after_step` steps the full state is taken (as a
+// checkpoint would hold it), the model is rebuilt under `constraints` (another plan) and
+// training continues from the state.
+struct ResumeSpec {
+  int after_step = 0;
+  std::map<std::string, dmp::ShardingConstraints> constraints;  // replace the tables' own
 };
 
 struct RunSpec {
@@ -102,6 +112,7 @@ struct RunSpec {
   dmp::FusedOptimizerConfig sparse_optimizer;
   dmp::DenseOptimizerConfig dense_optimizer;
   DataSpec data;
+  std::optional<ResumeSpec> resume;
   Expectation expect;
 };
 

@@ -55,6 +55,15 @@ FusedOptimizer::FusedOptimizer(const FusedOptimizerConfig& config, int64_t rows,
 
 void FusedOptimizer::apply(at::Tensor& weight, const RowGradients& grads) {
   ++step_;
+  update(weight, grads);
+}
+
+void FusedOptimizer::apply_in_turn(at::Tensor& weight, const std::vector<RowGradients>& groups) {
+  ++step_;
+  for (const auto& g : groups) update(weight, g);
+}
+
+void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
   if (grads.rows.numel() == 0) return;
   DMP_INTERNAL_ASSERT(grads.grads.size(0) == grads.rows.numel(), "one gradient per row");
   const at::Tensor& rows = grads.rows;

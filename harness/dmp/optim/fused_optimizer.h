@@ -65,6 +65,9 @@ class FusedOptimizer {
   // One step: updates `weight` (the shard) in place for the rows in `grads` (shard-local,
   // unique).  Called once per training step even when no row was touched (Adam counts steps).
   void apply(at::Tensor& weight, const RowGradients& grads);
+  // One step applied as several updates in turn, one per group of unique rows (per-occurrence
+  // updates, see BehaviourProfile::deduplicate_row_gradients).
+  void apply_in_turn(at::Tensor& weight, const std::vector<RowGradients>& groups);
   // State tensors with their state_dict suffix, e.g. {"momentum1", m} for Adagrad.
   std::vector<NamedTensor> state() const;
   const FusedOptimizerConfig& config() const { return config_; }
@@ -77,6 +80,8 @@ class FusedOptimizer {
   static int64_t state_bytes(const FusedOptimizerConfig& config, int64_t rows, int64_t cols);
 
  private:
+  void update(at::Tensor& weight, const RowGradients& grads);
+
   FusedOptimizerConfig config_;
   std::vector<NamedTensor> state_;
   int64_t step_ = 0;

@@ -19,8 +19,8 @@ std::vector<std::string> features_of(const std::vector<EmbeddingBagConfig>& tabl
   return features;
 }
 
-DataParallelSharding::DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards)
-    : comm_(comm), shards_(std::move(shards)) {
+DataParallelSharding::DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards, bool update_tables)
+    : comm_(comm), shards_(std::move(shards)), update_tables_(update_tables) {
   for (const auto& shard : shards_) {
     for (const auto& f : shard.config.feature_names) {
       input_features_.push_back(f);
@@ -86,6 +86,7 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
     at::Tensor count = flat.narrow(0, count_offset, rows);
     grad_offset += rows * dim;
     count_offset += rows;
+    if (!update_tables_) continue;
     at::Tensor touched_rows = count.gt(0).nonzero().reshape({-1});
     shard.optimizer->apply(shard.weight, RowGradients{touched_rows, dense.index_select(0, touched_rows)});
   }

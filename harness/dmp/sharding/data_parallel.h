@@ -11,7 +11,9 @@ namespace dmpcheck::dmp {
 class DataParallelSharding final : public EmbeddingSharding {
  public:
   // `shards` hold full tables (already initialised); ownership moves here.
-  DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards);
+  // `update_tables` false: gradients are reduced but no optimizer step is taken (a profile
+  // switch reproducing a data-parallel table nobody attached an optimizer to).
+  DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards, bool update_tables = true);
 
   bool replicated() const override { return true; }
   const std::vector<std::string>& input_features() const override { return input_features_; }
@@ -23,6 +25,7 @@ class DataParallelSharding final : public EmbeddingSharding {
  private:
   comm::Communicator& comm_;  // outlives the sharding: owned by the worker for the whole run
   std::vector<TableShard> shards_;
+  bool update_tables_;
   std::vector<std::string> input_features_;
   PooledColumns columns_;
   std::vector<Bags> saved_bags_;  // per output column, from the last forward

@@ -34,8 +34,11 @@ at::Tensor cat_or_empty(const std::vector<at::Tensor>& parts, at::ScalarType typ
 
 ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std::vector<EmbeddingBagConfig>& tables,
                                              const std::vector<TablePlan>& plans, std::vector<TableShard> local_shards,
-                                             bool divide_gradients_by_world_size)
-    : comm_(comm), tables_(tables), shards_(std::move(local_shards)), divide_gradients_(divide_gradients_by_world_size) {
+                                             const BehaviourProfile& profile)
+    : comm_(comm), tables_(tables), shards_(std::move(local_shards)),
+      divide_gradients_(profile.divide_model_parallel_gradients_by_world_size),
+      deduplicate_(profile.deduplicate_row_gradients) {
+  bool row_split_mean = false;
   DMP_INTERNAL_ASSERT(tables.size() == plans.size(), "one plan per table");
   const auto world = static_cast<size_t>(comm_.world_size());
   items_by_rank_.resize(world);
@@ -52,9 +55,15 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
       columns_.features.push_back(feature);
       columns_.dims.push_back(tables_[t].embedding_dim);
       column_table_.push_back(t);
+      const bool row_split = plans[t].type == ShardingType::kRowWise || plans[t].type == ShardingType::kTableRowWise;
+      const bool local_mean = profile.row_wise_mean_divides_by_local_length && row_split &&
+                              tables_[t].pooling == PoolingType::kMean;
+      column_full_mean_.push_back(tables_[t].pooling == PoolingType::kMean && !local_mean);
+      column_row_split_sum_.push_back(row_split && tables_[t].pooling == PoolingType::kSum);
+      row_split_mean = row_split_mean || (row_split && tables_[t].pooling == PoolingType::kMean);
       for (size_t s = 0; s < plans[t].shards.size(); ++s) {
         const Shard& shard = plans[t].shards[s];
-        items_by_rank_[static_cast<size_t>(shard.rank)].push_back({t, feature, column, shard, local_index[s]});
+        items_by_rank_[static_cast<size_t>(shard.rank)].push_back({t, feature, column, shard, local_index[s], local_mean});
         width_by_rank_[static_cast<size_t>(shard.rank)] += shard.cols;
       }
     }
@@ -65,6 +74,8 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
     column_offsets_.push_back(offset);
     offset += d;
   }
+  // TorchRec builds the divisor only when some row-sharded table averages.
+  mutate_sum_lengths_ = profile.mean_divisor_mutates_lengths && row_split_mean;
 }
 
 at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
@@ -91,6 +102,7 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
       const EmbeddingBagConfig& table = tables_[item.table];
       check_ids_in_range(local_bags[item.column], table.num_embeddings, table.name, item.feature);
       Bags part = bucketize(local_bags[item.column], item.shard.row_offset, item.shard.rows);
+      if (mutate_sum_lengths_ && column_row_split_sum_[item.column]) part.lengths.fill_(1);
       send_lengths.push_back(part.lengths);
       send_ids.push_back(part.ids);
       if (weighted) send_weights.push_back(*part.weights);
@@ -116,6 +128,12 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
     std::vector<std::vector<at::Tensor>> lengths(static_cast<size_t>(my_items)), ids(lengths.size()), weights(lengths.size());
     int64_t l0 = 0, v0 = 0;
     for (int s = 0; s < world; ++s) {
+      // The lengths a source sent must account for exactly the ids it sent.
+      const int64_t declared = my_items > 0 ? recv_lengths.narrow(0, l0, batch * my_items).sum().item<int64_t>() : 0;
+      DMP_CHECK(declared == recv_counts[static_cast<size_t>(s)], ErrorKind::kInvalidInput,
+                "rank {}: the lengths received from rank {} sum to {} but rank {} sent {} ids: the KeyedJaggedTensor's "
+                "lengths no longer match its values",
+                comm_.rank(), s, declared, s, recv_counts[static_cast<size_t>(s)]);
       for (int64_t i = 0; i < my_items; ++i) {
         const at::Tensor len = recv_lengths.narrow(0, l0, batch);
         const int64_t n = len.sum().item<int64_t>();
@@ -132,7 +150,9 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
       bags.lengths = at::cat(lengths[static_cast<size_t>(i)]);
       bags.ids = at::cat(ids[static_cast<size_t>(i)]);
       if (weighted && tables_[item.table].weighted) bags.weights = at::cat(weights[static_cast<size_t>(i)]);
-      pooled.push_back(pooled_forward(shards_[static_cast<size_t>(item.local_shard)].weight, bags, PoolingType::kSum));
+      at::Tensor sum = pooled_forward(shards_[static_cast<size_t>(item.local_shard)].weight, bags, PoolingType::kSum);
+      if (item.local_mean) sum = sum / bags.lengths.clamp_min(1).to(at::kFloat).unsqueeze(1);
+      pooled.push_back(sum);
     }
   }
 
@@ -156,7 +176,7 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
     }
   }
   for (size_t c = 0; c < columns_.features.size(); ++c) {
-    if (tables_[column_table_[c]].pooling != PoolingType::kMean) continue;
+    if (!column_full_mean_[c]) continue;
     const at::Tensor length = local_lengths_[c].clamp_min(1).to(at::kFloat).unsqueeze(1);
     out.narrow(1, column_offsets_[c], columns_.dims[c]).div_(length);
   }
@@ -171,7 +191,7 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
   // The mean's 1/length first, so owners see the gradient of their sum-pooled partials.
   at::Tensor g = grad.contiguous().clone();
   for (size_t c = 0; c < columns_.features.size(); ++c) {
-    if (tables_[column_table_[c]].pooling != PoolingType::kMean) continue;
+    if (!column_full_mean_[c]) continue;
     g.narrow(1, column_offsets_[c], columns_.dims[c]).div_(local_lengths_[c].clamp_min(1).to(at::kFloat).unsqueeze(1));
   }
 
@@ -198,17 +218,29 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
     int64_t col = 0;
     for (size_t i = 0; i < items_by_rank_[me].size(); ++i) {
       const Item& item = items_by_rank_[me][i];
+      at::Tensor item_grad = global.narrow(1, col, item.shard.cols);
+      if (item.local_mean) item_grad = item_grad / owner_bags_[i].lengths.clamp_min(1).to(at::kFloat).unsqueeze(1);
       per_shard[static_cast<size_t>(item.local_shard)].push_back(
-          pooled_backward(global.narrow(1, col, item.shard.cols), owner_bags_[i], PoolingType::kSum));
+          per_occurrence_gradients(item_grad, owner_bags_[i], PoolingType::kSum));
       col += item.shard.cols;
     }
   }
   for (size_t s = 0; s < shards_.size(); ++s) {
-    RowGradients rows = per_shard[s].empty()
-                            ? RowGradients{at::empty({0}, at::kLong), at::empty({0, shards_[s].weight.size(1)}, at::kFloat)}
-                            : merge_row_gradients(per_shard[s]);
-    if (scale != 1.0) rows.grads = rows.grads * scale;
-    shards_[s].optimizer->apply(shards_[s].weight, rows);
+    RowGradients occurrences{at::empty({0}, at::kLong), at::empty({0, shards_[s].weight.size(1)}, at::kFloat)};
+    if (!per_shard[s].empty()) {
+      std::vector<at::Tensor> rows, grads;
+      for (const auto& part : per_shard[s]) {
+        rows.push_back(part.rows);
+        grads.push_back(part.grads);
+      }
+      occurrences = {at::cat(rows), at::cat(grads)};
+    }
+    if (scale != 1.0) occurrences.grads = occurrences.grads * scale;
+    if (deduplicate_) {
+      shards_[s].optimizer->apply(shards_[s].weight, sum_by_row(occurrences));
+    } else {
+      shards_[s].optimizer->apply_in_turn(shards_[s].weight, occurrence_groups(occurrences));
+    }
   }
 }
 

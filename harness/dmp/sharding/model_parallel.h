@@ -17,6 +17,7 @@
 // difference between types in a report is a difference in placement, never in arithmetic.
 #pragma once
 
+#include "dmp/behaviour_profile.h"
 #include "dmp/planner.h"
 #include "dmp/sharding/embedding_sharding.h"
 
@@ -28,7 +29,7 @@ class ModelParallelSharding final : public EmbeddingSharding {
   // `local_shards`: this rank's shards, in the order of the plan's shards (table, then shard).
   ModelParallelSharding(comm::Communicator& comm, const std::vector<EmbeddingBagConfig>& tables,
                         const std::vector<TablePlan>& plans, std::vector<TableShard> local_shards,
-                        bool divide_gradients_by_world_size);
+                        const BehaviourProfile& profile);
 
   bool replicated() const override { return false; }
   const std::vector<std::string>& input_features() const override { return input_features_; }
@@ -44,16 +45,21 @@ class ModelParallelSharding final : public EmbeddingSharding {
     size_t column = 0;      // index of the feature in columns_
     Shard shard;
     int local_shard = -1;   // index into shards_ on the owner
+    bool local_mean = false;  // TorchRec #2362: the owner divides by its share of the bag
   };
 
   comm::Communicator& comm_;  // owned by the worker, outlives the sharding
   std::vector<EmbeddingBagConfig> tables_;
   std::vector<TableShard> shards_;
   bool divide_gradients_;
+  bool deduplicate_;
+  bool mutate_sum_lengths_;                     // TorchRec #2808
   std::vector<std::string> input_features_;
   PooledColumns columns_;                       // model order
   std::vector<int64_t> column_offsets_;
   std::vector<size_t> column_table_;            // per column: index into tables_
+  std::vector<bool> column_full_mean_;          // per column: divide by the full bag length
+  std::vector<bool> column_row_split_sum_;      // per column: a sum-pooled row_wise/table_row_wise table
   std::vector<std::vector<Item>> items_by_rank_;
   std::vector<int64_t> width_by_rank_;          // pooled columns each owner returns per bag
 
