@@ -90,6 +90,14 @@ struct Timings {
   double total_s = 0.0;  // as the launcher saw it, spawn to reap
 };
 
+// Replicas compared after one training step (0 = at init): how many replicated tensors differ
+// across ranks and the largest |diff|.
+struct StepDivergence {
+  int step = 0;
+  int tensors_differing = 0;
+  double max_abs_diff = 0.0;
+};
+
 struct RunResult {
   std::string scenario;
   std::string scenario_file;
@@ -100,7 +108,8 @@ struct RunResult {
   std::string init_mode;
   Environment environment;
   std::vector<TablePlacement> plan;
-  std::vector<TensorCheck> replicas;
+  std::vector<TensorCheck> replicas;        // every replicated tensor at init and at the end
+  std::vector<StepDivergence> divergence;   // per step, from init on
   bool global_model_checked = false;
   std::vector<GlobalModelCheck> global_model;
   BroadcastCost init_broadcast;

@@ -9,6 +9,7 @@
 #include "dmp/checkpoint.h"
 #include "report/explain.h"
 #include "run/scenario_runner.h"
+#include "run/suite.h"
 #include "run/worker.h"
 #include "scenario/scenario.h"
 
@@ -67,6 +68,19 @@ int command_gather(const std::string& directory, const std::string& output) {
   return 0;
 }
 
+int command_suite(const run::SuiteOptions& given) {
+  run::SuiteOptions options = given;
+  options.worker_executable = self_executable();
+  options.out = &std::cout;
+  const auto outcome = run::run_suite(options);
+  int passed = 0;
+  for (const auto& r : outcome.results) passed += r.verdict == "pass" ? 1 : 0;
+  std::cout << fmt::format("dmpcheck suite: {} of {} run(s) met their expectations in {:.1f} s\n", passed, outcome.results.size(),
+                           outcome.seconds);
+  std::cout << fmt::format("reports: {0}/junit.xml {0}/summary.md {0}/report.html and one JSON per run\n", outcome.report_dir);
+  return outcome.exit_code;
+}
+
 int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
   const std::string& out_dir = flags.out_dir;
   // Validate everything first: a typo in the third file should not cost two runs.
@@ -112,6 +126,18 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--dump-batches", flags.dump_batches_dir,
                       "Rank 0 writes every global batch to DIR/<scenario>/<run>/batch<step>.pt, to feed TorchRec the same data");
 
+  run::SuiteOptions suite;
+  auto* suite_cmd = app.add_subcommand("suite", "Run every scenario and matrix cell under the given paths; write JSON, JUnit XML, Markdown and HTML reports");
+  suite_cmd->add_option("paths", suite.paths, "Scenario files or directories (searched for *.yaml)")->required();
+  suite_cmd->add_option("--filter", suite.filter, "Only cells whose '<scenario> [<run>]' matches this regex");
+  suite_cmd->add_option("--jobs,-j", suite.jobs, "Runs at once, while their ranks fit on the cores")->capture_default_str();
+  suite_cmd->add_option("--out", suite.out_root, "Reports go to <out>/<timestamp>/")->capture_default_str();
+  suite_cmd->add_option("--budget", suite.budget_s, "Seconds a run may take in all before its ranks are killed");
+
+  std::string report_dir;
+  auto* report_cmd = app.add_subcommand("report", "Render junit.xml, summary.md and report.html again from the run JSON files in a directory");
+  report_cmd->add_option("directory", report_dir, "A suite's report directory")->required()->check(CLI::ExistingDirectory);
+
   std::string gather_dir, gather_out;
   auto* checkpoint_cmd = app.add_subcommand("checkpoint", "Work with checkpoints");
   auto* gather_cmd = checkpoint_cmd->add_subcommand("gather", "Assemble a sharded checkpoint directory into one unsharded file");
@@ -140,6 +166,12 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return command_run(run_files, flags);
     if (*gather_cmd) return command_gather(gather_dir, gather_out);
+    if (*suite_cmd) return command_suite(suite);
+    if (*report_cmd) {
+      const size_t n = run::rerender_reports(report_dir);
+      std::cout << fmt::format("{}: {} runs rendered into junit.xml, summary.md, report.html\n", report_dir, n);
+      return 0;
+    }
     if (*validate_cmd) return command_validate(validate_files);
     if (*explain_cmd) return command_explain(explain_files);
     if (*worker_cmd) return run::worker_main({worker_file, worker_out});

@@ -22,6 +22,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Environment, libtorch_version, backend, host,
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ExpectationResult, description, held, failures)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankFailure, rank, kind, cause, message, last_lines)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Timings, init_s, train_s, check_s, total_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepDivergence, step, tensors_differing, max_abs_diff)
 
 void to_json(nlohmann::json& j, const RunResult& v) {
   j = nlohmann::json{{"scenario", v.scenario},
@@ -34,6 +35,7 @@ void to_json(nlohmann::json& j, const RunResult& v) {
                      {"environment", v.environment},
                      {"plan", v.plan},
                      {"replicas", v.replicas},
+                     {"divergence", v.divergence},
                      {"global_model_checked", v.global_model_checked},
                      {"global_model", v.global_model},
                      {"init_broadcast", v.init_broadcast},
@@ -55,6 +57,7 @@ void from_json(const nlohmann::json& j, RunResult& v) {
   j.at("environment").get_to(v.environment);
   j.at("plan").get_to(v.plan);
   j.at("replicas").get_to(v.replicas);
+  j.at("divergence").get_to(v.divergence);
   j.at("global_model_checked").get_to(v.global_model_checked);
   j.at("global_model").get_to(v.global_model);
   j.at("init_broadcast").get_to(v.init_broadcast);

@@ -26,6 +26,8 @@ void to_json(nlohmann::json& j, const ExpectationResult& v);
 void from_json(const nlohmann::json& j, ExpectationResult& v);
 void to_json(nlohmann::json& j, const RankFailure& v);
 void from_json(const nlohmann::json& j, RankFailure& v);
+void to_json(nlohmann::json& j, const StepDivergence& v);
+void from_json(const nlohmann::json& j, StepDivergence& v);
 void to_json(nlohmann::json& j, const Timings& v);
 void from_json(const nlohmann::json& j, Timings& v);
 void to_json(nlohmann::json& j, const RunResult& v);

@@ -184,6 +184,16 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     cost.gbps = cost.seconds > 0 ? static_cast<double>(cost.bytes) / cost.seconds / 1e9 : 0.0;
   }
   result.replicas = check::check_replicas(comm, replicated(model->state()), "init");
+  auto record_divergence = [&](int step, const std::vector<check::TensorCheck>& checks) {
+    check::StepDivergence d;
+    d.step = step;
+    for (const auto& c : checks) {
+      d.tensors_differing += c.equal ? 0 : 1;
+      d.max_abs_diff = std::max(d.max_abs_diff, c.max_abs_diff);
+    }
+    result.divergence.push_back(d);
+  };
+  record_divergence(0, result.replicas);
   const bool compare_global = spec.expect.global_model.has_value();
   std::unique_ptr<check::GlobalModelTracker> tracker;
   if (compare_global) {
@@ -213,6 +223,11 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     }
     const double loss = model->train_step(local_batch(spec, global, comm.rank()));
     result.losses.push_back(loss);
+    if (step + 1 < spec.steps) {  // the last step is checked in full below
+      const auto check_start = Clock::now();
+      record_divergence(step + 1, check::check_replicas(comm, replicated(model->state()), "step"));
+      check_seconds += seconds_since(check_start);
+    }
     if (compare_global) {
       const auto check_start = Clock::now();
       const auto state = model->gather_full_state();
@@ -236,6 +251,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   const auto check_start = Clock::now();
   auto final_checks = check::check_replicas(comm, replicated(model->state()), "final");
   result.replicas.insert(result.replicas.end(), final_checks.begin(), final_checks.end());
+  if (spec.steps > 0) record_divergence(spec.steps, final_checks);
   if (tracker) {
     result.global_model = tracker->results();
     result.global_model_checked = true;

@@ -22,9 +22,73 @@ int exit_code_for(const std::vector<check::RunResult>& results) {
   return code;
 }
 
+check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const ScenarioRunOptions& options) {
+  const scenario::RunSpec& spec = scenario.runs.at(i);
+  LaunchRequest request;
+  request.executable = options.worker_executable;
+  request.arguments = {"worker"};
+  request.world_size = spec.world_size;
+  request.local_world_size = spec.local_world_size;
+  request.threads_per_rank = threads_per_rank(spec, available_cores());
+  request.store_entries = {{"scenario_text", scenario.source_text},
+                           {"scenario_file", scenario.file},
+                           {"run_index", std::to_string(i)}};
+  if (!options.checkpoint_dir.empty()) request.store_entries["checkpoint_dir"] = options.checkpoint_dir;
+  if (!options.dump_batches_dir.empty()) request.store_entries["dump_batches_dir"] = options.dump_batches_dir;
+  const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
+  request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
+  static std::mutex out_mutex;
+  if (options.echo_rank_output && options.out) {
+    request.on_line = [&](int rank, const std::string& line) {
+      std::lock_guard<std::mutex> lock(out_mutex);
+      *options.out << "[rank " << rank << "] " << line << "\n" << std::flush;
+    };
+  }
+  const LaunchOutcome launched = launch(request);
+
+  check::RunResult result;
+  if (launched.ok && launched.result) {
+    result = nlohmann::json::parse(*launched.result).get<check::RunResult>();
+  } else {
+    result.scenario = scenario.name;
+    result.scenario_file = scenario.file;
+    result.run = spec.name;
+    result.slug = spec.slug;
+    result.cell = spec.cell;
+    result.profile = spec.profile.name;
+    result.init_mode = scenario::init_mode_name(spec.init.mode);
+    result.environment.world_size = spec.world_size;
+    result.environment.backend = spec.backend;
+    result.expectation.description = spec.expect.describe();
+    result.verdict = "error";
+    if (launched.failure) {
+      result.failure = launched.failure;
+      // A failure the scenario predicts is the expected outcome, not an error.
+      if (spec.expect.error && launched.failure->message.find(*spec.expect.error) != std::string::npos) {
+        result.verdict = "pass";
+        result.expectation.held = true;
+      } else if (spec.expect.error) {
+        result.verdict = "fail";
+        result.expectation.failures.push_back(fmt::format("expected an error containing '{}', got: {}", *spec.expect.error,
+                                                          launched.failure->message));
+      }
+    } else {
+      check::RankFailure f;
+      f.rank = 0;
+      f.kind = "internal";
+      f.cause = "exited with status 0 without a result";
+      result.failure = f;
+    }
+  }
+  result.timings.total_s = launched.seconds;
+  if (options.write_reports) {
+    report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
+  }
+  return result;
+}
+
 ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioRunOptions& options) {
   ScenarioOutcome outcome;
-  std::mutex out_mutex;
   for (size_t i = 0; i < scenario.runs.size(); ++i) {
     const scenario::RunSpec& spec = scenario.runs[i];
     if (options.out) {
@@ -32,65 +96,7 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
                                   spec.name, spec.world_size)
                    << std::flush;
     }
-    LaunchRequest request;
-    request.executable = options.worker_executable;
-    request.arguments = {"worker"};
-    request.world_size = spec.world_size;
-    request.local_world_size = spec.local_world_size;
-    request.threads_per_rank = threads_per_rank(spec, available_cores());
-    request.store_entries = {{"scenario_text", scenario.source_text},
-                             {"scenario_file", scenario.file},
-                             {"run_index", std::to_string(i)}};
-    if (!options.checkpoint_dir.empty()) request.store_entries["checkpoint_dir"] = options.checkpoint_dir;
-    if (!options.dump_batches_dir.empty()) request.store_entries["dump_batches_dir"] = options.dump_batches_dir;
-    const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
-    request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
-    if (options.echo_rank_output && options.out) {
-      request.on_line = [&](int rank, const std::string& line) {
-        std::lock_guard<std::mutex> lock(out_mutex);
-        *options.out << "[rank " << rank << "] " << line << "\n" << std::flush;
-      };
-    }
-    const LaunchOutcome launched = launch(request);
-
-    check::RunResult result;
-    if (launched.ok && launched.result) {
-      result = nlohmann::json::parse(*launched.result).get<check::RunResult>();
-    } else {
-      result.scenario = scenario.name;
-      result.scenario_file = scenario.file;
-      result.run = spec.name;
-      result.slug = spec.slug;
-      result.cell = spec.cell;
-      result.profile = spec.profile.name;
-      result.init_mode = scenario::init_mode_name(spec.init.mode);
-      result.environment.world_size = spec.world_size;
-      result.environment.backend = spec.backend;
-      result.expectation.description = spec.expect.describe();
-      result.verdict = "error";
-      if (launched.failure) {
-        result.failure = launched.failure;
-        // A failure the scenario predicts is the expected outcome, not an error.
-        if (spec.expect.error && launched.failure->message.find(*spec.expect.error) != std::string::npos) {
-          result.verdict = "pass";
-          result.expectation.held = true;
-        } else if (spec.expect.error) {
-          result.verdict = "fail";
-          result.expectation.failures.push_back(fmt::format("expected an error containing '{}', got: {}", *spec.expect.error,
-                                                            launched.failure->message));
-        }
-      } else {
-        check::RankFailure f;
-        f.rank = 0;
-        f.kind = "internal";
-        f.cause = "exited with status 0 without a result";
-        result.failure = f;
-      }
-    }
-    result.timings.total_s = launched.seconds;
-    if (options.write_reports) {
-      report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
-    }
+    check::RunResult result = run_cell(scenario, i, options);
     if (options.out) {
       *options.out << report::render_run_table(result) << report::render_verdict_line(result) << "\n" << std::flush;
     }

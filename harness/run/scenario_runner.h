@@ -32,6 +32,11 @@ struct ScenarioOutcome {
 
 ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioRunOptions& options);
 
+// One run of a scenario: launch its ranks, collect (or make, on failure) its RunResult, write
+// its JSON report when options.write_reports.  Thread-safe; prints nothing itself unless
+// options.echo_rank_output and options.out are set.
+check::RunResult run_cell(const scenario::Scenario& scenario, size_t run_index, const ScenarioRunOptions& options);
+
 // The process exit status for a set of results (same rule as ScenarioOutcome::exit_code).
 int exit_code_for(const std::vector<check::RunResult>& results);
 

@@ -1,0 +1,228 @@
+#include "report/suite_reports.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+namespace dmpcheck::report {
+namespace {
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') continue;  // not allowed in XML 1.0
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string md_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += ' ';
+    else out += c;
+  }
+  return out;
+}
+
+struct Counts {
+  int pass = 0, fail = 0, error = 0;
+  double seconds = 0.0;
+};
+
+Counts count(const std::vector<const check::RunResult*>& runs) {
+  Counts c;
+  for (const auto* r : runs) {
+    if (r->verdict == "pass") ++c.pass;
+    else if (r->verdict == "fail") ++c.fail;
+    else ++c.error;
+    c.seconds += r->timings.total_s;
+  }
+  return c;
+}
+
+std::map<std::string, std::vector<const check::RunResult*>> by_scenario(const std::vector<check::RunResult>& results) {
+  std::map<std::string, std::vector<const check::RunResult*>> out;
+  for (const auto& r : results) out[r.scenario].push_back(&r);
+  return out;
+}
+
+std::string diverged_summary(const check::RunResult& r) {
+  std::vector<std::string> names;
+  for (const auto& c : r.replicas) {
+    if (!c.equal) names.push_back(fmt::format("{}@{} (ranks {})", c.name, c.phase, fmt::join(c.differing_ranks, ",")));
+  }
+  return names.empty() ? "all replicas equal" : fmt::format("diverged: {}", fmt::join(names, "; "));
+}
+
+}  // namespace
+
+std::string failure_text(const check::RunResult& r) {
+  if (r.failure) {
+    return fmt::format("rank {} {} ({}): {}", r.failure->rank, r.failure->cause, r.failure->kind, r.failure->message);
+  }
+  return fmt::format("{}", fmt::join(r.expectation.failures, "; "));
+}
+
+std::string render_junit(const SuiteSummary& suite) {
+  const auto groups = by_scenario(suite.results);
+  std::vector<const check::RunResult*> all;
+  for (const auto& r : suite.results) all.push_back(&r);
+  const Counts total = count(all);
+  std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out += fmt::format("<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{:.3f}\">\n",
+                     xml_escape(suite.title), all.size(), total.fail, total.error, suite.seconds);
+  for (const auto& [scenario, runs] : groups) {
+    const Counts c = count(runs);
+    out += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{:.3f}\">\n",
+                       xml_escape(scenario), runs.size(), c.fail, c.error, c.seconds);
+    for (const auto* r : runs) {
+      out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", xml_escape(scenario),
+                         xml_escape(r->run), r->timings.total_s);
+      if (r->verdict == "fail") {
+        out += fmt::format("      <failure type=\"expectation\" message=\"{}\">{}\nexpected: {}</failure>\n",
+                           xml_escape(failure_text(*r)), xml_escape(diverged_summary(*r)), xml_escape(r->expectation.description));
+      } else if (r->verdict != "pass") {
+        std::string lines;
+        if (r->failure) lines = fmt::format("{}", fmt::join(r->failure->last_lines, "\n"));
+        out += fmt::format("      <error type=\"{}\" message=\"{}\">{}</error>\n", xml_escape(r->failure ? r->failure->kind : "error"),
+                           xml_escape(failure_text(*r)), xml_escape(lines));
+      }
+      out += fmt::format("      <system-out>{}; profile {}; {}</system-out>\n", xml_escape(r->expectation.description),
+                         xml_escape(r->profile), xml_escape(diverged_summary(*r)));
+      out += "    </testcase>\n";
+    }
+    out += "  </testsuite>\n";
+  }
+  out += "</testsuites>\n";
+  return out;
+}
+
+std::string render_markdown(const SuiteSummary& suite) {
+  std::vector<const check::RunResult*> all;
+  for (const auto& r : suite.results) all.push_back(&r);
+  const Counts total = count(all);
+  std::string out = fmt::format("## {}: {} of {} runs met their expectations\n\n", suite.title, total.pass, all.size());
+  out += fmt::format("{} failed, {} errored; {:.1f} s; started {}.\n\n", total.fail, total.error, suite.seconds, suite.started_at);
+  out += "| scenario | run | profile | verdict | observed |\n|---|---|---|---|---|\n";
+  for (const auto& r : suite.results) {
+    const std::string verdict = r.verdict == "pass" ? "pass" : r.verdict == "fail" ? "**FAIL**" : "**ERROR**";
+    out += fmt::format("| {} | {} | {} | {} | {} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(r.profile), verdict,
+                       md_escape(r.failure ? failure_text(r) : diverged_summary(r)));
+  }
+  bool any = false;
+  for (const auto& r : suite.results) {
+    if (r.verdict == "pass") continue;
+    if (!any) out += "\n### What did not hold\n\n";
+    any = true;
+    out += fmt::format("- **{} [{}]**: {}\n", md_escape(r.scenario), md_escape(r.run), md_escape(failure_text(r)));
+  }
+  return out;
+}
+
+std::string render_html(const SuiteSummary& suite, const std::string& chart_js) {
+  std::vector<const check::RunResult*> all;
+  for (const auto& r : suite.results) all.push_back(&r);
+  const Counts total = count(all);
+  std::string rows;
+  for (const auto& r : suite.results) {
+    const std::string cls = r.verdict == "pass" ? "pass" : r.verdict == "fail" ? "fail" : "error";
+    std::string divergence;
+    for (const auto& d : r.divergence) {
+      divergence += fmt::format("{}{}:{}", divergence.empty() ? "" : " ", d.step, d.tensors_differing ? fmt::format("{:.2g}", d.max_abs_diff) : "0");
+    }
+    rows += fmt::format(
+        "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td><td>{:.2f}</td></tr>\n", cls,
+        xml_escape(r.scenario), xml_escape(r.run), xml_escape(r.profile), r.verdict,
+        xml_escape(r.failure ? failure_text(r) : diverged_summary(r)), xml_escape(divergence), r.timings.total_s);
+  }
+  std::string tensors;
+  for (const auto& r : suite.results) {
+    for (const auto& c : r.replicas) {
+      if (c.equal) continue;
+      tensors += fmt::format("<tr><td>{} [{}]</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3g}</td><td>{} of {}</td><td>{}</td></tr>\n",
+                             xml_escape(r.scenario), xml_escape(r.run), xml_escape(c.name), c.sharding, c.phase,
+                             c.max_abs_diff, c.elements_differing, c.numel, fmt::join(c.differing_ranks, ","));
+    }
+  }
+  // Broadcast cost points per backend: x = bytes, y = seconds.
+  nlohmann::json series = nlohmann::json::object();
+  for (const auto& r : suite.results) {
+    if (!r.init_broadcast.performed) continue;
+    series[r.environment.backend].push_back({{"x", r.init_broadcast.bytes}, {"y", r.init_broadcast.seconds},
+                                             {"label", r.scenario + " [" + r.run + "]"}});
+  }
+  std::string page = R"(<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>)" + xml_escape(suite.title) + R"(</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}
+tr.pass td:nth-child(4){color:#176b1d;font-weight:bold}
+tr.fail td:nth-child(4),tr.error td:nth-child(4){color:#b00020;font-weight:bold}
+.mono{font-family:monospace}
+#plot-box{width:760px;height:380px}
+</style></head><body>
+)";
+  page += fmt::format("<h1>{}</h1>\n<p>{} of {} runs met their expectations ({} failed, {} errored) in {:.1f} s, started {}.</p>\n",
+                      xml_escape(suite.title), total.pass, all.size(), total.fail, total.error, suite.seconds, suite.started_at);
+  page += "<h2>Init broadcast of data-parallel tables: seconds against bytes</h2>\n"
+          "<div id=\"plot-box\"><canvas id=\"broadcast-cost\" role=\"img\" aria-label=\"broadcast cost plot\"></canvas></div>\n";
+  if (chart_js.empty()) {
+    page += "<p>The plot needs Chart.js: <code>apt-get install libjs-chart.js</code>, then run the suite again.</p>\n";
+  } else {
+    page += "<script>\n" + chart_js + "\n</script>\n<script>\n";
+    page += "const series = " + series.dump() + ";\n";
+    page += R"(const colors = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd'];
+const datasets = Object.keys(series).map((backend, i) => ({label: backend, data: series[backend],
+  backgroundColor: colors[i % colors.length], pointRadius: 5}));
+new Chart(document.getElementById('broadcast-cost'), {type: 'scatter', data: {datasets},
+  options: {animation: false, maintainAspectRatio: false,
+    scales: {x: {type: 'logarithmic', title: {display: true, text: 'bytes broadcast (log scale)'}},
+             y: {type: 'linear', title: {display: true, text: 'seconds (max over ranks)'}}},
+    plugins: {tooltip: {callbacks: {label: (c) => c.raw.label + ': ' + c.raw.x + ' B, ' + c.raw.y.toFixed(6) + ' s'}}}}});
+</script>
+)";
+  }
+  page += "<h2>Verdicts</h2>\n<table id=\"verdicts\"><tr><th>scenario</th><th>run</th><th>profile</th><th>verdict</th>"
+          "<th>observed</th><th>divergence per step (step:max |diff|)</th><th>seconds</th></tr>\n" + rows + "</table>\n";
+  page += "<h2>Replicated tensors that differ across ranks</h2>\n";
+  page += tensors.empty() ? std::string("<p>None: every replicated tensor was bitwise equal on every rank.</p>\n")
+                          : "<table id=\"divergence\"><tr><th>run</th><th>tensor</th><th>sharding</th><th>phase</th><th>max |diff|</th>"
+                            "<th>elements differing</th><th>ranks</th></tr>\n" + tensors + "</table>\n";
+  page += "</body></html>\n";
+  return page;
+}
+
+std::string load_chart_js() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("DMPCHECK_CHARTJS")) candidates.push_back(env);
+  candidates.push_back("/usr/share/javascript/chart.js/chart.min.js");
+  for (const auto& path : candidates) {
+    std::ifstream in(path);
+    if (!in.good()) continue;
+    std::stringstream s;
+    s << in.rdbuf();
+    std::string js = s.str();
+    // Never let the bundle close the inline <script> early.
+    for (size_t at = js.find("</script"); at != std::string::npos; at = js.find("</script", at)) js.replace(at, 2, "<\\/");
+    return js;
+  }
+  return {};
+}
+
+}  // namespace dmpcheck::report

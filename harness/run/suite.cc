@@ -1,0 +1,208 @@
+#include "run/suite.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#include "common/error.h"
+#include <nlohmann/json.hpp>
+
+#include "report/console.h"
+#include "report/json.h"
+#include "report/suite_reports.h"
+#include "run/rank_run.h"
+#include "run/scenario_runner.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::run {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string utc_now(const char* format) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[64];
+  std::strftime(buffer, sizeof(buffer), format, &tm);
+  return buffer;
+}
+
+// reports/<timestamp>, made unique when two suites start in the same second.
+std::string make_report_dir(const std::string& root) {
+  fs::create_directories(root);
+  const std::string stamp = utc_now("%Y%m%d-%H%M%S");
+  for (int n = 0;; ++n) {
+    const fs::path dir = fs::path(root) / (n == 0 ? stamp : fmt::format("{}-{}", stamp, n));
+    std::error_code ec;
+    if (fs::create_directory(dir, ec)) return dir.string();
+    DMP_CHECK(!ec || ec == std::errc::file_exists, ErrorKind::kInvalidInput, "cannot create {}: {}", dir.string(), ec.message());
+  }
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "cannot write {}", temporary);
+    out << text;
+  }
+  fs::rename(temporary, path);
+}
+
+}  // namespace
+
+std::vector<std::string> collect_scenario_files(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const auto& p : paths) {
+    if (fs::is_directory(p)) {
+      for (const auto& entry : fs::recursive_directory_iterator(p)) {
+        if (entry.is_regular_file() && entry.path().extension() == ".yaml") files.push_back(entry.path().string());
+      }
+    } else {
+      DMP_CHECK(fs::is_regular_file(p), ErrorKind::kInvalidInput, "{}: no such scenario file or directory", p);
+      files.push_back(p);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
+}
+
+SuiteOutcome run_suite(const SuiteOptions& options) {
+  const auto start = Clock::now();
+  SuiteOutcome outcome;
+  report::SuiteSummary summary;
+  summary.started_at = utc_now("%Y-%m-%dT%H:%M:%SZ");
+
+  std::vector<scenario::Scenario> scenarios;
+  for (const auto& file : collect_scenario_files(options.paths)) {
+    try {
+      scenarios.push_back(scenario::load_scenario_file(file));
+    } catch (const Error& e) {
+      outcome.invalid.push_back(e.what());
+      check::RunResult r;
+      r.scenario = fs::path(file).stem().string();
+      r.scenario_file = file;
+      r.run = "load";
+      r.slug = "load";
+      r.verdict = "error";
+      r.failure = check::RankFailure{-1, "invalid_scenario", "did not load", e.what(), {}};
+      summary.results.push_back(r);
+      if (options.out) *options.out << "invalid scenario: " << e.what() << "\n";
+    }
+  }
+  struct Cell {
+    size_t scenario;
+    size_t run;
+  };
+  std::vector<Cell> cells;
+  const std::regex filter(options.filter.empty() ? std::string(".*") : options.filter);
+  for (size_t s = 0; s < scenarios.size(); ++s) {
+    for (size_t r = 0; r < scenarios[s].runs.size(); ++r) {
+      const std::string label = fmt::format("{} [{}]", scenarios[s].name, scenarios[s].runs[r].name);
+      if (std::regex_search(label, filter)) cells.push_back({s, r});
+    }
+  }
+  outcome.report_dir = make_report_dir(options.out_root);
+
+  ScenarioRunOptions run_options;
+  run_options.worker_executable = options.worker_executable;
+  run_options.out_dir = outcome.report_dir;
+  run_options.budget_s = options.budget_s;
+  run_options.echo_rank_output = false;
+
+  // Scheduler: up to `jobs` runs at once while their ranks fit on the machine's cores (a run
+  // larger than the machine runs alone).
+  const int cores = available_cores();
+  std::vector<check::RunResult> results(cells.size());
+  std::mutex mutex;
+  std::condition_variable changed;
+  int running = 0, ranks_busy = 0;
+  size_t finished = 0;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const auto& spec = scenarios[cells[i].scenario].runs[cells[i].run];
+    const int ranks = spec.world_size;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] {
+        return running == 0 || (running < std::max(1, options.jobs) && ranks_busy + ranks <= cores);
+      });
+      ++running;
+      ranks_busy += ranks;
+    }
+    threads.emplace_back([&, i, ranks] {
+      const auto& scenario = scenarios[cells[i].scenario];
+      check::RunResult result = run_cell(scenario, cells[i].run, run_options);
+      std::lock_guard<std::mutex> lock(mutex);
+      results[i] = std::move(result);
+      ++finished;
+      --running;
+      ranks_busy -= ranks;
+      if (options.out) {
+        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        const double remaining = elapsed / static_cast<double>(finished) * static_cast<double>(cells.size() - finished);
+        const auto& r = results[i];
+        const std::string verdict = r.verdict == "pass" ? "PASS" : r.verdict == "fail" ? "FAIL" : "ERROR";
+        *options.out << fmt::format("[{}/{}] {} [{}]: {} ({:.1f} s) | elapsed {:.0f} s, about {:.0f} s left\n", finished,
+                                    cells.size(), r.scenario, r.run, verdict, r.timings.total_s, elapsed, remaining);
+        if (r.verdict != "pass") *options.out << "        " << report::failure_text(r) << "\n";
+        *options.out << std::flush;
+      }
+      changed.notify_all();
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  summary.results.insert(summary.results.end(), results.begin(), results.end());
+  outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  write_suite_reports(outcome.report_dir, fmt::format("dmpcheck suite: {}", fmt::join(options.paths, " ")),
+                      summary.started_at, outcome.seconds, summary.results);
+  outcome.results = summary.results;
+  outcome.exit_code = exit_code_for(outcome.results);
+  return outcome;
+}
+
+void write_suite_reports(const std::string& directory, const std::string& title, const std::string& started_at,
+                         double seconds, const std::vector<check::RunResult>& results) {
+  report::SuiteSummary summary;
+  summary.title = title;
+  summary.started_at = started_at;
+  summary.seconds = seconds;
+  summary.results = results;
+  write_text(directory + "/junit.xml", report::render_junit(summary));
+  write_text(directory + "/summary.md", report::render_markdown(summary));
+  write_text(directory + "/report.html", report::render_html(summary, report::load_chart_js()));
+}
+
+size_t rerender_reports(const std::string& directory) {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(directory)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<check::RunResult> results;
+  double seconds = 0.0;
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    try {
+      results.push_back(nlohmann::json::parse(in).get<check::RunResult>());
+      seconds += results.back().timings.total_s;
+    } catch (const std::exception& e) {
+      throw_error(ErrorKind::kInvalidInput, fmt::format("{}: not a dmpcheck run result: {}", f, e.what()));
+    }
+  }
+  DMP_CHECK(!results.empty(), ErrorKind::kInvalidInput, "{}: no run results (*.json) found", directory);
+  write_suite_reports(directory, fmt::format("dmpcheck report: {}", directory), utc_now("%Y-%m-%dT%H:%M:%SZ"), seconds, results);
+  return results.size();
+}
+
+}  // namespace dmpcheck::run
