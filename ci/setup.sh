@@ -9,6 +9,9 @@ packages=(
   libgloo-dev         # the Gloo headers that c10d's ProcessGroupGloo.hpp includes
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libbenchmark-dev
+  pybind11-dev python3-dev python3-pytest   # the module and its tests, for Debian's /usr/bin/python3
+  libjs-chart.js                            # inlined into the HTML report's plot
+  chromium                                  # the HTML report's browser test
 )
 
 missing=()

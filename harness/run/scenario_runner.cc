@@ -32,7 +32,8 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   request.threads_per_rank = threads_per_rank(spec, available_cores());
   request.store_entries = {{"scenario_text", scenario.source_text},
                            {"scenario_file", scenario.file},
-                           {"run_index", std::to_string(i)}};
+                           {"run_index", std::to_string(i)},
+                           {"overrides", nlohmann::json(scenario.overrides).dump()}};
   if (!options.checkpoint_dir.empty()) request.store_entries["checkpoint_dir"] = options.checkpoint_dir;
   if (!options.dump_batches_dir.empty()) request.store_entries["dump_batches_dir"] = options.dump_batches_dir;
   const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));

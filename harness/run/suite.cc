@@ -201,7 +201,7 @@ size_t rerender_reports(const std::string& directory) {
     }
   }
   DMP_CHECK(!results.empty(), ErrorKind::kInvalidInput, "{}: no run results (*.json) found", directory);
-  write_suite_reports(directory, fmt::format("dmpcheck report: {}", directory), utc_now("%Y-%m-%dT%H:%M:%SZ"), seconds, results);
+  write_suite_reports(directory, "dmpcheck report", utc_now("%Y-%m-%dT%H:%M:%SZ"), seconds, results);
   return results.size();
 }
 

@@ -50,7 +50,9 @@ int worker_main(const WorkerOptions& options) {
     const auto store_timeout = std::chrono::seconds(120);
     if (launched != nullptr && std::string(launched) == "1") {
       store = comm::Store::connect(env.master_addr, env.master_port, store_timeout);
-      const scenario::Scenario scenario = scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"));
+      const auto overrides = nlohmann::json::parse(store->get("overrides")).get<scenario::Overrides>();
+      const scenario::Scenario scenario =
+          scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"), overrides);
       const size_t index = std::stoul(store->get("run_index"));
       const check::RunResult result = run_one(scenario, index, *store, env, options);
       if (env.rank == 0) store->set("result", nlohmann::json(result).dump());

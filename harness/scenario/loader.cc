@@ -517,7 +517,7 @@ std::string Expectation::describe() const {
   return text;
 }
 
-Scenario load_scenario_text(const std::string& text, const std::string& file_label) {
+Scenario load_scenario_text(const std::string& text, const std::string& file_label, const Overrides& overrides) {
   Reader r(file_label);
   YAML::Node root;
   try {
@@ -531,6 +531,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file_lab
   Scenario s;
   s.file = file_label;
   s.source_text = text;
+  s.overrides = overrides;
   s.version = static_cast<int>(r.integer(r.required(root, "", "version"), "version", 1, 1000));
   if (s.version != kFormatVersion) {
     r.fail(root["version"], "version", fmt::format("this dmpcheck reads version {}, got {}", kFormatVersion, s.version));
@@ -598,6 +599,19 @@ Scenario load_scenario_text(const std::string& text, const std::string& file_lab
       }
       assignments.emplace_back(axes[a].path, value.IsScalar() ? value.Scalar() : YAML::Dump(value));
     }
+    for (const auto& [path, value] : overrides) {
+      const auto parts = split_path(path);
+      YAML::Node parsed;
+      try {
+        parsed = YAML::Load(value);
+      } catch (const YAML::Exception& e) {
+        throw_error(ErrorKind::kInvalidScenario, fmt::format("override {}={}: not a YAML value: {}", path, value, e.msg));
+      }
+      DMP_CHECK(!parts.empty() && std::find(kMatrixRoots.begin(), kMatrixRoots.end(), parts[0]) != kMatrixRoots.end() &&
+                    assign_path(run_root, parts, parsed),
+                ErrorKind::kInvalidScenario, "override {}={}: '{}' is not a run field of {} (run fields: {})", path, value, path,
+                file_label, fmt::join(kMatrixRoots, ", "));
+    }
     RunSpec run = parse_run(r, run_root);
     run.cell = assignments;
     if (assignments.empty()) {
@@ -648,12 +662,12 @@ Scenario load_scenario_text(const std::string& text, const std::string& file_lab
   return s;
 }
 
-Scenario load_scenario_file(const std::string& path) {
+Scenario load_scenario_file(const std::string& path, const Overrides& overrides) {
   std::ifstream in(path, std::ios::binary);
   DMP_CHECK(in.good(), ErrorKind::kInvalidScenario, "{}: cannot open the scenario file", path);
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return load_scenario_text(buffer.str(), path);
+  return load_scenario_text(buffer.str(), path, overrides);
 }
 
 }  // namespace dmpcheck::scenario

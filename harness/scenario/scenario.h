@@ -122,13 +122,17 @@ struct Scenario {
   std::string description;
   std::string file;         // as given
   std::string source_text;  // the file's bytes
+  std::vector<std::pair<std::string, std::string>> overrides;  // applied to every run (see load_scenario_text)
   std::optional<Reproduces> reproduces;
   std::vector<RunSpec> runs;
 };
 
 // Error(kInvalidScenario) with "file:line: field 'x.y': expected ..., got ..." on bad input.
-Scenario load_scenario_file(const std::string& path);
-Scenario load_scenario_text(const std::string& text, const std::string& file_label);
+// `overrides`: (dotted path, YAML value) pairs set in every run after the matrix, e.g.
+// {"world_size", "3"} or {"optimizers.sparse.lr", "0.5"}; validated like the file's own fields.
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+Scenario load_scenario_file(const std::string& path, const Overrides& overrides = {});
+Scenario load_scenario_text(const std::string& text, const std::string& file_label, const Overrides& overrides = {});
 
 }  // namespace dmpcheck::scenario
 

@@ -1,0 +1,137 @@
+// The `dmpcheck` Python module: a thin layer over the C++ API the CLI uses.  Runs release the
+// GIL while ranks run; dmpcheck::Error becomes a Python exception of the matching type.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "report/json.h"
+#include "run/scenario_runner.h"
+#include "scenario/scenario.h"
+
+namespace py = pybind11;
+using namespace dmpcheck;
+
+namespace {
+
+// The CLI binary the ranks run: DMPCHECK_BIN, else the one built beside this module.
+std::string worker_executable() {
+  if (const char* env = std::getenv("DMPCHECK_BIN")) return env;
+  return DMPCHECK_CLI_PATH;
+}
+
+scenario::Overrides to_overrides(const py::object& overrides) {
+  scenario::Overrides out;
+  if (overrides.is_none()) return out;
+  auto json = py::module_::import("json");
+  for (const auto& item : overrides.cast<py::dict>()) {
+    const std::string key = py::str(item.first);
+    // Values are written as YAML (JSON is YAML), so 3, 0.5, "x" and [1, 2] all mean themselves.
+    out.emplace_back(key, json.attr("dumps")(item.second).cast<std::string>());
+  }
+  return out;
+}
+
+py::object to_python(const nlohmann::json& value) {
+  return py::module_::import("json").attr("loads")(value.dump());
+}
+
+py::dict describe(const scenario::Scenario& s) {
+  py::dict d;
+  d["name"] = s.name;
+  d["file"] = s.file;
+  d["description"] = s.description;
+  py::list runs;
+  for (const auto& r : s.runs) {
+    py::dict run;
+    run["name"] = r.name;
+    run["slug"] = r.slug;
+    run["world_size"] = r.world_size;
+    run["steps"] = r.steps;
+    run["profile"] = r.profile.name;
+    run["init_mode"] = scenario::init_mode_name(r.init.mode);
+    run["expect"] = r.expect.describe();
+    py::dict cell;
+    for (const auto& [k, v] : r.cell) cell[py::str(k)] = v;
+    run["cell"] = cell;
+    runs.append(run);
+  }
+  d["runs"] = runs;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(dmpcheck, m) {
+  m.doc() = "dmpcheck: run TorchRec-style DMP correctness scenarios from Python";
+
+  static py::exception<Error> base(m, "DmpcheckError");
+  static py::exception<Error> invalid_scenario(m, "InvalidScenarioError", base.ptr());
+  static py::exception<Error> invalid_input(m, "InvalidInputError", base.ptr());
+  static py::exception<Error> communication(m, "CommunicationError", base.ptr());
+  static py::exception<Error> timeout(m, "CollectiveTimeoutError", base.ptr());
+  static py::exception<Error> rank_failed(m, "RankFailedError", base.ptr());
+  static py::exception<Error> internal(m, "InternalError", base.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      switch (e.kind()) {
+        case ErrorKind::kInvalidScenario: invalid_scenario(e.what()); return;
+        case ErrorKind::kInvalidInput: invalid_input(e.what()); return;
+        case ErrorKind::kCommunication: communication(e.what()); return;
+        case ErrorKind::kTimeout: timeout(e.what()); return;
+        case ErrorKind::kRankFailed: rank_failed(e.what()); return;
+        case ErrorKind::kInternal: internal(e.what()); return;
+      }
+      base(e.what());
+    }
+  });
+
+  m.def("load_scenario",
+        [](const std::string& path, const py::object& overrides) { return describe(scenario::load_scenario_file(path, to_overrides(overrides))); },
+        py::arg("path"), py::arg("overrides") = py::none(),
+        "Load and validate a scenario file; returns {name, file, description, runs: [{name, slug, cell, ...}]}.");
+  m.def("validate",
+        [](const std::string& path) {
+          const auto s = scenario::load_scenario_file(path);
+          std::vector<std::string> names;
+          for (const auto& r : s.runs) names.push_back(r.name);
+          return names;
+        },
+        py::arg("path"), "Validate a scenario file; returns its run names or raises InvalidScenarioError (file:line in the message).");
+  m.def("run",
+        [](const std::string& path, const py::object& overrides, const py::object& run_filter, const std::string& out_dir,
+           double budget_s) {
+          const auto s = scenario::load_scenario_file(path, to_overrides(overrides));
+          run::ScenarioRunOptions options;
+          options.worker_executable = worker_executable();
+          options.out_dir = out_dir;
+          options.budget_s = budget_s;
+          options.echo_rank_output = false;
+          std::vector<nlohmann::json> results;
+          for (size_t i = 0; i < s.runs.size(); ++i) {
+            if (!run_filter.is_none() && s.runs[i].name != run_filter.cast<std::string>() &&
+                s.runs[i].slug != run_filter.cast<std::string>()) {
+              continue;
+            }
+            check::RunResult result;
+            {
+              py::gil_scoped_release release;  // ranks run in other processes; Python may go on
+              result = run::run_cell(s, i, options);
+            }
+            results.push_back(nlohmann::json(result));
+          }
+          py::list out;
+          for (const auto& r : results) out.append(to_python(r));
+          return out;
+        },
+        py::arg("path"), py::arg("overrides") = py::none(), py::arg("run") = py::none(), py::arg("out_dir") = "reports",
+        py::arg("budget_s") = 600.0,
+        "Run a scenario's runs (or only the run named `run`); returns one dict per run with the fields of the JSON report.");
+  m.attr("worker_executable") = worker_executable();
+}
