@@ -39,10 +39,11 @@ TEST(ExternalLauncher, RanksStartedFromTorchrunVariablesRunTheSeedMatrix) {
     for (int rank = 0; rank < 2; ++rank) {
       command += fmt::format(
           "RANK={0} WORLD_SIZE=2 LOCAL_RANK={0} LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={1} "
-          "timeout 120 {2} worker {3} --out {4}/reports > {4}/rank{0}.log 2>&1 & ",
+          "timeout 120 {2} worker {3} --out {4}/reports > {4}/rank{0}.log 2>&1 & p{0}=$!; ",
           rank, port, DMPCHECK_CLI_PATH, scenario, dir);
     }
-    command += "wait %1; s0=$?; wait %2; s1=$?; exit $((s0 + s1))";
+    // Wait by pid: `wait %N` fails with "no such job" once a job has already been reaped.
+    command += "wait $p0; s0=$?; wait $p1; s1=$?; exit $((s0 + s1))";
     status = std::system(("bash -c '" + command + "'").c_str());
   }
   const std::string log = testing::read_file(dir + "/rank0.log");
