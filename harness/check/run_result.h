@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -114,6 +115,9 @@ struct RunResult {
   std::vector<GlobalModelCheck> global_model;
   BroadcastCost init_broadcast;
   std::vector<double> losses;  // rank 0's loss per step
+  // FNV-1a 64 of every full tensor's bytes after the last step (hex), by name: two runs of the
+  // same scenario must agree on every one (`dmpcheck run --repeat`).
+  std::map<std::string, std::string> digests;
   Timings timings;
   std::optional<RankFailure> failure;  // set when a rank failed: no verdict on expectations
   ExpectationResult expectation;

@@ -110,7 +110,7 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
 int main(int argc, char** argv) {
   CLI::App app{
       "dmpcheck: a correctness harness for TorchRec-style distributed embedding training.\n"
-      "Exit status: 0 every expectation held, 1 one did not, 2 bad input or a failed rank."};
+      "Exit status: 0 every expectation held, 1 one did not, 2 bad input, 3 a rank failed or timed out."};
   app.footer(profiles_help());
   app.require_subcommand(1);
 

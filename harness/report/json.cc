@@ -40,6 +40,7 @@ void to_json(nlohmann::json& j, const RunResult& v) {
                      {"global_model", v.global_model},
                      {"init_broadcast", v.init_broadcast},
                      {"losses", v.losses},
+                     {"digests", v.digests},
                      {"timings", v.timings},
                      {"failure", v.failure ? nlohmann::json(*v.failure) : nlohmann::json(nullptr)},
                      {"expectation", v.expectation},
@@ -62,6 +63,7 @@ void from_json(const nlohmann::json& j, RunResult& v) {
   j.at("global_model").get_to(v.global_model);
   j.at("init_broadcast").get_to(v.init_broadcast);
   j.at("losses").get_to(v.losses);
+  if (j.contains("digests")) j.at("digests").get_to(v.digests);
   j.at("timings").get_to(v.timings);
   if (j.at("failure").is_null()) {
     v.failure.reset();

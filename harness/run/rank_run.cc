@@ -1,6 +1,11 @@
 #include "run/rank_run.h"
 
 #include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <limits>
+#include <thread>
 
 #include <sched.h>
 #include <unistd.h>
@@ -107,6 +112,66 @@ std::unique_ptr<dmp::DistributedModelParallel> resume_under_new_plan(
   return model;
 }
 
+// The scenario's faults for this rank at this step (0: after the build).  Faults that end the
+// process do so the way a real failure would: a signal, an exit status, an exception, a hang.
+void inject_faults(const scenario::RunSpec& spec, int rank, int step, dmp::DistributedModelParallel& model,
+                   const std::function<void(const std::string&)>& say) {
+  for (const auto& f : spec.faults) {
+    if (f.rank != rank || f.step != step) continue;
+    say(fmt::format("injecting fault '{}' at step {}", scenario::fault_kind_name(f.kind), step));
+    std::fflush(stdout);
+    switch (f.kind) {
+      case scenario::FaultKind::kCrash: std::raise(SIGSEGV); break;
+      case scenario::FaultKind::kAbort: std::abort();
+      case scenario::FaultKind::kKill: std::raise(SIGKILL); break;
+      case scenario::FaultKind::kExit: std::_Exit(f.exit_code);
+      case scenario::FaultKind::kThrow:
+        throw_error(ErrorKind::kInvalidInput, fmt::format("injected fault: rank {} throws at step {}", rank, step));
+      case scenario::FaultKind::kHang:
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      case scenario::FaultKind::kCorrupt:
+      case scenario::FaultKind::kNan: {
+        at::NoGradGuard no_grad;
+        for (const auto& t : model.state()) {
+          if (!(f.tensor.empty() ? t.replicated : t.name == f.tensor) || t.tensor.numel() == 0) continue;
+          at::Tensor flat = t.tensor.view({-1});
+          if (f.kind == scenario::FaultKind::kNan) {
+            flat[0] = std::numeric_limits<float>::quiet_NaN();
+          } else {  // one ulp up on the first element
+            flat[0] = std::nextafter(flat[0].item<float>(), std::numeric_limits<float>::infinity());
+          }
+          break;
+        }
+        break;
+      }
+    }
+  }
+}
+
+// NaN or Inf in the loss or in any tensor this rank holds stops the run with the place it was
+// first seen.
+void check_finite(dmp::DistributedModelParallel& model, double loss, int step) {
+  DMP_CHECK(std::isfinite(loss), ErrorKind::kInvalidInput, "step {}: the loss is {}", step, loss);
+  for (const auto& t : model.state()) {
+    if (t.tensor.numel() == 0 || !at::is_floating_point(t.tensor)) continue;
+    const at::Tensor bad = at::isfinite(t.tensor).logical_not();
+    if (!bad.any().item<bool>()) continue;
+    const int64_t first = bad.reshape({-1}).nonzero()[0][0].item<int64_t>();
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("step {}: {} ({}) holds {} at element {} (rows {}+, cols {}+ of the full tensor)", step, t.name,
+                            t.sharding, t.tensor.reshape({-1})[first].item<float>(), first, t.placement.row_offset,
+                            t.placement.col_offset));
+  }
+}
+
+std::string digest_of(const at::Tensor& tensor) {
+  const at::Tensor t = tensor.contiguous();
+  const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+  uint64_t hash = 1469598103934665603ull;
+  for (size_t i = 0; i < static_cast<size_t>(t.numel()) * t.element_size(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  return fmt::format("{:016x}", hash);
+}
+
 }  // namespace
 
 int available_cores() {
@@ -170,6 +235,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     steps_done = checkpoint.steps;
     say(fmt::format("resumed from {} after {} step(s)", spec.init.from, steps_done));
   }
+  inject_faults(spec, comm.rank(), 0, *model, say);
   const auto& init = model->init_broadcast();
   if (init.data_parallel_tables_broadcast) {
     at::Tensor seconds = at::tensor({init.data_parallel_tables.seconds}, at::kDouble);
@@ -223,6 +289,8 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     }
     const double loss = model->train_step(local_batch(spec, global, comm.rank()));
     result.losses.push_back(loss);
+    inject_faults(spec, comm.rank(), step + 1, *model, say);
+    check_finite(*model, loss, step + 1);
     if (step + 1 < spec.steps) {  // the last step is checked in full below
       const auto check_start = Clock::now();
       record_divergence(step + 1, check::check_replicas(comm, replicated(model->state()), "step"));
@@ -256,6 +324,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     result.global_model = tracker->results();
     result.global_model_checked = true;
   }
+  for (const auto& [name, tensor] : model->gather_full_state()) result.digests[name] = digest_of(tensor);
   result.timings.check_s = seconds_since(check_start) + check_seconds;
   result.expectation = check::evaluate_expectation(spec.expect, result);
   result.verdict = result.expectation.held ? "pass" : "fail";

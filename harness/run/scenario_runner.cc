@@ -16,8 +16,12 @@ namespace dmpcheck::run {
 int exit_code_for(const std::vector<check::RunResult>& results) {
   int code = 0;
   for (const auto& r : results) {
-    if (r.verdict == "error") return 2;
-    if (r.verdict != "pass") code = 1;
+    if (r.verdict == "error") {
+      // A scenario that did not load is bad input; anything else that errs is a rank's failure.
+      code = std::max(code, r.failure && r.failure->kind == "invalid_scenario" ? 2 : 3);
+    } else if (r.verdict != "pass") {
+      code = std::max(code, 1);
+    }
   }
   return code;
 }

@@ -26,7 +26,7 @@ struct ScenarioRunOptions {
 
 struct ScenarioOutcome {
   std::vector<check::RunResult> results;
-  // 0 every expectation held, 1 one did not, 2 a rank failed.
+  // 0 every expectation held, 1 one did not, 3 a rank failed or timed out.
   int exit_code = 0;
 };
 

@@ -162,12 +162,12 @@ class Reader {
 const std::vector<std::string> kTopLevelKeys = {
     "version", "name", "description", "reproduces", "world_size", "backend", "steps", "batch_size",
     "timeout_s", "threads_per_rank", "topology", "init", "profile", "data", "tables", "dense", "optimizers",
-    "resume", "matrix", "expect"};
+    "resume", "faults", "matrix", "expect"};
 
 // Keys a matrix may vary: everything that describes one run.
 const std::vector<std::string> kMatrixRoots = {"world_size", "backend", "steps", "batch_size", "timeout_s",
                                                "threads_per_rank", "topology", "init", "profile", "data", "tables",
-                                               "dense", "optimizers", "resume"};
+                                               "dense", "optimizers", "resume", "faults"};
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -433,6 +433,22 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
     run.resume = spec;
   }
+  if (YAML::Node faults = root["faults"]) {
+    if (!faults.IsSequence()) r.expected(faults, "faults", "a list of faults");
+    const std::vector<std::string> kinds = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan"};
+    for (size_t i = 0; i < faults.size(); ++i) {
+      const std::string path = fmt::format("faults[{}]", i);
+      r.check_keys(faults[i], path, {"kind", "rank", "step", "exit_code", "tensor"});
+      FaultSpec f;
+      const std::string kind = r.choice(r.required(faults[i], path, "kind"), path + ".kind", kinds);
+      f.kind = static_cast<FaultKind>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
+      f.rank = static_cast<int>(r.integer(r.required(faults[i], path, "rank"), path + ".rank", 0, run.world_size - 1));
+      if (faults[i]["step"]) f.step = static_cast<int>(r.integer(faults[i]["step"], path + ".step", 0, run.steps));
+      if (faults[i]["exit_code"]) f.exit_code = static_cast<int>(r.integer(faults[i]["exit_code"], path + ".exit_code", 1, 255));
+      if (faults[i]["tensor"]) f.tensor = r.string(faults[i]["tensor"], path + ".tensor");
+      run.faults.push_back(f);
+    }
+  }
   return run;
 }
 
@@ -486,6 +502,11 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
 }
 
 }  // namespace
+
+const char* fault_kind_name(FaultKind kind) {
+  static const char* names[] = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan"};
+  return names[static_cast<int>(kind)];
+}
 
 const char* init_mode_name(InitMode mode) { return mode == InitMode::kSeeded ? "seeded" : "unseeded"; }
 const char* phase_name(Phase phase) { return phase == Phase::kInit ? "init" : "final"; }

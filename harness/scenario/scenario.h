@@ -93,6 +93,18 @@ struct ResumeSpec {
   std::map<std::string, dmp::ShardingConstraints> constraints;  // replace the tables' own
 };
 
+// A fault injected on purpose, to test the harness itself and to ask "what if".
+enum class FaultKind { kCrash, kAbort, kKill, kExit, kThrow, kHang, kCorrupt, kNan };
+const char* fault_kind_name(FaultKind kind);
+
+struct FaultSpec {
+  FaultKind kind = FaultKind::kCrash;
+  int rank = 0;
+  int step = 0;        // 0: right after the model is built; s: right after training step s
+  int exit_code = 7;   // kExit
+  std::string tensor;  // kCorrupt / kNan: the tensor (state name); empty: the first replicated one
+};
+
 struct RunSpec {
   std::string name;   // "init.mode=seeded profile=current", or "default" without a matrix
   std::string slug;   // file-safe: "seeded_current"
@@ -113,6 +125,7 @@ struct RunSpec {
   dmp::DenseOptimizerConfig dense_optimizer;
   DataSpec data;
   std::optional<ResumeSpec> resume;
+  std::vector<FaultSpec> faults;
   Expectation expect;
 };
 
