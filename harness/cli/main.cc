@@ -10,6 +10,7 @@
 #include "report/explain.h"
 #include "run/scenario_runner.h"
 #include "run/suite.h"
+#include "run/launcher.h"
 #include "run/worker.h"
 #include "scenario/scenario.h"
 
@@ -53,6 +54,7 @@ int command_explain(const std::vector<std::string>& files) {
 }
 
 struct RunFlags {
+  int repeat = 1;
   std::string out_dir = "reports";
   bool quiet = false;
   std::optional<double> budget;
@@ -87,6 +89,7 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
   std::vector<scenario::Scenario> scenarios;
   for (const auto& file : files) scenarios.push_back(scenario::load_scenario_file(file));
   std::vector<check::RunResult> all;
+  bool deterministic = true;
   for (const auto& s : scenarios) {
     run::ScenarioRunOptions options;
     options.worker_executable = self_executable();
@@ -96,13 +99,37 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
     options.budget_s = flags.budget;
     options.checkpoint_dir = flags.checkpoint_dir;
     options.dump_batches_dir = flags.dump_batches_dir;
-    auto outcome = run::run_scenario(s, options);
-    all.insert(all.end(), outcome.results.begin(), outcome.results.end());
+    std::vector<check::RunResult> first;
+    for (int attempt = 0; attempt < std::max(1, flags.repeat); ++attempt) {
+      if (flags.repeat > 1) std::cout << fmt::format("== repetition {}/{} of {}\n", attempt + 1, flags.repeat, s.name);
+      auto outcome = run::run_scenario(s, options);
+      all.insert(all.end(), outcome.results.begin(), outcome.results.end());
+      if (attempt == 0) {
+        first = outcome.results;
+        continue;
+      }
+      // Every digest of every run must be what the first repetition produced.
+      for (size_t i = 0; i < outcome.results.size() && i < first.size(); ++i) {
+        for (const auto& [name, digest] : first[i].digests) {
+          auto it = outcome.results[i].digests.find(name);
+          const std::string other = it == outcome.results[i].digests.end() ? "missing" : it->second;
+          if (other == digest) continue;
+          deterministic = false;
+          std::cout << fmt::format("NONDETERMINISTIC {} [{}]: {} is {} in repetition 1 but {} in repetition {}\n", s.name,
+                                   first[i].run, name, digest, other, attempt + 1);
+        }
+      }
+    }
+  }
+  if (flags.repeat > 1) {
+    std::cout << (deterministic ? fmt::format("dmpcheck: every digest identical over {} repetitions\n", flags.repeat)
+                                : std::string("dmpcheck: digests differ between repetitions\n"));
   }
   int passed = 0;
   for (const auto& r : all) passed += r.verdict == "pass" ? 1 : 0;
   std::cout << fmt::format("dmpcheck: {} of {} run(s) met their expectations; reports in {}/\n", passed, all.size(), out_dir);
-  return run::exit_code_for(all);
+  const int code = run::exit_code_for(all);
+  return code == 0 && !deterministic ? 1 : code;
 }
 
 }  // namespace
@@ -120,6 +147,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("scenario", run_files, "Scenario YAML file(s)")->required()->check(CLI::ExistingFile);
   run_cmd->add_option("--out", flags.out_dir, "Report directory (reports/<scenario>/<run>.json)")->capture_default_str();
   run_cmd->add_flag("--quiet", flags.quiet, "Do not echo the ranks' own output");
+  run_cmd->add_option("--repeat", flags.repeat, "Run each scenario N times; fail unless every tensor digest is identical")
+      ->check(CLI::Range(1, 1000));
   run_cmd->add_option("--budget", flags.budget, "Seconds a run may take in all before its ranks are killed");
   run_cmd->add_option("--checkpoint-dir", flags.checkpoint_dir,
                       "After the last step every rank saves its shards to DIR/<scenario>/<run>/rank<r>.pt (torch.load reads them)");
@@ -163,10 +192,17 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--out", worker_out, "Report directory (rank 0)")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
+  if (!*worker_cmd) run::install_interrupt_handlers();  // ranks die with their launcher anyway
   try {
-    if (*run_cmd) return command_run(run_files, flags);
+    if (*run_cmd) {
+      const int code = command_run(run_files, flags);
+      return run::interrupt_requested() ? 130 : code;
+    }
     if (*gather_cmd) return command_gather(gather_dir, gather_out);
-    if (*suite_cmd) return command_suite(suite);
+    if (*suite_cmd) {
+      const int code = command_suite(suite);
+      return run::interrupt_requested() ? 130 : code;
+    }
     if (*report_cmd) {
       const size_t n = run::rerender_reports(report_dir);
       std::cout << fmt::format("{}: {} runs rendered into junit.xml, summary.md, report.html\n", report_dir, n);

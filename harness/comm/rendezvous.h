@@ -16,10 +16,15 @@ struct RankEnvironment {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 0;
+  std::string launcher;  // whose variables were read: torchrun, slurm, openmpi, pmi
 };
 
-// Reads the variables through `lookup` (std::getenv in production, a map in tests).  Missing
-// or malformed variables raise Error(kInvalidInput) naming the variable and its value.
+// Reads the variables through `lookup` (std::getenv in production, a map in tests), in order:
+// torchrun's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE; Slurm's SLURM_PROCID/SLURM_NTASKS/
+// SLURM_LOCALID/SLURM_NTASKS_PER_NODE; Open MPI's OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/
+// LOCAL_SIZE; MPICH/Hydra's PMI_RANK/PMI_SIZE/MPI_LOCALRANKID/MPI_LOCALNRANKS.  MASTER_ADDR and
+// MASTER_PORT come from the user under every launcher but torchrun.  Missing or malformed
+// variables raise Error(kInvalidInput) naming the variable and its value.
 RankEnvironment rank_environment_from(const std::function<std::optional<std::string>(const std::string&)>& lookup);
 RankEnvironment rank_environment_from_process();
 

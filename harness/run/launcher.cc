@@ -26,6 +26,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The one piece of process-wide state: a signal handler may only set a flag.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void on_interrupt(int) { g_interrupted = 1; }
+
 struct Rank {
   int rank = 0;
   pid_t pid = -1;
@@ -120,6 +125,16 @@ const char* signal_name(int sig) {
 }
 
 }  // namespace
+
+void install_interrupt_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
+bool interrupt_requested() { return g_interrupted != 0; }
 
 std::string describe_wait_status(int status) {
   if (WIFSIGNALED(status)) {
@@ -239,6 +254,14 @@ LaunchOutcome launch(const LaunchRequest& request) {
       }
     }
     if (outcome.failure || !any_running) break;
+    if (interrupt_requested()) {
+      Rank* first = nullptr;
+      for (auto& r : ranks) {
+        if (r.running && first == nullptr) first = &r;
+      }
+      fail(*first, "interrupted", "stopped: dmpcheck received SIGINT or SIGTERM");
+      break;
+    }
     if (Clock::now() - start > request.budget) {
       Rank* first = nullptr;
       for (auto& r : ranks) {

@@ -44,6 +44,11 @@ struct LaunchOutcome {
 // object {kind, message} describing why the rank is about to exit non-zero).
 LaunchOutcome launch(const LaunchRequest& request);
 
+// SIGINT and SIGTERM to this process make a running launch() stop and reap every rank and
+// return a failure of kind "interrupted" (the CLI then exits 130).  Call once from main().
+void install_interrupt_handlers();
+bool interrupt_requested();
+
 // "killed by signal 11 (SIGSEGV)" / "exited with status 3".
 std::string describe_wait_status(int status);
 

@@ -94,7 +94,7 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
 
 ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioRunOptions& options) {
   ScenarioOutcome outcome;
-  for (size_t i = 0; i < scenario.runs.size(); ++i) {
+  for (size_t i = 0; i < scenario.runs.size() && !interrupt_requested(); ++i) {
     const scenario::RunSpec& spec = scenario.runs[i];
     if (options.out) {
       *options.out << fmt::format("-- run {}/{}: {} [{}] on {} ranks\n", i + 1, scenario.runs.size(), scenario.name,

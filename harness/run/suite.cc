@@ -16,6 +16,7 @@
 #include "report/console.h"
 #include "report/json.h"
 #include "report/suite_reports.h"
+#include "run/launcher.h"
 #include "run/rank_run.h"
 #include "run/scenario_runner.h"
 #include "scenario/scenario.h"
@@ -128,7 +129,7 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
   int running = 0, ranks_busy = 0;
   size_t finished = 0;
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < cells.size(); ++i) {
+  for (size_t i = 0; i < cells.size() && !interrupt_requested(); ++i) {
     const auto& spec = scenarios[cells[i].scenario].runs[cells[i].run];
     const int ranks = spec.world_size;
     {
@@ -162,7 +163,9 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
   }
   for (auto& t : threads) t.join();
 
-  summary.results.insert(summary.results.end(), results.begin(), results.end());
+  for (auto& r : results) {
+    if (!r.scenario.empty()) summary.results.push_back(std::move(r));  // cells never started (interrupted) are left out
+  }
   outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   write_suite_reports(outcome.report_dir, fmt::format("dmpcheck suite: {}", fmt::join(options.paths, " ")),
                       summary.started_at, outcome.seconds, summary.results);

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +37,20 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
   options.dump_batches_dir = store.try_get("dump_batches_dir").value_or(worker.dump_batches_dir);
   options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
   return run_on_rank(scenario, spec, *comm, options);
+}
+
+// torchrun's error file (TORCHELASTIC_ERROR_FILE): what its agent reads to report a failed
+// worker, in the shape torch.distributed.elastic's error handler writes.
+void write_torchelastic_error_file(const std::string& kind, const std::string& message) {
+  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (path == nullptr || *path == '\0') return;
+  const nlohmann::json error = {
+      {"message",
+       {{"message", fmt::format("dmpcheck.{}: {}", kind, message)},
+        {"extraInfo", {{"py_callstack", "(C++: dmpcheck worker, no Python stack)"},
+                       {"timestamp", std::to_string(static_cast<long long>(std::time(nullptr)))}}}}}};
+  std::ofstream out(path, std::ios::trunc);
+  out << error.dump() << "\n";
 }
 
 }  // namespace
@@ -80,6 +96,7 @@ int worker_main(const WorkerOptions& options) {
     return exit_code;
   } catch (const Error& e) {
     std::fprintf(stderr, "rank %d: error (%s): %s\n", rank, std::string(error_kind_name(e.kind())).c_str(), e.what());
+    write_torchelastic_error_file(std::string(error_kind_name(e.kind())), e.what());
     if (store) {
       try {
         store->set(fmt::format("error/{}", rank),
@@ -91,6 +108,7 @@ int worker_main(const WorkerOptions& options) {
     return e.kind() == ErrorKind::kInvalidScenario ? 2 : 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
+    write_torchelastic_error_file("internal", e.what());
     if (store) {
       try {
         store->set(fmt::format("error/{}", rank), nlohmann::json{{"kind", "internal"}, {"message", e.what()}}.dump());

@@ -45,7 +45,7 @@ class GlooCommunicator final : public Communicator {
     c10d::BroadcastOptions options;
     options.rootRank = root;
     options.timeout = timeout_;
-    wait("broadcast", [&] { return pg_->broadcast(tensors, options); });
+    wait("broadcast", shape(tensor), [&] { return pg_->broadcast(tensors, options); });
   }
 
   void all_reduce(at::Tensor& tensor, ReduceOp op) override {
@@ -53,7 +53,7 @@ class GlooCommunicator final : public Communicator {
     c10d::AllreduceOptions options;
     options.reduceOp = to_c10d(op);
     options.timeout = timeout_;
-    wait("all_reduce", [&] { return pg_->allreduce(tensors, options); });
+    wait("all_reduce", shape(tensor), [&] { return pg_->allreduce(tensors, options); });
   }
 
   std::vector<at::Tensor> all_gather(const at::Tensor& input) override {
@@ -62,7 +62,7 @@ class GlooCommunicator final : public Communicator {
     for (int r = 0; r < world_size_; ++r) outputs[0].push_back(at::empty_like(inputs[0]));
     c10d::AllgatherOptions options;
     options.timeout = timeout_;
-    wait("all_gather", [&] { return pg_->allgather(outputs, inputs, options); });
+    wait("all_gather", shape(input), [&] { return pg_->allgather(outputs, inputs, options); });
     return outputs[0];
   }
 
@@ -81,21 +81,27 @@ class GlooCommunicator final : public Communicator {
     std::vector<int64_t> out_splits = output_splits;
     c10d::AllToAllOptions options;
     options.timeout = timeout_;
-    wait("all_to_all", [&] { return pg_->alltoall_base(out, in, out_splits, in_splits, options); });
+    wait("all_to_all", fmt::format("{} -> {}, splits in [{}] out [{}]", shape(input), shape(out), fmt::join(in_splits, ","),
+                                   fmt::join(out_splits, ",")),
+         [&] { return pg_->alltoall_base(out, in, out_splits, in_splits, options); });
     return out;
   }
 
   void barrier() override {
     c10d::BarrierOptions options;
     options.timeout = timeout_;
-    wait("barrier", [&] { return pg_->barrier(options); });
+    wait("barrier", "", [&] { return pg_->barrier(options); });
   }
 
  private:
   // Wraps every c10d call: adds rank, operation and sequence number, and sorts timeouts from
   // other failures.
+  static std::string shape(const at::Tensor& t) {
+    return fmt::format("{}[{}]", std::string(c10::toString(t.scalar_type())), fmt::join(t.sizes(), ","));
+  }
+
   template <typename Issue>
-  void wait(const char* operation, Issue&& issue) {
+  void wait(const char* operation, const std::string& shapes, Issue&& issue) {
     ++sequence_;
     try {
       auto work = issue();
@@ -105,8 +111,8 @@ class GlooCommunicator final : public Communicator {
       const bool timed_out = what.find("imed out") != std::string::npos ||
                              what.find("imeout") != std::string::npos;
       throw_error(timed_out ? ErrorKind::kTimeout : ErrorKind::kCommunication,
-                  fmt::format("rank {}: gloo {} #{} failed after up to {} ms: {}", rank_, operation,
-                              sequence_, timeout_.count(), first_line(what)));
+                  fmt::format("rank {}: gloo {} #{} of {} failed after up to {} ms: {}", rank_, operation, sequence_,
+                              shapes.empty() ? std::string("no tensors") : shapes, timeout_.count(), first_line(what)));
     }
   }
 

@@ -28,6 +28,34 @@ TEST(Rendezvous, ReadsTheTorchrunVariables) {
   EXPECT_EQ(env.master_port, 29500);
 }
 
+TEST(Rendezvous, ReadsSlurmAndOpenMpiAndPmiVariables) {
+  const RankEnvironment slurm = from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                                      {"SLURM_NTASKS_PER_NODE", "4(x2)"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(slurm.launcher, "slurm");
+  EXPECT_EQ(slurm.rank, 5);
+  EXPECT_EQ(slurm.world_size, 8);
+  EXPECT_EQ(slurm.local_rank, 1);
+  EXPECT_EQ(slurm.local_world_size, 4);
+  const RankEnvironment ompi = from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                     {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(ompi.launcher, "openmpi");
+  EXPECT_EQ(ompi.rank, 1);
+  EXPECT_EQ(ompi.local_world_size, 2);
+  const RankEnvironment pmi = from({{"PMI_RANK", "0"}, {"PMI_SIZE", "3"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "1"}});
+  EXPECT_EQ(pmi.launcher, "pmi");
+  EXPECT_EQ(pmi.world_size, 3);
+}
+
+TEST(Rendezvous, SrunWithoutMasterAddressSaysWhatToSet) {
+  try {
+    from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR is not set; under slurm"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Rendezvous, MissingAndMalformedVariablesAreNamed) {
   try {
     from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "x"}});
