@@ -67,7 +67,8 @@ void GlobalModelTracker::step_and_compare(const dmp::KeyedJaggedTensor& global_b
       check.within_tolerance = false;
       check.note = "the unsharded model has no such tensor";
     }
-    auto existing = std::find_if(results_.begin(), results_.end(), [&](const GlobalModelCheck& c) { return c.name == name; });
+    const std::string& key = name;  // structured bindings cannot be captured in C++17 (clang)
+    auto existing = std::find_if(results_.begin(), results_.end(), [&](const GlobalModelCheck& c) { return c.name == key; });
     if (existing == results_.end()) {
       results_.push_back(check);
     } else if (!check.comparable || (existing->comparable && check.max_allowed_excess > existing->max_allowed_excess)) {

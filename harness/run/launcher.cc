@@ -213,7 +213,10 @@ LaunchOutcome launch(const LaunchRequest& request) {
     ::kill(-group, SIGKILL);  // anything a rank started in its group
   };
 
-  auto fail = [&](Rank& r, const std::string& kind, const std::string& cause) {
+  // When one rank fails its peers often fail a moment later ("connection closed by peer"), and
+  // may even exit first.  Failures seen within a short grace window are collected and the root
+  // cause is reported: a signal or a rank's own error before a peer's communication error.
+  auto make_failure = [&](Rank& r, const std::string& kind, const std::string& cause) {
     check::RankFailure f;
     f.rank = r.rank;
     f.kind = kind;
@@ -227,7 +230,38 @@ LaunchOutcome launch(const LaunchRequest& request) {
         f.message = *error;
       }
     }
-    outcome.failure = f;
+    return f;
+  };
+  auto rank_of_cause = [](const check::RankFailure& f) {
+    if (f.kind == "crashed") return 0;
+    if (f.kind != "communication" && f.kind != "timeout" && f.kind != "rank_failed") return 1;
+    if (f.kind == "rank_failed") return 2;  // exited non-zero without saying why
+    return 3;
+  };
+  auto fail = [&](Rank& r, const std::string& kind, const std::string& cause) {
+    check::RankFailure first = make_failure(r, kind, cause);
+    const auto grace_end = Clock::now() + std::chrono::milliseconds(500);
+    std::vector<check::RankFailure> seen = {first};
+    while (Clock::now() < grace_end) {
+      bool any = false;
+      for (auto& other : ranks) {
+        if (!other.running) continue;
+        any = true;
+        if (::waitpid(other.pid, &other.status, WNOHANG) == other.pid) {
+          other.running = false;
+          drain(other, request);
+          if (!(WIFEXITED(other.status) && WEXITSTATUS(other.status) == 0)) {
+            seen.push_back(make_failure(other, WIFSIGNALED(other.status) ? "crashed" : "rank_failed",
+                                        describe_wait_status(other.status)));
+          }
+        }
+      }
+      if (!any) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    outcome.failure = *std::min_element(seen.begin(), seen.end(), [&](const auto& a, const auto& b) {
+      return rank_of_cause(a) < rank_of_cause(b);
+    });
   };
 
   while (true) {
@@ -259,7 +293,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
       for (auto& r : ranks) {
         if (r.running && first == nullptr) first = &r;
       }
-      fail(*first, "interrupted", "stopped: dmpcheck received SIGINT or SIGTERM");
+      outcome.failure = make_failure(*first, "interrupted", "stopped: dmpcheck received SIGINT or SIGTERM");
       break;
     }
     if (Clock::now() - start > request.budget) {
@@ -267,7 +301,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
       for (auto& r : ranks) {
         if (r.running && first == nullptr) first = &r;
       }
-      fail(*first, "timeout",
+      outcome.failure = make_failure(*first, "timeout",
            fmt::format("still running when the run's budget of {:.0f} s ran out",
                        std::chrono::duration<double>(request.budget).count()));
       break;

@@ -132,8 +132,10 @@ void inject_faults(const scenario::RunSpec& spec, int rank, int step, dmp::Distr
       case scenario::FaultKind::kCorrupt:
       case scenario::FaultKind::kNan: {
         at::NoGradGuard no_grad;
+        bool applied = false;
         for (const auto& t : model.state()) {
           if (!(f.tensor.empty() ? t.replicated : t.name == f.tensor) || t.tensor.numel() == 0) continue;
+          applied = true;
           at::Tensor flat = t.tensor.view({-1});
           if (f.kind == scenario::FaultKind::kNan) {
             flat[0] = std::numeric_limits<float>::quiet_NaN();
@@ -142,6 +144,8 @@ void inject_faults(const scenario::RunSpec& spec, int rank, int step, dmp::Distr
           }
           break;
         }
+        DMP_CHECK(applied, ErrorKind::kInvalidScenario, "fault '{}' on rank {}: this rank holds no tensor {}",
+                  scenario::fault_kind_name(f.kind), rank, f.tensor.empty() ? std::string("that is replicated") : "'" + f.tensor + "'");
         break;
       }
     }
