@@ -114,8 +114,9 @@ std::unique_ptr<dmp::DistributedModelParallel> resume_under_new_plan(
 
 // The scenario's faults for this rank at this step (0: after the build).  Faults that end the
 // process do so the way a real failure would: a signal, an exit status, an exception, a hang.
-void inject_faults(const scenario::RunSpec& spec, int rank, int step, dmp::DistributedModelParallel& model,
+void inject_faults(const scenario::RunSpec& spec, comm::Communicator& comm, int step, dmp::DistributedModelParallel& model,
                    const std::function<void(const std::string&)>& say) {
+  const int rank = comm.rank();
   for (const auto& f : spec.faults) {
     if (f.rank != rank || f.step != step) continue;
     say(fmt::format("injecting fault '{}' at step {}", scenario::fault_kind_name(f.kind), step));
@@ -129,6 +130,11 @@ void inject_faults(const scenario::RunSpec& spec, int rank, int step, dmp::Distr
         throw_error(ErrorKind::kInvalidInput, fmt::format("injected fault: rank {} throws at step {}", rank, step));
       case scenario::FaultKind::kHang:
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      case scenario::FaultKind::kDesync: {  // one collective the other ranks do not issue
+        at::Tensor extra = at::zeros({3}, at::kFloat);
+        comm.all_reduce(extra, comm::ReduceOp::kSum);
+        break;
+      }
       case scenario::FaultKind::kCorrupt:
       case scenario::FaultKind::kNan: {
         at::NoGradGuard no_grad;
@@ -239,7 +245,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     steps_done = checkpoint.steps;
     say(fmt::format("resumed from {} after {} step(s)", spec.init.from, steps_done));
   }
-  inject_faults(spec, comm.rank(), 0, *model, say);
+  inject_faults(spec, comm, 0, *model, say);
   const auto& init = model->init_broadcast();
   if (init.data_parallel_tables_broadcast) {
     at::Tensor seconds = at::tensor({init.data_parallel_tables.seconds}, at::kDouble);
@@ -293,7 +299,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     }
     const double loss = model->train_step(local_batch(spec, global, comm.rank()));
     result.losses.push_back(loss);
-    inject_faults(spec, comm.rank(), step + 1, *model, say);
+    inject_faults(spec, comm, step + 1, *model, say);
     check_finite(*model, loss, step + 1);
     if (step + 1 < spec.steps) {  // the last step is checked in full below
       const auto check_start = Clock::now();

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/fingerprint.h"
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/rendezvous.h"
 #include "comm/store.h"
@@ -30,7 +31,8 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
   comm::Store run_store = store.with_prefix(fmt::format("run{}", index));
   comm::GlooOptions gloo;
   gloo.timeout = millis(spec.timeout_s);
-  auto comm = comm::make_gloo_communicator(run_store, env.rank, env.world_size, gloo);
+  std::unique_ptr<comm::Communicator> comm = comm::make_gloo_communicator(run_store, env.rank, env.world_size, gloo);
+  if (spec.fingerprint) comm = comm::make_fingerprinting_communicator(std::move(comm));
   RankRunOptions options;
   options.local_world_size = env.local_world_size;
   options.checkpoint_dir = store.try_get("checkpoint_dir").value_or(worker.checkpoint_dir);

@@ -162,12 +162,12 @@ class Reader {
 const std::vector<std::string> kTopLevelKeys = {
     "version", "name", "description", "reproduces", "world_size", "backend", "steps", "batch_size",
     "timeout_s", "threads_per_rank", "topology", "init", "profile", "data", "tables", "dense", "optimizers",
-    "resume", "faults", "matrix", "expect"};
+    "resume", "faults", "fingerprint", "matrix", "expect"};
 
 // Keys a matrix may vary: everything that describes one run.
 const std::vector<std::string> kMatrixRoots = {"world_size", "backend", "steps", "batch_size", "timeout_s",
                                                "threads_per_rank", "topology", "init", "profile", "data", "tables",
-                                               "dense", "optimizers", "resume", "faults"};
+                                               "dense", "optimizers", "resume", "faults", "fingerprint"};
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -267,6 +267,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
                                : static_cast<int>(r.integer(t, "threads_per_rank", 1, 1024));
   }
 
+  if (root["fingerprint"]) run.fingerprint = r.choice(root["fingerprint"], "fingerprint", {"true", "false"}) == "true";
   if (YAML::Node topology = root["topology"]) {
     r.check_keys(topology, "topology", {"local_world_size", "memory_per_rank"});
     if (topology["local_world_size"]) {
@@ -435,7 +436,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   }
   if (YAML::Node faults = root["faults"]) {
     if (!faults.IsSequence()) r.expected(faults, "faults", "a list of faults");
-    const std::vector<std::string> kinds = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan"};
+    const std::vector<std::string> kinds = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan", "desync"};
     for (size_t i = 0; i < faults.size(); ++i) {
       const std::string path = fmt::format("faults[{}]", i);
       r.check_keys(faults[i], path, {"kind", "rank", "step", "exit_code", "tensor"});
@@ -504,7 +505,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
 }  // namespace
 
 const char* fault_kind_name(FaultKind kind) {
-  static const char* names[] = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan"};
+  static const char* names[] = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan", "desync"};
   return names[static_cast<int>(kind)];
 }
 

@@ -94,7 +94,7 @@ struct ResumeSpec {
 };
 
 // A fault injected on purpose, to test the harness itself and to ask "what if".
-enum class FaultKind { kCrash, kAbort, kKill, kExit, kThrow, kHang, kCorrupt, kNan };
+enum class FaultKind { kCrash, kAbort, kKill, kExit, kThrow, kHang, kCorrupt, kNan, kDesync };
 const char* fault_kind_name(FaultKind kind);
 
 struct FaultSpec {
@@ -115,6 +115,7 @@ struct RunSpec {
   int64_t batch_size = 8;  // per rank
   double timeout_s = 60.0;
   int threads_per_rank = 0;  // 0: cores / world_size, at least 1
+  bool fingerprint = false;  // check every collective's fingerprint across ranks first (debug)
   int local_world_size = 0;  // ranks per host (LOCAL_WORLD_SIZE); 0: all ranks on one host
   int64_t memory_per_rank = 0;  // planner limit in bytes; 0: none
   InitSpec init;

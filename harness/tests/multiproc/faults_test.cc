@@ -87,5 +87,13 @@ TEST(Faults, ANanInAParameterStopsTheRunNamingTensorAndStep) {
       << r.failure->message;
 }
 
+TEST(Faults, FingerprintModeNamesBothRanksCollectivesOnADesync) {
+  const auto r = run_with("{kind: desync, rank: 1, step: 1}\nfingerprint: true");
+  ASSERT_TRUE(r.failure.has_value());
+  EXPECT_NE(r.failure->message.find("collective mismatch: rank"), std::string::npos) << r.failure->message;
+  EXPECT_NE(r.failure->message.find("all_reduce #18 (Float [3])"), std::string::npos) << r.failure->message;
+  EXPECT_LT(r.timings.total_s, 2.5);  // well inside the 3 s collective timeout
+}
+
 }  // namespace
 }  // namespace dmpcheck

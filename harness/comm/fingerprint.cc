@@ -1,0 +1,95 @@
+#include "comm/fingerprint.h"
+
+#include <ATen/ATen.h>
+
+#include "common/error.h"
+
+namespace dmpcheck::comm {
+namespace {
+
+enum Op : int64_t { kBroadcast = 1, kAllReduce, kAllGather, kAllToAll, kBarrier };
+
+const char* op_name(int64_t op) {
+  switch (op) {
+    case kBroadcast: return "broadcast";
+    case kAllReduce: return "all_reduce";
+    case kAllGather: return "all_gather";
+    case kAllToAll: return "all_to_all";
+    case kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+constexpr int64_t kSlots = 12;  // op, sequence, dtype, ndim, up to 8 sizes
+
+class FingerprintingCommunicator final : public Communicator {
+ public:
+  explicit FingerprintingCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  std::string backend_name() const override { return inner_->backend_name(); }
+  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    check(kBroadcast, tensor);
+    inner_->broadcast(tensor, root);
+  }
+  void all_reduce(at::Tensor& tensor, ReduceOp op) override {
+    check(kAllReduce, tensor);
+    inner_->all_reduce(tensor, op);
+  }
+  std::vector<at::Tensor> all_gather(const at::Tensor& input) override {
+    check(kAllGather, input);
+    return inner_->all_gather(input);
+  }
+  at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& input_splits,
+                        const std::vector<int64_t>& output_splits) override {
+    check(kAllToAll, at::Tensor(), /*shape_free=*/true, input.scalar_type());  // splits differ per rank
+    return inner_->all_to_all(input, input_splits, output_splits);
+  }
+  void barrier() override {
+    check(kBarrier, at::Tensor(), true);
+    inner_->barrier();
+  }
+
+ private:
+  void check(int64_t op, const at::Tensor& tensor, bool shape_free = false, at::ScalarType dtype = at::kFloat) {
+    ++sequence_;
+    at::Tensor mine = at::full({kSlots}, -1, at::kLong);
+    mine[0] = op;
+    mine[1] = sequence_;
+    mine[2] = static_cast<int64_t>(tensor.defined() ? tensor.scalar_type() : dtype);
+    if (!shape_free && tensor.defined()) {
+      mine[3] = tensor.dim();
+      for (int64_t d = 0; d < std::min<int64_t>(tensor.dim(), kSlots - 4); ++d) mine[4 + d] = tensor.size(d);
+    }
+    const auto all = inner_->all_gather(mine);
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (all[r].equal(all[static_cast<size_t>(rank())])) continue;
+      throw_error(ErrorKind::kCommunication,
+                  fmt::format("collective mismatch: rank {} is running {}, but rank {} is running {}", rank(), describe(mine), r,
+                              describe(all[r])));
+    }
+  }
+
+  static std::string describe(const at::Tensor& f) {
+    const auto* v = f.data_ptr<int64_t>();
+    std::vector<int64_t> sizes;
+    for (int64_t d = 0; d < std::min<int64_t>(v[3], kSlots - 4); ++d) sizes.push_back(v[4 + d]);
+    return fmt::format("{} #{} ({} [{}])", op_name(v[0]), v[1],
+                       std::string(c10::toString(static_cast<at::ScalarType>(v[2]))),
+                       v[3] < 0 ? std::string("any shape") : fmt::format("{}", fmt::join(sizes, ",")));
+  }
+
+  std::unique_ptr<Communicator> inner_;
+  int64_t sequence_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_fingerprinting_communicator(std::unique_ptr<Communicator> inner) {
+  return std::make_unique<FingerprintingCommunicator>(std::move(inner));
+}
+
+}  // namespace dmpcheck::comm
