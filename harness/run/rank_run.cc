@@ -184,6 +184,21 @@ std::string digest_of(const at::Tensor& tensor) {
 
 }  // namespace
 
+check::RunResult result_header(const scenario::Scenario& scenario, const scenario::RunSpec& spec) {
+  check::RunResult result;
+  result.scenario = scenario.name;
+  result.scenario_file = scenario.file;
+  result.run = spec.name;
+  result.slug = spec.slug;
+  result.cell = spec.cell;
+  result.profile = spec.profile.name;
+  result.init_mode = scenario::init_mode_name(spec.init.mode);
+  result.environment.world_size = spec.world_size;
+  result.environment.backend = spec.backend;
+  result.expectation.description = spec.expect.describe();
+  return result;
+}
+
 int available_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -209,14 +224,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   const int threads = threads_per_rank(spec, cores);
   at::set_num_threads(threads);
 
-  check::RunResult result;
-  result.scenario = scenario.name;
-  result.scenario_file = scenario.file;
-  result.run = spec.name;
-  result.slug = spec.slug;
-  result.cell = spec.cell;
-  result.profile = spec.profile.name;
-  result.init_mode = scenario::init_mode_name(spec.init.mode);
+  check::RunResult result = result_header(scenario, spec);
   result.environment = {TORCH_VERSION, comm.backend_name(), hostname(), DMPCHECK_GIT_REVISION,
                         spec.world_size, cores, threads};
 

@@ -28,6 +28,10 @@ struct RankRunOptions {
 check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
                              comm::Communicator& comm, const RankRunOptions& options);
 
+// A RunResult with the run's identity filled in (scenario, run, cell, profile, init mode,
+// world size, backend, expectation's description) and nothing measured yet.
+check::RunResult result_header(const scenario::Scenario& scenario, const scenario::RunSpec& spec);
+
 // Cores available to this process (its CPU affinity), at least 1.
 int available_cores();
 // Intra-op threads per rank: spec.threads_per_rank, or cores / world_size (at least 1), as

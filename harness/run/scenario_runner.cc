@@ -55,16 +55,7 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   if (launched.ok && launched.result) {
     result = nlohmann::json::parse(*launched.result).get<check::RunResult>();
   } else {
-    result.scenario = scenario.name;
-    result.scenario_file = scenario.file;
-    result.run = spec.name;
-    result.slug = spec.slug;
-    result.cell = spec.cell;
-    result.profile = spec.profile.name;
-    result.init_mode = scenario::init_mode_name(spec.init.mode);
-    result.environment.world_size = spec.world_size;
-    result.environment.backend = spec.backend;
-    result.expectation.description = spec.expect.describe();
+    result = result_header(scenario, spec);
     result.verdict = "error";
     if (launched.failure) {
       result.failure = launched.failure;
