@@ -450,7 +450,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       run.faults.push_back(f);
     }
   }
-  return run;
+  return RunSpec(std::move(run));  // no NRVO: see docs/reliability.md (clang 14 destroyed an unconstructed RunSpec when a validation error unwound through the elided return slot)
 }
 
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
@@ -504,6 +504,10 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
 
 }  // namespace
 
+namespace {
+Scenario load_scenario_unchecked(const std::string& text, const std::string& file_label, const Overrides& overrides);
+}  // namespace
+
 const char* fault_kind_name(FaultKind kind) {
   static const char* names[] = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan", "desync"};
   return names[static_cast<int>(kind)];
@@ -540,6 +544,19 @@ std::string Expectation::describe() const {
 }
 
 Scenario load_scenario_text(const std::string& text, const std::string& file_label, const Overrides& overrides) {
+  // Every yaml-cpp error becomes a scenario error with its line, including shapes of input
+  // the schema walk did not foresee (found by fuzzing: a scalar where a mapping was expected).
+  try {
+    return load_scenario_unchecked(text, file_label, overrides);
+  } catch (const YAML::Exception& e) {
+    throw_error(ErrorKind::kInvalidScenario,
+                fmt::format("{}:{}: not a valid scenario: {}", file_label, e.mark.line + 1, e.msg));
+  }
+}
+
+namespace {
+
+Scenario load_scenario_unchecked(const std::string& text, const std::string& file_label, const Overrides& overrides) {
   Reader r(file_label);
   YAML::Node root;
   try {
@@ -656,6 +673,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file_lab
       bool found = false;
       for (size_t i = 0; i < expect.size() && !found; ++i) {
         const std::string path = fmt::format("expect[{}]", i);
+        r.require_map(expect[i], path);
         const YAML::Node when = expect[i]["when"];
         bool matches = true;
         if (when) {
@@ -683,6 +701,8 @@ Scenario load_scenario_text(const std::string& text, const std::string& file_lab
   }
   return s;
 }
+
+}  // namespace
 
 Scenario load_scenario_file(const std::string& path, const Overrides& overrides) {
   std::ifstream in(path, std::ios::binary);
