@@ -450,7 +450,9 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       run.faults.push_back(f);
     }
   }
-  return RunSpec(std::move(run));  // no NRVO: see docs/reliability.md (clang 14 destroyed an unconstructed RunSpec when a validation error unwound through the elided return slot)
+  // By move, not by NRVO: with the return slot elided, a validation error unwinding out of here
+  // drew an ASan bad-free in ~RunSpec under clang (docs/reliability.md, Fuzzing).
+  return RunSpec(std::move(run));
 }
 
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
