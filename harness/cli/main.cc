@@ -55,6 +55,7 @@ int command_explain(const std::vector<std::string>& files) {
 
 struct RunFlags {
   int repeat = 1;
+  std::optional<double> timeout_s;  // overrides every run's timeout_s
   std::string out_dir = "reports";
   bool quiet = false;
   std::optional<double> budget;
@@ -87,7 +88,9 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
   const std::string& out_dir = flags.out_dir;
   // Validate everything first: a typo in the third file should not cost two runs.
   std::vector<scenario::Scenario> scenarios;
-  for (const auto& file : files) scenarios.push_back(scenario::load_scenario_file(file));
+  scenario::Overrides overrides;
+  if (flags.timeout_s) overrides.emplace_back("timeout_s", fmt::format("{}", *flags.timeout_s));
+  for (const auto& file : files) scenarios.push_back(scenario::load_scenario_file(file, overrides));
   std::vector<check::RunResult> all;
   bool deterministic = true;
   for (const auto& s : scenarios) {
@@ -147,6 +150,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("scenario", run_files, "Scenario YAML file(s)")->required()->check(CLI::ExistingFile);
   run_cmd->add_option("--out", flags.out_dir, "Report directory (reports/<scenario>/<run>.json)")->capture_default_str();
   run_cmd->add_flag("--quiet", flags.quiet, "Do not echo the ranks' own output");
+  run_cmd->add_option("--timeout", flags.timeout_s, "Deadline in seconds of every collective (overrides the scenarios' timeout_s)")
+      ->check(CLI::PositiveNumber);
   run_cmd->add_option("--repeat", flags.repeat, "Run each scenario N times; fail unless every tensor digest is identical")
       ->check(CLI::Range(1, 1000));
   run_cmd->add_option("--budget", flags.budget, "Seconds a run may take in all before its ranks are killed");

@@ -151,5 +151,22 @@ TEST_F(Reliability, RanksStartedWithSrunsVariablesJoin) {
   EXPECT_NE(testing::read_file(dir_ + "/rank0.log").find("PASS (bug reproduced as expected)"), std::string::npos);
 }
 
+TEST_F(Reliability, RepeatComparesDigestsAndTimeoutOverridesTheScenario) {
+  std::string text = kHang;
+  text = testing::replace_once(text, "faults:\n  - {kind: hang, rank: 1, step: 1}\n", "");
+  const std::string file = write("plain.yaml", text);
+  const pid_t repeat = spawn({DMPCHECK_CLI_PATH, "run", "--quiet", "--repeat", "3", file, "--out", dir_ + "/r"}, {}, dir_ + "/repeat.log");
+  EXPECT_EQ(wait_for(repeat), 0) << testing::read_file(dir_ + "/repeat.log");
+  EXPECT_NE(testing::read_file(dir_ + "/repeat.log").find("every digest identical over 3 repetitions"), std::string::npos);
+  // A hang with the scenario's 60 s deadline, cut to 2 s from the command line.
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t hang = spawn({DMPCHECK_CLI_PATH, "run", "--quiet", "--timeout", "2", write("hang.yaml", kHang), "--out", dir_ + "/h"}, {},
+                           dir_ + "/hang.log");
+  EXPECT_EQ(wait_for(hang), 3);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  EXPECT_NE(testing::read_file(dir_ + "/hang.log").find("failed after up to 2000 ms"), std::string::npos)
+      << testing::read_file(dir_ + "/hang.log");
+}
+
 }  // namespace
 }  // namespace dmpcheck
