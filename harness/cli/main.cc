@@ -27,7 +27,7 @@ std::string self_executable() {
 
 std::string profiles_help() {
   std::string text = "Behaviour profiles:\n";
-  for (const auto& p : dmp::behaviour_profiles()) text += fmt::format("  {:<14} {}\n", p.name, p.description);
+  for (const auto& p : dmp::behaviour_profiles()) text += fmt::format("  {:<22} {}\n", p.name, p.description);
   return text;
 }
 
@@ -140,7 +140,8 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
 int main(int argc, char** argv) {
   CLI::App app{
       "dmpcheck: a correctness harness for TorchRec-style distributed embedding training.\n"
-      "Exit status: 0 every expectation held, 1 one did not, 2 bad input, 3 a rank failed or timed out."};
+      "Exit status: 0 every expectation held, 1 one did not, 2 bad input, 3 a rank failed or timed out, 130 interrupted.\n"
+      "Docs: README.md, docs/scenarios.md (the scenario format), docs/reliability.md, docs/sharding.md."};
   app.footer(profiles_help());
   app.require_subcommand(1);
 
