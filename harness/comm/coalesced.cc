@@ -13,9 +13,11 @@ namespace {
 
 // Packs `tensors` in order into buckets of one dtype and at most `cap` bytes (cap <= 0: one
 // tensor per bucket), hands each bucket's flat buffer to `collective`, and copies the result
-// back into the tensors.  Returns the number of buckets.
+// back into the tensors.  A broadcast needs only half of that: the root's values go in and do
+// not change, the others' are overwritten, so `pack` is false on receivers (the buffer is
+// allocated, not filled) and `unpack` false on the root.  Returns the number of buckets.
 int64_t for_each_bucket(const std::vector<at::Tensor>& tensors, int64_t cap,
-                        const std::function<void(at::Tensor&)>& collective) {
+                        const std::function<void(at::Tensor&)>& collective, bool pack = true, bool unpack = true) {
   at::NoGradGuard no_grad;  // parameters are leaves that require grad; these copies are not training
   int64_t buckets = 0;
   std::vector<at::Tensor> bucket;
@@ -27,14 +29,21 @@ int64_t for_each_bucket(const std::vector<at::Tensor>& tensors, int64_t cap,
       at::Tensor t = bucket[0];
       collective(t);
     } else {
-      std::vector<at::Tensor> flat_views;
-      for (const auto& t : bucket) flat_views.push_back(t.reshape({-1}));
-      at::Tensor flat = at::cat(flat_views);
+      at::Tensor flat;
+      if (pack) {
+        std::vector<at::Tensor> flat_views;
+        for (const auto& t : bucket) flat_views.push_back(t.reshape({-1}));
+        flat = at::cat(flat_views);
+      } else {
+        flat = at::empty({bucket_bytes / static_cast<int64_t>(bucket[0].element_size())}, bucket[0].options());
+      }
       collective(flat);
-      int64_t offset = 0;
-      for (const auto& t : bucket) {
-        t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-        offset += t.numel();
+      if (unpack) {
+        int64_t offset = 0;
+        for (const auto& t : bucket) {
+          t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+          offset += t.numel();
+        }
       }
     }
     bucket.clear();
@@ -60,8 +69,10 @@ CoalescedBroadcastStats broadcast_coalesced(Communicator& comm, const std::vecto
   CoalescedBroadcastStats stats;
   for (const auto& t : tensors) stats.bytes += t.numel() * static_cast<int64_t>(t.element_size());
   stats.tensors = static_cast<int64_t>(tensors.size());
-  stats.collectives = for_each_bucket(tensors, options.bucket_cap_bytes,
-                                      [&](at::Tensor& flat) { comm.broadcast(flat, options.root); });
+  const bool root = comm.rank() == options.root;
+  stats.collectives = for_each_bucket(
+      tensors, options.bucket_cap_bytes, [&](at::Tensor& flat) { comm.broadcast(flat, options.root); },
+      /*pack=*/root, /*unpack=*/!root);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,23 @@ class Communicator {
   // Every rank's input_splits[r] must equal rank r's output_splits[this rank].
   virtual at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& input_splits,
                                 const std::vector<int64_t>& output_splits) = 0;
+  // Dim 0 of `input` is world_size equal chunks; returns chunk `rank()` reduced over all ranks.
+  virtual at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) = 0;
   virtual void barrier() = 0;
+
+  // Seconds the last collective took on the device, staging copies excluded, where the backend
+  // can time that apart from the host's wall clock (NCCL: CUDA events on its stream).
+  virtual std::optional<double> last_device_seconds() const { return std::nullopt; }
+  // The framework's own coalesced broadcast (c10d::broadcast_coalesced), as a baseline for ours.
+  // Returns false, and does nothing, where the backend has none.
+  virtual bool has_framework_broadcast_coalesced() const { return false; }
+  virtual bool framework_broadcast_coalesced(const std::vector<at::Tensor>& tensors, int64_t bucket_cap_bytes,
+                                             int root) {
+    (void)tensors, (void)bucket_cap_bytes, (void)root;
+    return false;
+  }
 };
+
+const char* reduce_op_name(ReduceOp op);
 
 }  // namespace dmpcheck::comm

@@ -7,7 +7,7 @@
 namespace dmpcheck::comm {
 namespace {
 
-enum Op : int64_t { kBroadcast = 1, kAllReduce, kAllGather, kAllToAll, kBarrier };
+enum Op : int64_t { kBroadcast = 1, kAllReduce, kAllGather, kAllToAll, kBarrier, kReduceScatter, kFrameworkBroadcast };
 
 const char* op_name(int64_t op) {
   switch (op) {
@@ -16,6 +16,8 @@ const char* op_name(int64_t op) {
     case kAllGather: return "all_gather";
     case kAllToAll: return "all_to_all";
     case kBarrier: return "barrier";
+    case kReduceScatter: return "reduce_scatter";
+    case kFrameworkBroadcast: return "framework_broadcast_coalesced";
   }
   return "unknown";
 }
@@ -48,9 +50,20 @@ class FingerprintingCommunicator final : public Communicator {
     check(kAllToAll, at::Tensor(), /*shape_free=*/true, input.scalar_type());  // splits differ per rank
     return inner_->all_to_all(input, input_splits, output_splits);
   }
+  at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
+    check(kReduceScatter, input);
+    return inner_->reduce_scatter(input, op);
+  }
   void barrier() override {
     check(kBarrier, at::Tensor(), true);
     inner_->barrier();
+  }
+  std::optional<double> last_device_seconds() const override { return inner_->last_device_seconds(); }
+  bool has_framework_broadcast_coalesced() const override { return inner_->has_framework_broadcast_coalesced(); }
+  bool framework_broadcast_coalesced(const std::vector<at::Tensor>& tensors, int64_t bucket_cap_bytes,
+                                     int root) override {
+    check(kFrameworkBroadcast, at::Tensor(), true);
+    return inner_->framework_broadcast_coalesced(tensors, bucket_cap_bytes, root);
   }
 
  private:

@@ -162,7 +162,7 @@ class Reader {
 const std::vector<std::string> kTopLevelKeys = {
     "version", "name", "description", "reproduces", "world_size", "backend", "steps", "batch_size",
     "timeout_s", "threads_per_rank", "topology", "init", "profile", "data", "tables", "dense", "optimizers",
-    "resume", "faults", "fingerprint", "matrix", "expect"};
+    "resume", "faults", "fingerprint", "broadcast_probe", "matrix", "expect"};
 
 // Keys a matrix may vary: everything that describes one run.
 const std::vector<std::string> kMatrixRoots = {"world_size", "backend", "steps", "batch_size", "timeout_s",
@@ -256,7 +256,7 @@ std::pair<int64_t, int64_t> parse_ids_per_bag(const Reader& r, const YAML::Node&
 RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   RunSpec run;
   if (root["world_size"]) run.world_size = static_cast<int>(r.integer(root["world_size"], "world_size", 1, 64));
-  if (root["backend"]) run.backend = r.choice(root["backend"], "backend", {"gloo"});
+  if (root["backend"]) run.backend = r.choice(root["backend"], "backend", {"gloo", "nccl"});
   if (root["steps"]) run.steps = static_cast<int>(r.integer(root["steps"], "steps", 0, 1000000));
   if (root["batch_size"]) run.batch_size = r.integer(root["batch_size"], "batch_size", 1, 1 << 24);
   if (root["timeout_s"]) run.timeout_s = r.number(root["timeout_s"], "timeout_s", 0.0);
@@ -268,6 +268,17 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   }
 
   if (root["fingerprint"]) run.fingerprint = r.choice(root["fingerprint"], "fingerprint", {"true", "false"}) == "true";
+  if (YAML::Node probe = root["broadcast_probe"]) {
+    if (probe.IsScalar()) {
+      run.broadcast_probe.enabled = r.choice(probe, "broadcast_probe", {"true", "false"}) == "true";
+    } else {
+      r.check_keys(probe, "broadcast_probe", {"warmup", "iterations"});
+      if (probe["warmup"]) run.broadcast_probe.warmup = static_cast<int>(r.integer(probe["warmup"], "broadcast_probe.warmup", 0, 1000));
+      if (probe["iterations"]) {
+        run.broadcast_probe.iterations = static_cast<int>(r.integer(probe["iterations"], "broadcast_probe.iterations", 1, 100000));
+      }
+    }
+  }
   if (YAML::Node topology = root["topology"]) {
     r.check_keys(topology, "topology", {"local_world_size", "memory_per_rank"});
     if (topology["local_world_size"]) {

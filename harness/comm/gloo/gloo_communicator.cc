@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
 
+#include "comm/collectives.h"
 #include "comm/store.h"
 #include "comm/store_impl.h"
 #include "common/error.h"
@@ -87,6 +89,26 @@ class GlooCommunicator final : public Communicator {
     return out;
   }
 
+  // ProcessGroupGloo in 1.13 has no reduce_scatter; see collectives.h.
+  at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
+    return reduce_scatter_via_all_to_all(*this, input, op);
+  }
+
+  bool has_framework_broadcast_coalesced() const override { return true; }
+  bool framework_broadcast_coalesced(const std::vector<at::Tensor>& tensors, int64_t bucket_cap_bytes,
+                                     int root) override {
+    // libtorch 1.13 takes the Gloo group as a c10d::ProcessGroup; 2.x wants a ProcessGroup that
+    // wraps the backend (see notes/harness.md 6.3), which is the one line to change there.
+    at::NoGradGuard no_grad;
+    int64_t bytes = 0;
+    for (const auto& t : tensors) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+    wait("c10d::broadcast_coalesced", fmt::format("{} tensors, {} bytes", tensors.size(), bytes), [&] {
+      c10d::broadcast_coalesced(pg_, tensors, static_cast<size_t>(bucket_cap_bytes), root);
+      return c10::intrusive_ptr<c10d::Work>();
+    });
+    return true;
+  }
+
   void barrier() override {
     c10d::BarrierOptions options;
     options.timeout = timeout_;
@@ -105,7 +127,7 @@ class GlooCommunicator final : public Communicator {
     ++sequence_;
     try {
       auto work = issue();
-      work->wait(timeout_);
+      if (work) work->wait(timeout_);
     } catch (const std::exception& e) {
       const std::string what = e.what();
       const bool timed_out = what.find("imed out") != std::string::npos ||

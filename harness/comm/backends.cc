@@ -1,0 +1,38 @@
+#include "comm/backends.h"
+
+#include "comm/gloo/gloo_communicator.h"
+#include "comm/nccl/nccl_communicator.h"
+#include "common/error.h"
+
+namespace dmpcheck::comm {
+
+const std::vector<std::string>& backend_names() {
+  static const std::vector<std::string> names = {"gloo", "nccl"};
+  return names;
+}
+
+std::optional<std::string> backend_unavailable_reason(const std::string& backend, int local_world_size) {
+  if (backend == "gloo") return std::nullopt;
+  if (backend == "nccl") return nccl_unavailable_reason(local_world_size);
+  return fmt::format("unknown backend '{}' (expected one of: {})", backend, fmt::join(backend_names(), ", "));
+}
+
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, int rank, int world_size,
+                                                const BackendOptions& options) {
+  if (backend == "gloo") {
+    GlooOptions gloo;
+    gloo.timeout = options.timeout;
+    gloo.hostname = options.hostname;
+    return make_gloo_communicator(store, rank, world_size, gloo);
+  }
+  if (backend == "nccl") {
+    NcclOptions nccl;
+    nccl.timeout = options.timeout;
+    nccl.local_rank = options.local_rank;
+    return make_nccl_communicator(store, rank, world_size, nccl);
+  }
+  throw_error(ErrorKind::kInvalidInput,
+              fmt::format("unknown backend '{}' (expected one of: {})", backend, fmt::join(backend_names(), ", ")));
+}
+
+}  // namespace dmpcheck::comm

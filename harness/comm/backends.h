@@ -1,0 +1,32 @@
+// The backends by name ("gloo", "nccl"), for the worker and `dmpcheck bench`.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace dmpcheck::comm {
+
+class Store;
+
+const std::vector<std::string>& backend_names();
+
+// Why `backend` cannot run `local_world_size` ranks per host on this machine (a reason to skip),
+// or nullopt.  Never touches a GPU context that a later fork would inherit: NCCL's check only
+// counts devices, and ranks are exec'd.
+std::optional<std::string> backend_unavailable_reason(const std::string& backend, int local_world_size);
+
+struct BackendOptions {
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  int local_rank = 0;
+  std::string hostname = "127.0.0.1";  // Gloo: the address its pairs listen on
+};
+
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, int rank, int world_size,
+                                                const BackendOptions& options);
+
+}  // namespace dmpcheck::comm
