@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "check/broadcast_probe.h"
+
 namespace dmpcheck::check {
 
 // One replicated tensor compared across ranks at one phase.  Agreed by all ranks.
@@ -114,6 +116,9 @@ struct RunResult {
   bool global_model_checked = false;
   std::vector<GlobalModelCheck> global_model;
   BroadcastCost init_broadcast;
+  // Set where the profile broadcasts and the scenario does not turn it off: every method of
+  // broadcasting the same replicated parameters, timed side by side.
+  BroadcastProbe broadcast_probe;
   std::vector<double> losses;  // rank 0's loss per step
   // FNV-1a 64 of every full tensor's bytes after the last step (hex), by name: two runs of the
   // same scenario must agree on every one (`dmpcheck run --repeat`).
@@ -121,7 +126,9 @@ struct RunResult {
   Timings timings;
   std::optional<RankFailure> failure;  // set when a rank failed: no verdict on expectations
   ExpectationResult expectation;
-  std::string verdict;  // "pass", "fail" (an expectation did not hold), "error" (a rank failed)
+  std::string verdict;  // "pass", "fail" (an expectation did not hold), "error" (a rank failed),
+                        // "skipped" (the backend cannot run here: no GPU for NCCL)
+  std::string skip_reason;
 };
 
 }  // namespace dmpcheck::check

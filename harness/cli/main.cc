@@ -8,6 +8,7 @@
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
 #include "report/explain.h"
+#include "run/bench.h"
 #include "run/scenario_runner.h"
 #include "run/suite.h"
 #include "run/launcher.h"
@@ -15,6 +16,18 @@
 #include "scenario/scenario.h"
 
 namespace {
+
+// "3 of 4 run(s) met their expectations" (", 1 skipped: no GPU" when a backend was unavailable).
+std::string tally(const std::vector<dmpcheck::check::RunResult>& results) {
+  int passed = 0;
+  int skipped = 0;
+  for (const auto& r : results) {
+    passed += r.verdict == "pass" ? 1 : 0;
+    skipped += r.verdict == "skipped" ? 1 : 0;
+  }
+  return fmt::format("{} of {} run(s) met their expectations{}", passed, results.size() - skipped,
+                     skipped > 0 ? fmt::format(", {} skipped (backend unavailable here)", skipped) : std::string());
+}
 
 using namespace dmpcheck;
 
@@ -76,10 +89,7 @@ int command_suite(const run::SuiteOptions& given) {
   options.worker_executable = self_executable();
   options.out = &std::cout;
   const auto outcome = run::run_suite(options);
-  int passed = 0;
-  for (const auto& r : outcome.results) passed += r.verdict == "pass" ? 1 : 0;
-  std::cout << fmt::format("dmpcheck suite: {} of {} run(s) met their expectations in {:.1f} s\n", passed, outcome.results.size(),
-                           outcome.seconds);
+  std::cout << fmt::format("dmpcheck suite: {} in {:.1f} s\n", tally(outcome.results), outcome.seconds);
   std::cout << fmt::format("reports: {0}/junit.xml {0}/summary.md {0}/report.html and one JSON per run\n", outcome.report_dir);
   return outcome.exit_code;
 }
@@ -128,11 +138,67 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
     std::cout << (deterministic ? fmt::format("dmpcheck: every digest identical over {} repetitions\n", flags.repeat)
                                 : std::string("dmpcheck: digests differ between repetitions\n"));
   }
-  int passed = 0;
-  for (const auto& r : all) passed += r.verdict == "pass" ? 1 : 0;
-  std::cout << fmt::format("dmpcheck: {} of {} run(s) met their expectations; reports in {}/\n", passed, all.size(), out_dir);
+  std::cout << fmt::format("dmpcheck: {}; reports in {}/\n", tally(all), out_dir);
   const int code = run::exit_code_for(all);
   return code == 0 && !deterministic ? 1 : code;
+}
+
+struct BenchFlags {
+  std::vector<std::string> collectives = {"broadcast"};
+  std::string min_bytes = "1K";
+  std::string max_bytes = "1M";
+  int64_t factor = 2;
+  int warmup = 2;
+  int iterations = 20;
+  std::vector<std::string> backends = {"gloo"};
+  std::vector<int> world_sizes = {2};
+  int threads = 0;
+  double timeout_s = 120.0;
+  std::string json_path;
+  std::string scenario;
+  std::string run_filter;
+  std::vector<std::string> bucket_caps;
+};
+
+int command_bench(const BenchFlags& flags) {
+  if (!flags.scenario.empty()) {
+    run::ScenarioBenchOptions options;
+    options.worker_executable = self_executable();
+    options.scenario_path = flags.scenario;
+    options.run_filter = flags.run_filter;
+    options.probe.warmup = flags.warmup;
+    options.probe.iterations = flags.iterations;
+    if (!flags.bucket_caps.empty()) {
+      options.probe.bucket_caps.clear();
+      for (const auto& cap : flags.bucket_caps) options.probe.bucket_caps.push_back(run::parse_size(cap));
+    }
+    options.json_path = flags.json_path;
+    options.out = &std::cout;
+    return run::run_scenario_bench(options);
+  }
+  run::BenchCommandOptions options;
+  options.worker_executable = self_executable();
+  options.backends = flags.backends;
+  options.world_sizes = flags.world_sizes;
+  options.json_path = flags.json_path;
+  options.out = &std::cout;
+  run::BenchSpec& spec = options.spec;
+  spec.collectives.clear();
+  for (const auto& c : flags.collectives) {
+    if (c == "all") {
+      spec.collectives = run::bench_collectives();
+      break;
+    }
+    spec.collectives.push_back(c);
+  }
+  spec.min_bytes = run::parse_size(flags.min_bytes);
+  spec.max_bytes = run::parse_size(flags.max_bytes);
+  spec.factor = flags.factor;
+  spec.warmup = flags.warmup;
+  spec.iterations = flags.iterations;
+  spec.threads_per_rank = flags.threads;
+  spec.timeout_s = flags.timeout_s;
+  return run::run_bench(options);
 }
 
 }  // namespace
@@ -188,6 +254,35 @@ int main(int argc, char** argv) {
   auto* explain_cmd = app.add_subcommand("explain", "Print each run's sharding plan and the collectives a step issues");
   explain_cmd->add_option("scenario", explain_files, "Scenario YAML file(s)")->required();
 
+  BenchFlags bench;
+  auto* bench_cmd = app.add_subcommand(
+      "bench",
+      "Measure collectives the way nccl-tests does (sizes x collectives x backends x world sizes, each size checked "
+      "on seeded inputs), or with --scenario what broadcasting a model's replicated parameters costs");
+  bench_cmd->add_option("--collective,-c", bench.collectives,
+                        "broadcast, all_reduce, all_gather, reduce_scatter, all_to_all, or all (repeat or comma-separate)")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench_cmd->add_option("--minbytes,-b", bench.min_bytes, "Smallest size (bytes; K, M, G suffixes as nccl-tests)")->capture_default_str();
+  bench_cmd->add_option("--maxbytes,-e", bench.max_bytes, "Largest size")->capture_default_str();
+  bench_cmd->add_option("--stepfactor,-f", bench.factor, "Multiply the size by this between rows")->capture_default_str();
+  bench_cmd->add_option("--warmup_iters,-w", bench.warmup, "Untimed iterations per size")->capture_default_str();
+  bench_cmd->add_option("--iters,-n", bench.iterations, "Timed iterations per size")->capture_default_str();
+  bench_cmd->add_option("--backend", bench.backends, "gloo, nccl (repeat or comma-separate); unavailable ones are skipped with the reason")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench_cmd->add_option("--world,-g", bench.world_sizes, "World sizes (repeat or comma-separate)")->delimiter(',')->capture_default_str();
+  bench_cmd->add_option("--threads", bench.threads, "Intra-op threads per rank (default: cores / ranks)");
+  bench_cmd->add_option("--timeout", bench.timeout_s, "Deadline in seconds of every collective")->capture_default_str();
+  bench_cmd->add_option("--json", bench.json_path, "Also write the results as JSON to this file");
+  bench_cmd->add_option("--scenario", bench.scenario,
+                        "Instead of the sweep: build each run of this scenario and time every way of broadcasting its "
+                        "replicated parameters (per tensor, coalesced at each --bucket-cap, c10d's, one raw buffer)")
+      ->check(CLI::ExistingFile);
+  bench_cmd->add_option("--run", bench.run_filter, "With --scenario: only runs whose name contains this");
+  bench_cmd->add_option("--bucket-cap", bench.bucket_caps, "With --scenario: bucket caps to compare (default 1M,25M,250M)")
+      ->delimiter(',');
+
   std::optional<std::string> worker_file;
   std::string worker_out = "reports";
   auto* worker_cmd = app.add_subcommand(
@@ -213,6 +308,10 @@ int main(int argc, char** argv) {
       const size_t n = run::rerender_reports(report_dir);
       std::cout << fmt::format("{}: {} runs rendered into junit.xml, summary.md, report.html\n", report_dir, n);
       return 0;
+    }
+    if (*bench_cmd) {
+      const int code = command_bench(bench);
+      return run::interrupt_requested() ? 130 : code;
     }
     if (*validate_cmd) return command_validate(validate_files);
     if (*explain_cmd) return command_explain(explain_files);

@@ -62,6 +62,8 @@ class ScenarioCell(pytest.Item):
         out = self.config.getoption("--dmpcheck-out")
         (result,) = dmpcheck.run(str(self.path), run=self.run["name"], out_dir=out)
         self.user_properties.append(("verdict", result["verdict"]))
+        if result["verdict"] == "skipped":
+            pytest.skip(result["skip_reason"])
         if result["verdict"] != "pass":
             raise ScenarioCellFailure(result)
 

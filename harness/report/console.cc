@@ -12,6 +12,7 @@ std::string render_run_table(const check::RunResult& r) {
   out += fmt::format("== {} [{}]  profile={} init={} world={} backend={} threads/rank={}\n", r.scenario, r.run,
                      r.profile, r.init_mode, r.environment.world_size, r.environment.backend,
                      r.environment.threads_per_rank);
+  if (r.verdict == "skipped") return out + fmt::format("   skipped: {}\n", r.skip_reason);
   if (r.failure) {
     out += fmt::format("   rank {} failed ({}): {}\n", r.failure->rank, r.failure->cause, r.failure->message);
     for (const auto& line : r.failure->last_lines) out += fmt::format("   | {}\n", line);
@@ -44,11 +45,23 @@ std::string render_run_table(const check::RunResult& r) {
   } else {
     out += "   init broadcast: none (this profile does not broadcast data-parallel tables)\n";
   }
+  if (r.broadcast_probe.performed) {
+    std::string probe = check::render_probe(r.broadcast_probe);
+    std::string indented;
+    size_t start = 0;
+    while (start < probe.size()) {
+      const size_t end = probe.find('\n', start);
+      indented += "   " + probe.substr(start, end - start) + "\n";
+      start = end == std::string::npos ? probe.size() : end + 1;
+    }
+    out += indented;
+  }
   return out;
 }
 
 std::string render_verdict_line(const check::RunResult& r) {
   const std::string head = fmt::format("VERDICT {} [{}]:", r.scenario, r.run);
+  if (r.verdict == "skipped") return fmt::format("{} SKIPPED - {}", head, r.skip_reason);
   if (r.failure) {
     const std::string what = fmt::format("rank {} {}: {}", r.failure->rank, r.failure->cause, r.failure->message);
     if (r.verdict == "pass") return fmt::format("{} PASS (failed as expected) - {}; expected: {}", head, what, r.expectation.description);

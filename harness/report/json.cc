@@ -15,6 +15,49 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TensorCheck, name, sharding, phase, equal, ma
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GlobalModelCheck, name, step, max_abs_diff, max_allowed_excess, within_tolerance,
                                    comparable, note, numel)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BroadcastCost, performed, bytes, tensors, collectives, bucket_cap_bytes, seconds, gbps)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LatencyStats, min_s, p50_s, p99_s, max_s, mean_s)
+
+void to_json(nlohmann::json& j, const BroadcastMethodCost& v) {
+  j = nlohmann::json{{"method", v.method},
+                     {"bucket_cap_bytes", v.bucket_cap_bytes},
+                     {"collectives", v.collectives},
+                     {"end_to_end", v.end_to_end},
+                     {"algbw_gbps", v.algbw_gbps},
+                     {"busbw_gbps", v.busbw_gbps},
+                     {"device", v.device ? nlohmann::json(*v.device) : nlohmann::json(nullptr)},
+                     {"device_algbw_gbps", v.device_algbw_gbps ? nlohmann::json(*v.device_algbw_gbps) : nlohmann::json(nullptr)}};
+}
+
+void from_json(const nlohmann::json& j, BroadcastMethodCost& v) {
+  j.at("method").get_to(v.method);
+  j.at("bucket_cap_bytes").get_to(v.bucket_cap_bytes);
+  j.at("collectives").get_to(v.collectives);
+  j.at("end_to_end").get_to(v.end_to_end);
+  j.at("algbw_gbps").get_to(v.algbw_gbps);
+  j.at("busbw_gbps").get_to(v.busbw_gbps);
+  v.device = j.at("device").is_null() ? std::nullopt : std::optional<LatencyStats>(j.at("device").get<LatencyStats>());
+  v.device_algbw_gbps =
+      j.at("device_algbw_gbps").is_null() ? std::nullopt : std::optional<double>(j.at("device_algbw_gbps").get<double>());
+}
+
+// Written out (not the macro, whose functions are inline): `dmpcheck bench` reads probes too.
+void to_json(nlohmann::json& j, const BroadcastProbe& v) {
+  j = nlohmann::json{{"performed", v.performed}, {"backend", v.backend}, {"world_size", v.world_size},
+                     {"bytes", v.bytes},         {"tensors", v.tensors}, {"warmup", v.warmup},
+                     {"iterations", v.iterations}, {"methods", v.methods}, {"note", v.note}};
+}
+
+void from_json(const nlohmann::json& j, BroadcastProbe& v) {
+  j.at("performed").get_to(v.performed);
+  j.at("backend").get_to(v.backend);
+  j.at("world_size").get_to(v.world_size);
+  j.at("bytes").get_to(v.bytes);
+  j.at("tensors").get_to(v.tensors);
+  j.at("warmup").get_to(v.warmup);
+  j.at("iterations").get_to(v.iterations);
+  j.at("methods").get_to(v.methods);
+  j.at("note").get_to(v.note);
+}
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ShardPlacement, rank, row_offset, rows, col_offset, cols, bytes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TablePlacement, table, sharding, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Environment, libtorch_version, backend, host, git_revision, world_size, cores,
@@ -39,12 +82,14 @@ void to_json(nlohmann::json& j, const RunResult& v) {
                      {"global_model_checked", v.global_model_checked},
                      {"global_model", v.global_model},
                      {"init_broadcast", v.init_broadcast},
+                     {"broadcast_probe", v.broadcast_probe},
                      {"losses", v.losses},
                      {"digests", v.digests},
                      {"timings", v.timings},
                      {"failure", v.failure ? nlohmann::json(*v.failure) : nlohmann::json(nullptr)},
                      {"expectation", v.expectation},
-                     {"verdict", v.verdict}};
+                     {"verdict", v.verdict},
+                     {"skip_reason", v.skip_reason}};
 }
 
 void from_json(const nlohmann::json& j, RunResult& v) {
@@ -62,6 +107,7 @@ void from_json(const nlohmann::json& j, RunResult& v) {
   j.at("global_model_checked").get_to(v.global_model_checked);
   j.at("global_model").get_to(v.global_model);
   j.at("init_broadcast").get_to(v.init_broadcast);
+  if (j.contains("broadcast_probe")) j.at("broadcast_probe").get_to(v.broadcast_probe);
   j.at("losses").get_to(v.losses);
   if (j.contains("digests")) j.at("digests").get_to(v.digests);
   j.at("timings").get_to(v.timings);
@@ -72,6 +118,7 @@ void from_json(const nlohmann::json& j, RunResult& v) {
   }
   j.at("expectation").get_to(v.expectation);
   j.at("verdict").get_to(v.verdict);
+  v.skip_reason = j.value("skip_reason", std::string());
 }
 
 }  // namespace dmpcheck::check
@@ -79,6 +126,10 @@ void from_json(const nlohmann::json& j, RunResult& v) {
 namespace dmpcheck::report {
 
 void write_json_file(const check::RunResult& result, const std::string& path) {
+  write_text_file_atomically(path, nlohmann::json(result).dump(2) + "\n");
+}
+
+void write_text_file_atomically(const std::string& path, const std::string& text) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   std::error_code ec;
@@ -89,7 +140,7 @@ void write_json_file(const check::RunResult& result, const std::string& path) {
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "cannot write the report {}", temporary);
-    out << nlohmann::json(result).dump(2) << "\n";
+    out << text;
     out.flush();
     DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "writing the report {} failed", temporary);
   }

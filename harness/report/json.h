@@ -30,6 +30,12 @@ void to_json(nlohmann::json& j, const StepDivergence& v);
 void from_json(const nlohmann::json& j, StepDivergence& v);
 void to_json(nlohmann::json& j, const Timings& v);
 void from_json(const nlohmann::json& j, Timings& v);
+void to_json(nlohmann::json& j, const LatencyStats& v);
+void from_json(const nlohmann::json& j, LatencyStats& v);
+void to_json(nlohmann::json& j, const BroadcastMethodCost& v);
+void from_json(const nlohmann::json& j, BroadcastMethodCost& v);
+void to_json(nlohmann::json& j, const BroadcastProbe& v);
+void from_json(const nlohmann::json& j, BroadcastProbe& v);
 void to_json(nlohmann::json& j, const RunResult& v);
 void from_json(const nlohmann::json& j, RunResult& v);
 
@@ -40,5 +46,6 @@ namespace dmpcheck::report {
 // Writes `result` as JSON to `path` atomically (a temporary file, then rename), creating
 // directories as needed.
 void write_json_file(const check::RunResult& result, const std::string& path);
+void write_text_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace dmpcheck::report

@@ -40,7 +40,7 @@ std::string md_escape(const std::string& text) {
 }
 
 struct Counts {
-  int pass = 0, fail = 0, error = 0;
+  int pass = 0, fail = 0, error = 0, skipped = 0;
   double seconds = 0.0;
 };
 
@@ -49,6 +49,7 @@ Counts count(const std::vector<const check::RunResult*>& runs) {
   for (const auto* r : runs) {
     if (r->verdict == "pass") ++c.pass;
     else if (r->verdict == "fail") ++c.fail;
+    else if (r->verdict == "skipped") ++c.skipped;
     else ++c.error;
     c.seconds += r->timings.total_s;
   }
@@ -72,6 +73,7 @@ std::string diverged_summary(const check::RunResult& r) {
 }  // namespace
 
 std::string failure_text(const check::RunResult& r) {
+  if (r.verdict == "skipped") return fmt::format("skipped: {}", r.skip_reason);
   if (r.failure) {
     return fmt::format("rank {} {} ({}): {}", r.failure->rank, r.failure->cause, r.failure->kind, r.failure->message);
   }
@@ -84,16 +86,18 @@ std::string render_junit(const SuiteSummary& suite) {
   for (const auto& r : suite.results) all.push_back(&r);
   const Counts total = count(all);
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += fmt::format("<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{:.3f}\">\n",
-                     xml_escape(suite.title), all.size(), total.fail, total.error, suite.seconds);
+  out += fmt::format("<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n",
+                     xml_escape(suite.title), all.size(), total.fail, total.error, total.skipped, suite.seconds);
   for (const auto& [scenario, runs] : groups) {
     const Counts c = count(runs);
-    out += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{:.3f}\">\n",
-                       xml_escape(scenario), runs.size(), c.fail, c.error, c.seconds);
+    out += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n",
+                       xml_escape(scenario), runs.size(), c.fail, c.error, c.skipped, c.seconds);
     for (const auto* r : runs) {
       out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", xml_escape(scenario),
                          xml_escape(r->run), r->timings.total_s);
-      if (r->verdict == "fail") {
+      if (r->verdict == "skipped") {
+        out += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(r->skip_reason));
+      } else if (r->verdict == "fail") {
         out += fmt::format("      <failure type=\"expectation\" message=\"{}\">{}\nexpected: {}</failure>\n",
                            xml_escape(failure_text(*r)), xml_escape(diverged_summary(*r)), xml_escape(r->expectation.description));
       } else if (r->verdict != "pass") {
@@ -117,16 +121,21 @@ std::string render_markdown(const SuiteSummary& suite) {
   for (const auto& r : suite.results) all.push_back(&r);
   const Counts total = count(all);
   std::string out = fmt::format("## {}: {} of {} runs met their expectations\n\n", suite.title, total.pass, all.size());
-  out += fmt::format("{} failed, {} errored; {:.1f} s; started {}.\n\n", total.fail, total.error, suite.seconds, suite.started_at);
+  out += fmt::format("{} failed, {} errored{}; {:.1f} s; started {}.\n\n", total.fail, total.error,
+                     total.skipped > 0 ? fmt::format(", {} skipped", total.skipped) : std::string(), suite.seconds,
+                     suite.started_at);
   out += "| scenario | run | profile | verdict | observed |\n|---|---|---|---|---|\n";
   for (const auto& r : suite.results) {
-    const std::string verdict = r.verdict == "pass" ? "pass" : r.verdict == "fail" ? "**FAIL**" : "**ERROR**";
+    const std::string verdict = r.verdict == "pass"      ? "pass"
+                                : r.verdict == "skipped" ? "skipped"
+                                : r.verdict == "fail"    ? "**FAIL**"
+                                                         : "**ERROR**";
     out += fmt::format("| {} | {} | {} | {} | {} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(r.profile), verdict,
-                       md_escape(r.failure ? failure_text(r) : diverged_summary(r)));
+                       md_escape(r.failure || r.verdict == "skipped" ? failure_text(r) : diverged_summary(r)));
   }
   bool any = false;
   for (const auto& r : suite.results) {
-    if (r.verdict == "pass") continue;
+    if (r.verdict == "pass" || r.verdict == "skipped") continue;
     if (!any) out += "\n### What did not hold\n\n";
     any = true;
     out += fmt::format("- **{} [{}]**: {}\n", md_escape(r.scenario), md_escape(r.run), md_escape(failure_text(r)));
@@ -140,7 +149,7 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js) 
   const Counts total = count(all);
   std::string rows;
   for (const auto& r : suite.results) {
-    const std::string cls = r.verdict == "pass" ? "pass" : r.verdict == "fail" ? "fail" : "error";
+    const std::string cls = r.verdict == "pass" || r.verdict == "skipped" ? r.verdict : r.verdict == "fail" ? "fail" : "error";
     std::string divergence;
     for (const auto& d : r.divergence) {
       divergence += fmt::format("{}{}:{}", divergence.empty() ? "" : " ", d.step, d.tensors_differing ? fmt::format("{:.2g}", d.max_abs_diff) : "0");
@@ -148,7 +157,8 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js) 
     rows += fmt::format(
         "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td><td>{:.2f}</td></tr>\n", cls,
         xml_escape(r.scenario), xml_escape(r.run), xml_escape(r.profile), r.verdict,
-        xml_escape(r.failure ? failure_text(r) : diverged_summary(r)), xml_escape(divergence), r.timings.total_s);
+        xml_escape(r.failure || r.verdict == "skipped" ? failure_text(r) : diverged_summary(r)), xml_escape(divergence),
+        r.timings.total_s);
   }
   std::string tensors;
   for (const auto& r : suite.results) {

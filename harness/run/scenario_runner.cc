@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/backends.h"
 #include "common/error.h"
 #include "report/console.h"
 #include "report/json.h"
@@ -19,7 +20,7 @@ int exit_code_for(const std::vector<check::RunResult>& results) {
     if (r.verdict == "error") {
       // A scenario that did not load is bad input; anything else that errs is a rank's failure.
       code = std::max(code, r.failure && r.failure->kind == "invalid_scenario" ? 2 : 3);
-    } else if (r.verdict != "pass") {
+    } else if (r.verdict != "pass" && r.verdict != "skipped") {
       code = std::max(code, 1);
     }
   }
@@ -48,6 +49,16 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
       std::lock_guard<std::mutex> lock(out_mutex);
       *options.out << "[rank " << rank << "] " << line << "\n" << std::flush;
     };
+  }
+  const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+  if (auto reason = comm::backend_unavailable_reason(spec.backend, local_world_size)) {
+    check::RunResult skipped = result_header(scenario, spec);
+    skipped.verdict = "skipped";
+    skipped.skip_reason = *reason;
+    if (options.write_reports) {
+      report::write_json_file(skipped, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, skipped.slug));
+    }
+    return skipped;
   }
   const LaunchOutcome launched = launch(request);
 

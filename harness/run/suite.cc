@@ -152,7 +152,10 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
         const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
         const double remaining = elapsed / static_cast<double>(finished) * static_cast<double>(cells.size() - finished);
         const auto& r = results[i];
-        const std::string verdict = r.verdict == "pass" ? "PASS" : r.verdict == "fail" ? "FAIL" : "ERROR";
+        const std::string verdict = r.verdict == "pass"      ? "PASS"
+                                    : r.verdict == "skipped" ? "SKIPPED"
+                                    : r.verdict == "fail"    ? "FAIL"
+                                                             : "ERROR";
         *options.out << fmt::format("[{}/{}] {} [{}]: {} ({:.1f} s) | elapsed {:.0f} s, about {:.0f} s left\n", finished,
                                     cells.size(), r.scenario, r.run, verdict, r.timings.total_s, elapsed, remaining);
         if (r.verdict != "pass") *options.out << "        " << report::failure_text(r) << "\n";

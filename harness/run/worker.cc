@@ -9,12 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/fingerprint.h"
-#include "comm/gloo/gloo_communicator.h"
+#include "comm/backends.h"
 #include "comm/rendezvous.h"
 #include "comm/store.h"
 #include "common/error.h"
 #include "report/console.h"
 #include "report/json.h"
+#include "run/bench.h"
 #include "run/rank_run.h"
 #include "scenario/scenario.h"
 
@@ -29,9 +30,11 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
                          const comm::RankEnvironment& env, const WorkerOptions& worker) {
   const scenario::RunSpec& spec = scenario.runs.at(index);
   comm::Store run_store = store.with_prefix(fmt::format("run{}", index));
-  comm::GlooOptions gloo;
-  gloo.timeout = millis(spec.timeout_s);
-  std::unique_ptr<comm::Communicator> comm = comm::make_gloo_communicator(run_store, env.rank, env.world_size, gloo);
+  comm::BackendOptions backend;
+  backend.timeout = millis(spec.timeout_s);
+  backend.local_rank = env.local_rank;
+  std::unique_ptr<comm::Communicator> comm =
+      comm::make_communicator(spec.backend, run_store, env.rank, env.world_size, backend);
   if (spec.fingerprint) comm = comm::make_fingerprinting_communicator(std::move(comm));
   RankRunOptions options;
   options.local_world_size = env.local_world_size;
@@ -68,6 +71,10 @@ int worker_main(const WorkerOptions& options) {
     const auto store_timeout = std::chrono::seconds(120);
     if (launched != nullptr && std::string(launched) == "1") {
       store = comm::Store::connect(env.master_addr, env.master_port, store_timeout);
+      if (store->try_get("bench/kind")) {
+        bench_worker(*store, env);
+        return 0;
+      }
       const auto overrides = nlohmann::json::parse(store->get("overrides")).get<scenario::Overrides>();
       const scenario::Scenario scenario =
           scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"), overrides);
