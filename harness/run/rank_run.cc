@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 
+#include "check/broadcast_probe.h"
 #include "check/expectations.h"
 #include "check/global_model.h"
 #include "check/replica_check.h"
@@ -71,6 +72,19 @@ std::vector<dmp::StateTensor> replicated(const std::vector<dmp::StateTensor>& st
   std::vector<dmp::StateTensor> out;
   for (const auto& s : state) {
     if (s.replicated) out.push_back(s);
+  }
+  return out;
+}
+
+// What DDP and the fix for #1739 broadcast at init: the replicated parameters (data-parallel
+// tables and dense layers), not their optimizer state.
+std::vector<at::Tensor> replicated_parameters(const dmp::DistributedModelParallel& model) {
+  std::vector<at::Tensor> out;
+  auto ends_with = [](const std::string& text, const std::string& end) {
+    return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+  };
+  for (const auto& s : model.state()) {
+    if (s.replicated && (ends_with(s.name, ".weight") || ends_with(s.name, ".bias"))) out.push_back(s.tensor);
   }
   return out;
 }
@@ -212,6 +226,24 @@ int threads_per_rank(const scenario::RunSpec& spec, int cores) {
   return std::max(1, cores / spec.world_size);
 }
 
+check::BroadcastProbe probe_scenario_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
+                                             comm::Communicator& comm, const check::ProbeOptions& options,
+                                             const RankRunOptions& run_options) {
+  DMP_CHECK(comm.world_size() == spec.world_size, ErrorKind::kInvalidInput,
+            "run '{}' of {} needs {} ranks but this group has {}", spec.name, scenario.name, spec.world_size,
+            comm.world_size());
+  const int cores = run_options.cores > 0 ? run_options.cores : available_cores();
+  at::set_num_threads(threads_per_rank(spec, cores));
+  const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+  const dmp::ShardingPlan plan =
+      collective_plan(comm, scenario::planner_input(spec, local_world_size), spec.profile.plan_on_every_rank);
+  const uint64_t seed = spec.init.seed + (spec.init.mode == scenario::InitMode::kUnseeded ? comm.rank() : 0);
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  dmp::DmpOptions dmp_options{spec.profile, spec.sparse_optimizer, spec.dense_optimizer};
+  dmp::DistributedModelParallel model(comm, spec.model, plan, generator, dmp_options);
+  return check::probe_broadcast(comm, replicated_parameters(model), options, run_options.progress);
+}
+
 check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
                              comm::Communicator& comm, const RankRunOptions& options) {
   auto say = [&](const std::string& line) {
@@ -266,6 +298,12 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     cost.bucket_cap_bytes = spec.profile.init_broadcast_bucket_cap_bytes;
     cost.seconds = seconds.item<double>();
     cost.gbps = cost.seconds > 0 ? static_cast<double>(cost.bytes) / cost.seconds / 1e9 : 0.0;
+    if (spec.broadcast_probe.enabled) {
+      check::ProbeOptions probe;
+      probe.warmup = spec.broadcast_probe.warmup;
+      probe.iterations = spec.broadcast_probe.iterations;
+      result.broadcast_probe = check::probe_broadcast(comm, replicated_parameters(*model), probe);
+    }
   }
   result.replicas = check::check_replicas(comm, replicated(model->state()), "init");
   auto record_divergence = [&](int step, const std::vector<check::TensorCheck>& checks) {

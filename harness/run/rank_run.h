@@ -28,6 +28,13 @@ struct RankRunOptions {
 check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
                              comm::Communicator& comm, const RankRunOptions& options);
 
+// `dmpcheck bench --scenario`, on one rank (collective): plans and builds the run's model as
+// run_on_rank does, then probes the broadcast of its replicated parameters, whether or not the
+// run's profile broadcasts them ("what would the fix cost for this model?").
+check::BroadcastProbe probe_scenario_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
+                                             comm::Communicator& comm, const check::ProbeOptions& options,
+                                             const RankRunOptions& run_options);
+
 // A RunResult with the run's identity filled in (scenario, run, cell, profile, init mode,
 // world size, backend, expectation's description) and nothing measured yet.
 check::RunResult result_header(const scenario::Scenario& scenario, const scenario::RunSpec& spec);

@@ -105,6 +105,13 @@ struct FaultSpec {
   std::string tensor;  // kCorrupt / kNan: the tensor (state name); empty: the first replicated one
 };
 
+// The broadcast-cost probe run after init where the profile broadcasts (check/broadcast_probe.h).
+struct ProbeSpec {
+  bool enabled = true;
+  int warmup = 1;
+  int iterations = 3;
+};
+
 struct RunSpec {
   std::string name;   // "init.mode=seeded profile=current", or "default" without a matrix
   std::string slug;   // file-safe: "seeded_current"
@@ -116,6 +123,7 @@ struct RunSpec {
   double timeout_s = 60.0;
   int threads_per_rank = 0;  // 0: cores / world_size, at least 1
   bool fingerprint = false;  // check every collective's fingerprint across ranks first (debug)
+  ProbeSpec broadcast_probe;
   int local_world_size = 0;  // ranks per host (LOCAL_WORLD_SIZE); 0: all ranks on one host
   int64_t memory_per_rank = 0;  // planner limit in bytes; 0: none
   InitSpec init;

@@ -13,6 +13,7 @@ world_size: 2
 steps: 2
 batch_size: 4
 timeout_s: 3
+broadcast_probe: false  # keeps the collective sequence numbers below fixed
 init: {mode: unseeded, seed: 1}
 data: {seed: 1, ids_per_bag: [1, 3]}
 tables:

@@ -1,0 +1,247 @@
+#include "check/broadcast_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "comm/coalesced.h"
+#include "comm/communicator.h"
+#include "common/error.h"
+
+namespace dmpcheck::check {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Forwards to `inner` and adds up the device time its broadcasts report (NCCL's CUDA events),
+// so that a coalesced broadcast's collectives can be timed apart from its copies.
+class DeviceTimeAccumulator final : public comm::Communicator {
+ public:
+  explicit DeviceTimeAccumulator(comm::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::string backend_name() const override { return inner_.backend_name(); }
+  std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
+  void broadcast(at::Tensor& tensor, int root) override {
+    inner_.broadcast(tensor, root);
+    if (auto seconds = inner_.last_device_seconds()) {
+      device_seconds_ += *seconds;
+      timed_ = true;
+    }
+  }
+  void all_reduce(at::Tensor& tensor, comm::ReduceOp op) override { inner_.all_reduce(tensor, op); }
+  std::vector<at::Tensor> all_gather(const at::Tensor& input) override { return inner_.all_gather(input); }
+  at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& in, const std::vector<int64_t>& out) override {
+    return inner_.all_to_all(input, in, out);
+  }
+  at::Tensor reduce_scatter(const at::Tensor& input, comm::ReduceOp op) override { return inner_.reduce_scatter(input, op); }
+  void barrier() override { inner_.barrier(); }
+
+  void reset() {
+    device_seconds_ = 0.0;
+    timed_ = false;
+  }
+  std::optional<double> device_seconds() const { return timed_ ? std::optional<double>(device_seconds_) : std::nullopt; }
+
+ private:
+  comm::Communicator& inner_;
+  double device_seconds_ = 0.0;
+  bool timed_ = false;
+};
+
+int64_t byte_size(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// Buckets c10d::broadcast_coalesced makes: per dtype, a bucket closes once it reaches the cap.
+int64_t framework_buckets(const std::vector<at::Tensor>& tensors, int64_t cap) {
+  std::map<at::ScalarType, int64_t> open;  // dtype -> bytes in its open bucket
+  int64_t closed = 0;
+  for (const auto& t : tensors) {
+    int64_t& bytes = open[t.scalar_type()];
+    bytes += byte_size(t);
+    if (bytes >= cap) {
+      ++closed;
+      bytes = 0;
+    }
+  }
+  for (const auto& [type, bytes] : open) closed += bytes > 0 ? 1 : 0;
+  return closed;
+}
+
+// Each iteration's time as the maximum over ranks (collective).
+std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<double>& samples) {
+  if (samples.empty()) return {};
+  at::Tensor t = at::tensor(samples, at::kDouble);
+  comm.all_reduce(t, comm::ReduceOp::kMax);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+std::string caption(const BroadcastMethodCost& m) {
+  if (m.method == "coalesced" || m.method == "framework") {
+    return fmt::format("{} {} MiB", m.method, static_cast<double>(m.bucket_cap_bytes) / (1 << 20));
+  }
+  return m.method;
+}
+
+}  // namespace
+
+LatencyStats latency_stats(std::vector<double> samples) {
+  LatencyStats s;
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  const auto n = samples.size();
+  auto nearest_rank = [&](double p) {
+    const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(n)));
+    return samples[std::min(n, std::max<size_t>(rank, 1)) - 1];
+  };
+  s.min_s = samples.front();
+  s.max_s = samples.back();
+  s.p50_s = nearest_rank(0.50);
+  s.p99_s = nearest_rank(0.99);
+  double sum = 0.0;
+  for (double v : samples) sum += v;
+  s.mean_s = sum / static_cast<double>(n);
+  return s;
+}
+
+BroadcastProbe probe_broadcast(comm::Communicator& comm, const std::vector<at::Tensor>& tensors,
+                               const ProbeOptions& options, const std::function<void(const std::string&)>& progress) {
+  DMP_CHECK(options.iterations >= 1 && options.warmup >= 0, ErrorKind::kInvalidInput,
+            "the broadcast probe needs at least 1 iteration and no negative warm-up (got {} and {})", options.iterations,
+            options.warmup);
+  at::NoGradGuard no_grad;
+  BroadcastProbe probe;
+  probe.performed = true;
+  probe.backend = comm.backend_name();
+  probe.world_size = comm.world_size();
+  probe.warmup = options.warmup;
+  probe.iterations = options.iterations;
+  std::vector<at::Tensor> copies;
+  for (const auto& t : tensors) {
+    copies.push_back(t.detach().clone());
+    probe.bytes += byte_size(t);
+  }
+  probe.tensors = static_cast<int64_t>(tensors.size());
+  if (copies.empty()) return probe;
+  DeviceTimeAccumulator timed(comm);
+
+  // Runs `op` warmup + iterations times, each after a barrier, and records the method's cost.
+  auto measure = [&](BroadcastMethodCost cost, const std::function<int64_t()>& op) {
+    std::vector<double> host;
+    std::vector<double> device;
+    for (int i = 0; i < options.warmup + options.iterations; ++i) {
+      comm.barrier();
+      timed.reset();
+      const auto start = Clock::now();
+      cost.collectives = op();
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (i < options.warmup) continue;
+      host.push_back(seconds);
+      if (auto d = timed.device_seconds()) device.push_back(*d);
+    }
+    cost.end_to_end = latency_stats(max_over_ranks(comm, host));
+    cost.algbw_gbps = cost.end_to_end.mean_s > 0 ? static_cast<double>(probe.bytes) / cost.end_to_end.mean_s / 1e9 : 0.0;
+    cost.busbw_gbps = cost.algbw_gbps;  // broadcast: factor 1
+    // Every rank of a backend reports device time or none does, so this stays collective.
+    if (device.size() == host.size()) {
+      cost.device = latency_stats(max_over_ranks(comm, device));
+      cost.device_algbw_gbps =
+          cost.device->mean_s > 0 ? static_cast<double>(probe.bytes) / cost.device->mean_s / 1e9 : 0.0;
+    }
+    if (progress) {
+      progress(fmt::format("probe {}: {} broadcast(s), mean {:.1f} us, {:.3f} GB/s", caption(cost), cost.collectives,
+                           cost.end_to_end.mean_s * 1e6, cost.algbw_gbps));
+    }
+    probe.methods.push_back(cost);
+  };
+
+  if (options.per_tensor) {
+    BroadcastMethodCost cost;
+    cost.method = "per_tensor";
+    measure(cost, [&] {
+      comm::CoalescedBroadcastOptions o;
+      o.root = options.root;
+      o.bucket_cap_bytes = 0;
+      return comm::broadcast_coalesced(timed, copies, o).collectives;
+    });
+  }
+  for (int64_t cap : options.bucket_caps) {
+    BroadcastMethodCost cost;
+    cost.method = "coalesced";
+    cost.bucket_cap_bytes = cap;
+    measure(cost, [&] {
+      comm::CoalescedBroadcastOptions o;
+      o.root = options.root;
+      o.bucket_cap_bytes = cap;
+      return comm::broadcast_coalesced(timed, copies, o).collectives;
+    });
+  }
+  if (options.framework) {
+    // Every rank runs the same backend, so all skip or none does.
+    if (comm.has_framework_broadcast_coalesced()) {
+      for (int64_t cap : options.bucket_caps) {
+        BroadcastMethodCost cost;
+        cost.method = "framework";
+        cost.bucket_cap_bytes = cap;
+        measure(cost, [&] {
+          comm.framework_broadcast_coalesced(copies, cap, options.root);
+          return framework_buckets(copies, cap);
+        });
+      }
+    } else {
+      probe.note = fmt::format("no framework baseline on {} (c10d::broadcast_coalesced needs a c10d process group)",
+                               comm.backend_name());
+    }
+  }
+  if (options.raw) {
+    BroadcastMethodCost cost;
+    cost.method = "raw";
+    at::Tensor flat = at::empty({probe.bytes}, at::kByte);
+    measure(cost, [&] {
+      timed.broadcast(flat, options.root);
+      return int64_t{1};
+    });
+  }
+  return probe;
+}
+
+std::string render_probe(const BroadcastProbe& probe) {
+  std::string out = fmt::format(
+      "broadcast probe: {} tensor(s), {} bytes, {} on {} ranks, {} warm-up + {} timed iteration(s), max over ranks\n",
+      probe.tensors, probe.bytes, probe.backend, probe.world_size, probe.warmup, probe.iterations);
+  out += fmt::format("{:<20} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>8} {:>11}\n", "method", "bcasts",
+                     "time(us)", "min(us)", "p50(us)", "p99(us)", "max(us)", "algbw", "busbw", "device(us)");
+  for (const auto& m : probe.methods) {
+    out += fmt::format("{:<20} {:>7} {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f} {:>8.3f} {:>8.3f} {:>11}\n", caption(m),
+                       m.collectives, m.end_to_end.mean_s * 1e6, m.end_to_end.min_s * 1e6, m.end_to_end.p50_s * 1e6,
+                       m.end_to_end.p99_s * 1e6, m.end_to_end.max_s * 1e6, m.algbw_gbps, m.busbw_gbps,
+                       m.device ? fmt::format("{:.1f}", m.device->mean_s * 1e6) : std::string("-"));
+  }
+  out += "  (algbw = bytes / mean time in GB/s, 1 GB = 1e9 bytes; busbw = algbw for broadcast)\n";
+  if (!probe.note.empty()) out += fmt::format("  note: {}\n", probe.note);
+  // Ratios measured side by side in this one run.
+  auto find = [&](const std::string& method, int64_t cap) -> const BroadcastMethodCost* {
+    for (const auto& m : probe.methods) {
+      if (m.method == method && m.bucket_cap_bytes == cap) return &m;
+    }
+    return nullptr;
+  };
+  const BroadcastMethodCost* per_tensor = find("per_tensor", 0);
+  const BroadcastMethodCost* raw = find("raw", 0);
+  for (const auto& m : probe.methods) {
+    if (m.method != "coalesced" || m.end_to_end.mean_s <= 0) continue;
+    std::vector<std::string> ratios;
+    if (per_tensor) ratios.push_back(fmt::format("{:.2f}x faster than per_tensor", per_tensor->end_to_end.mean_s / m.end_to_end.mean_s));
+    if (raw) ratios.push_back(fmt::format("{:.2f}x the throughput of raw", raw->end_to_end.mean_s / m.end_to_end.mean_s));
+    if (const auto* f = find("framework", m.bucket_cap_bytes)) {
+      ratios.push_back(fmt::format("{:.2f}x the throughput of framework", f->end_to_end.mean_s / m.end_to_end.mean_s));
+    }
+    if (!ratios.empty()) out += fmt::format("  ratio {}: {}\n", caption(m), fmt::join(ratios, ", "));
+  }
+  return out;
+}
+
+}  // namespace dmpcheck::check

@@ -1,0 +1,81 @@
+// What the rank-0 broadcast of replicated state costs, measured the way nccl-tests measures:
+// warm-up, then timed iterations, each iteration's time the maximum over ranks (a broadcast is
+// done when the slowest rank has it), then min / p50 / p99 / max / mean over iterations.
+//
+// Methods, all on the same tensors (copies: the model is not touched):
+//  * per_tensor   one broadcast per tensor (what TorchRec #1739's fix costs done naively)
+//  * coalesced    ours (comm/coalesced.h), flattened into buckets of at most bucket_cap_bytes
+//  * framework    c10d::broadcast_coalesced with the same cap, where the backend has it (Gloo)
+//  * raw          one broadcast of a preallocated buffer of the same total bytes: the floor
+// algbw = bytes / mean time, busbw = algbw (nccl-tests' factor for broadcast is 1), GB = 1e9.
+// On NCCL, `device` is the CUDA-event time of the collectives alone (staging copies excluded).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace dmpcheck::comm {
+class Communicator;
+}
+
+namespace dmpcheck::check {
+
+struct LatencyStats {
+  double min_s = 0.0;
+  double p50_s = 0.0;
+  double p99_s = 0.0;  // nearest rank
+  double max_s = 0.0;
+  double mean_s = 0.0;
+};
+
+// Over `samples` (seconds); all zero when empty.
+LatencyStats latency_stats(std::vector<double> samples);
+
+struct BroadcastMethodCost {
+  std::string method;  // per_tensor, coalesced, framework, raw
+  int64_t bucket_cap_bytes = 0;  // coalesced and framework; 0 otherwise
+  int64_t collectives = 0;       // broadcasts per iteration (buckets)
+  LatencyStats end_to_end;       // flatten, broadcast, copy back
+  double algbw_gbps = 0.0;
+  double busbw_gbps = 0.0;
+  std::optional<LatencyStats> device;  // NCCL only: the collectives' CUDA-event time
+  std::optional<double> device_algbw_gbps;
+};
+
+struct BroadcastProbe {
+  bool performed = false;
+  std::string backend;
+  int world_size = 0;
+  int64_t bytes = 0;
+  int64_t tensors = 0;
+  int warmup = 0;
+  int iterations = 0;
+  std::vector<BroadcastMethodCost> methods;
+  std::string note;  // e.g. why the framework baseline is missing
+};
+
+struct ProbeOptions {
+  int warmup = 1;
+  int iterations = 5;
+  int root = 0;
+  std::vector<int64_t> bucket_caps = {1 << 20, 25 << 20, 250 << 20};  // 1, 25 (DDP's default), 250 MiB
+  bool per_tensor = true;
+  bool framework = true;
+  bool raw = true;
+};
+
+// Collective: every rank passes tensors of the same shapes, dtypes and order.  Does not modify
+// `tensors`.  `progress`, when set, gets a line per method.
+BroadcastProbe probe_broadcast(comm::Communicator& comm, const std::vector<at::Tensor>& tensors,
+                               const ProbeOptions& options,
+                               const std::function<void(const std::string&)>& progress = nullptr);
+
+// Human-readable table of a probe, and each coalesced cap measured against the other methods.
+std::string render_probe(const BroadcastProbe& probe);
+
+}  // namespace dmpcheck::check

@@ -1,0 +1,492 @@
+#include "run/bench.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "comm/backends.h"
+#include "comm/rendezvous.h"
+#include "comm/store.h"
+#include "comm/communicator.h"
+#include "common/error.h"
+#include "report/json.h"
+#include "run/launcher.h"
+#include "run/rank_run.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The seeded input of `rank`: small integers, so that sums over up to 64 ranks are exact in
+// float and a wrong element cannot hide in rounding.
+at::Tensor seeded(int rank, int64_t count) {
+  at::Tensor i = at::arange(count, at::kLong);
+  return ((i * 13 + (rank + 1) * 7) % 31 - 15).to(at::kFloat);
+}
+
+int64_t mismatches(const at::Tensor& got, const at::Tensor& expected) {
+  if (!got.sizes().equals(expected.sizes())) return std::max(got.numel(), expected.numel());
+  return got.ne(expected).sum().item<int64_t>();
+}
+
+bool chunked(const std::string& collective) {
+  return collective == "all_gather" || collective == "reduce_scatter" || collective == "all_to_all";
+}
+
+// One size of one collective: the buffers, a run of the collective, and its check.
+class Case {
+ public:
+  Case(comm::Communicator& comm, std::string collective, int64_t count, int root)
+      : comm_(comm), collective_(std::move(collective)), count_(count), root_(root), world_(comm.world_size()),
+        chunk_(count / world_) {
+    reset();
+  }
+
+  void reset() { input_ = collective_ == "all_gather" ? seeded(comm_.rank(), chunk_) : seeded(comm_.rank(), count_); }
+
+  void run() {
+    if (collective_ == "broadcast") {
+      comm_.broadcast(input_, root_);
+      output_ = input_;
+    } else if (collective_ == "all_reduce") {
+      comm_.all_reduce(input_, comm::ReduceOp::kSum);
+      output_ = input_;
+    } else if (collective_ == "all_gather") {
+      output_ = at::cat(comm_.all_gather(input_));
+    } else if (collective_ == "reduce_scatter") {
+      output_ = comm_.reduce_scatter(input_, comm::ReduceOp::kSum);
+    } else if (collective_ == "all_to_all") {
+      const std::vector<int64_t> splits(static_cast<size_t>(world_), chunk_);
+      output_ = comm_.all_to_all(input_, splits, splits);
+    } else {
+      throw_error(ErrorKind::kInvalidInput, fmt::format("unknown collective '{}'", collective_));
+    }
+  }
+
+  // Elements of this rank's output that differ from what the seeded inputs must give.
+  int64_t wrong() const {
+    const int me = comm_.rank();
+    if (collective_ == "broadcast") return mismatches(output_, seeded(root_, count_));
+    if (collective_ == "all_reduce") {
+      at::Tensor expected = at::zeros({count_}, at::kFloat);
+      for (int r = 0; r < world_; ++r) expected += seeded(r, count_);
+      return mismatches(output_, expected);
+    }
+    if (collective_ == "all_gather") {
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < world_; ++r) parts.push_back(seeded(r, chunk_));
+      return mismatches(output_, at::cat(parts));
+    }
+    if (collective_ == "reduce_scatter") {
+      at::Tensor expected = at::zeros({chunk_}, at::kFloat);
+      for (int r = 0; r < world_; ++r) expected += seeded(r, count_).narrow(0, me * chunk_, chunk_);
+      return mismatches(output_, expected);
+    }
+    std::vector<at::Tensor> parts;  // all_to_all: chunk `me` of every rank, in rank order
+    for (int r = 0; r < world_; ++r) parts.push_back(seeded(r, count_).narrow(0, me * chunk_, chunk_));
+    return mismatches(output_, at::cat(parts));
+  }
+
+ private:
+  comm::Communicator& comm_;
+  std::string collective_;
+  int64_t count_;
+  int root_;
+  int world_;
+  int64_t chunk_;
+  at::Tensor input_;
+  at::Tensor output_;
+};
+
+std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<double>& samples) {
+  at::Tensor t = at::tensor(samples, at::kDouble);
+  comm.all_reduce(t, comm::ReduceOp::kMax);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+std::string us(double seconds) { return fmt::format("{:.1f}", seconds * 1e6); }
+
+}  // namespace
+
+const std::vector<std::string>& bench_collectives() {
+  static const std::vector<std::string> names = {"broadcast", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+  return names;
+}
+
+void to_json(nlohmann::json& j, const BenchSpec& s) {
+  j = nlohmann::json{{"collectives", s.collectives}, {"min_bytes", s.min_bytes}, {"max_bytes", s.max_bytes},
+                     {"factor", s.factor},           {"warmup", s.warmup},       {"iterations", s.iterations},
+                     {"root", s.root},               {"timeout_s", s.timeout_s}, {"threads_per_rank", s.threads_per_rank}};
+}
+
+void from_json(const nlohmann::json& j, BenchSpec& s) {
+  j.at("collectives").get_to(s.collectives);
+  j.at("min_bytes").get_to(s.min_bytes);
+  j.at("max_bytes").get_to(s.max_bytes);
+  j.at("factor").get_to(s.factor);
+  j.at("warmup").get_to(s.warmup);
+  j.at("iterations").get_to(s.iterations);
+  j.at("root").get_to(s.root);
+  j.at("timeout_s").get_to(s.timeout_s);
+  j.at("threads_per_rank").get_to(s.threads_per_rank);
+}
+
+void to_json(nlohmann::json& j, const BenchRow& r) {
+  auto stats = [](const check::LatencyStats& s) {
+    return nlohmann::json{{"mean", s.mean_s * 1e6}, {"min", s.min_s * 1e6}, {"p50", s.p50_s * 1e6},
+                          {"p99", s.p99_s * 1e6},   {"max", s.max_s * 1e6}};
+  };
+  j = nlohmann::json{{"collective", r.collective}, {"size_bytes", r.size_bytes}, {"count", r.count},
+                     {"type", r.type},             {"redop", r.redop},           {"root", r.root},
+                     {"time_us", stats(r.time)},   {"algbw_gbps", r.algbw_gbps}, {"busbw_gbps", r.busbw_gbps},
+                     {"wrong", r.wrong},           {"device_time_us", r.device ? stats(*r.device) : nlohmann::json(nullptr)}};
+}
+
+void to_json(nlohmann::json& j, const BenchGroup& g) {
+  j = nlohmann::json{{"backend", g.backend},         {"world_size", g.world_size}, {"threads_per_rank", g.threads_per_rank},
+                     {"skipped", g.skipped},         {"skip_reason", g.skip_reason}, {"error", g.error},
+                     {"rows", g.rows}};
+}
+
+int64_t parse_size(const std::string& text) {
+  DMP_CHECK(!text.empty(), ErrorKind::kInvalidInput, "empty size (expected bytes such as 1024, 1K, 64M or 1G)");
+  size_t used = 0;
+  long double value = 0;
+  try {
+    value = std::stold(text, &used);
+  } catch (const std::exception&) {
+    throw_error(ErrorKind::kInvalidInput, fmt::format("size '{}' is not a number (expected e.g. 1024, 1K, 64M, 1G)", text));
+  }
+  const std::string suffix = text.substr(used);
+  long double unit = 1;
+  if (suffix == "K" || suffix == "k") unit = 1024.0L;
+  else if (suffix == "M" || suffix == "m") unit = 1024.0L * 1024;
+  else if (suffix == "G" || suffix == "g") unit = 1024.0L * 1024 * 1024;
+  else DMP_CHECK(suffix.empty(), ErrorKind::kInvalidInput, "size '{}' has an unknown suffix '{}' (expected K, M or G)", text, suffix);
+  DMP_CHECK(value > 0, ErrorKind::kInvalidInput, "size '{}' must be positive", text);
+  return static_cast<int64_t>(value * unit);
+}
+
+double bus_factor(const std::string& collective, int world) {
+  const double n = world;
+  if (collective == "all_reduce") return 2.0 * (n - 1) / n;
+  if (chunked(collective)) return (n - 1) / n;
+  return 1.0;
+}
+
+std::string bench_table_header(const comm::Communicator*, bool device_column) {
+  std::string out = fmt::format("#{:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}",
+                                "collective", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                                "min", "p50", "p99", "max");
+  if (device_column) out += fmt::format(" {:>10}", "dev_time");
+  out += "\n";
+  out += fmt::format("#{:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}", "",
+                     "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(us)");
+  if (device_column) out += fmt::format(" {:>10}", "(us)");
+  return out;
+}
+
+std::string bench_table_row(const BenchRow& r, bool device_column) {
+  std::string out = fmt::format(" {:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8.3f} {:>8.3f} {:>7} {:>10} {:>10} {:>10} {:>10}",
+                                r.collective, r.size_bytes, r.count, r.type, r.redop, r.root, us(r.time.mean_s), r.algbw_gbps,
+                                r.busbw_gbps, r.wrong, us(r.time.min_s), us(r.time.p50_s), us(r.time.p99_s), us(r.time.max_s));
+  if (device_column) out += fmt::format(" {:>10}", r.device ? us(r.device->mean_s) : std::string("-"));
+  return out;
+}
+
+std::vector<BenchRow> bench_on_rank(comm::Communicator& comm, const BenchSpec& spec,
+                                    const std::function<void(const std::string&)>& line) {
+  at::NoGradGuard no_grad;
+  const int world = comm.world_size();
+  const bool device_column = comm.backend_name() == "nccl";
+  if (line) line(bench_table_header(&comm, device_column));
+  std::vector<BenchRow> rows;
+  for (const auto& collective : spec.collectives) {
+    for (int64_t size = spec.min_bytes; size <= spec.max_bytes; size *= spec.factor) {
+      BenchRow row;
+      row.collective = collective;
+      int64_t count = size / static_cast<int64_t>(sizeof(float));
+      if (chunked(collective)) count = count / world * world;  // whole chunks, as nccl-tests rounds down
+      if (count == 0) {
+        if (spec.factor <= 1) break;
+        continue;
+      }
+      row.count = count;
+      row.size_bytes = count * static_cast<int64_t>(sizeof(float));
+      row.redop = collective == "all_reduce" || collective == "reduce_scatter" ? "sum" : "none";
+      row.root = collective == "broadcast" ? spec.root : -1;
+      Case c(comm, collective, count, spec.root);
+
+      // Correctness first, on freshly seeded inputs.
+      c.run();
+      at::Tensor wrong = at::tensor({c.wrong()}, at::kLong);
+      comm.all_reduce(wrong, comm::ReduceOp::kSum);
+      row.wrong = wrong.item<int64_t>();
+
+      std::vector<double> host;
+      std::vector<double> device;
+      for (int i = 0; i < spec.warmup + spec.iterations; ++i) {
+        comm.barrier();
+        const auto start = Clock::now();
+        c.run();
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        if (i < spec.warmup) continue;
+        host.push_back(seconds);
+        if (auto d = comm.last_device_seconds()) device.push_back(*d);
+      }
+      row.time = check::latency_stats(max_over_ranks(comm, host));
+      if (!device.empty() && device.size() == host.size()) row.device = check::latency_stats(max_over_ranks(comm, device));
+      row.algbw_gbps = row.time.mean_s > 0 ? static_cast<double>(row.size_bytes) / row.time.mean_s / 1e9 : 0.0;
+      row.busbw_gbps = row.algbw_gbps * bus_factor(collective, world);
+      if (line) line(bench_table_row(row, device_column));
+      rows.push_back(row);
+      if (spec.factor <= 1) break;
+    }
+  }
+  return rows;
+}
+
+namespace {
+
+// Launches `world` ranks of `dmpcheck worker` with `entries` in the store; rank 0's lines that
+// start with `echo_prefix` are passed to `out` as they arrive (the prefix removed).
+LaunchOutcome launch_bench(const std::string& executable, int world, int threads,
+                           std::map<std::string, std::string> entries, double budget_s, std::ostream* out) {
+  LaunchRequest request;
+  request.executable = executable;
+  request.arguments = {"worker"};
+  request.world_size = world;
+  request.threads_per_rank = threads;
+  request.store_entries = std::move(entries);
+  request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget_s * 1000.0));
+  static std::mutex out_mutex;
+  if (out) {
+    request.on_line = [out](int rank, const std::string& text) {
+      std::lock_guard<std::mutex> lock(out_mutex);
+      if (rank == 0 && text.rfind("bench| ", 0) == 0) {
+        *out << text.substr(7) << "\n" << std::flush;
+      } else if (text.find("error") != std::string::npos) {
+        *out << "[rank " << rank << "] " << text << "\n" << std::flush;
+      }
+    };
+  }
+  return launch(request);
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return;
+  report::write_text_file_atomically(path, j.dump(2) + "\n");
+}
+
+nlohmann::json environment_json() {
+  return nlohmann::json{{"cores", available_cores()}};
+}
+
+}  // namespace
+
+int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* groups_out) {
+  const BenchSpec& spec = options.spec;
+  DMP_CHECK(spec.min_bytes > 0 && spec.max_bytes >= spec.min_bytes, ErrorKind::kInvalidInput,
+            "sizes: -b {} must be positive and at most -e {}", spec.min_bytes, spec.max_bytes);
+  DMP_CHECK(spec.factor >= 2 || spec.min_bytes == spec.max_bytes, ErrorKind::kInvalidInput,
+            "-f {} must be at least 2 (or -b equal to -e)", spec.factor);
+  DMP_CHECK(spec.iterations >= 1 && spec.warmup >= 0, ErrorKind::kInvalidInput, "-n must be at least 1 and -w at least 0");
+  for (const auto& c : spec.collectives) {
+    DMP_CHECK(std::find(bench_collectives().begin(), bench_collectives().end(), c) != bench_collectives().end(),
+              ErrorKind::kInvalidInput, "unknown collective '{}' (expected one of: {}, or all)", c,
+              fmt::join(bench_collectives(), ", "));
+  }
+  std::vector<BenchGroup> groups;
+  int code = 0;
+  for (const auto& backend : options.backends) {
+    for (int world : options.world_sizes) {
+      DMP_CHECK(world >= 1 && world <= 64, ErrorKind::kInvalidInput, "world size {} is out of range 1..64", world);
+      BenchGroup group;
+      group.backend = backend;
+      group.world_size = world;
+      group.threads_per_rank = spec.threads_per_rank > 0 ? spec.threads_per_rank : std::max(1, available_cores() / world);
+      if (options.out) {
+        *options.out << fmt::format("# dmpcheck bench: {} on {} rank(s), {} thread(s)/rank, -w {} -n {}, sizes {}..{} x{}\n",
+                                    backend, world, group.threads_per_rank, spec.warmup, spec.iterations, spec.min_bytes,
+                                    spec.max_bytes, spec.factor)
+                     << std::flush;
+      }
+      if (auto reason = comm::backend_unavailable_reason(backend, world)) {
+        group.skipped = true;
+        group.skip_reason = *reason;
+        if (options.out) *options.out << "# skipped: " << *reason << "\n" << std::flush;
+        groups.push_back(group);
+        continue;
+      }
+      BenchSpec rank_spec = spec;
+      rank_spec.threads_per_rank = group.threads_per_rank;
+      const LaunchOutcome launched =
+          launch_bench(options.worker_executable, world, group.threads_per_rank,
+                       {{"bench/kind", "sweep"}, {"bench/backend", backend}, {"bench/spec", nlohmann::json(rank_spec).dump()}},
+                       std::max(600.0, 20.0 * spec.timeout_s), options.out);
+      if (launched.ok && launched.result) {
+        for (const auto& row : nlohmann::json::parse(*launched.result)) {
+          BenchRow r;
+          row.at("collective").get_to(r.collective);
+          row.at("size_bytes").get_to(r.size_bytes);
+          row.at("count").get_to(r.count);
+          row.at("redop").get_to(r.redop);
+          row.at("root").get_to(r.root);
+          row.at("wrong").get_to(r.wrong);
+          row.at("algbw_gbps").get_to(r.algbw_gbps);
+          row.at("busbw_gbps").get_to(r.busbw_gbps);
+          auto stats = [](const nlohmann::json& s) {
+            return check::LatencyStats{s.at("min").get<double>() / 1e6, s.at("p50").get<double>() / 1e6,
+                                       s.at("p99").get<double>() / 1e6, s.at("max").get<double>() / 1e6,
+                                       s.at("mean").get<double>() / 1e6};
+          };
+          r.time = stats(row.at("time_us"));
+          if (!row.at("device_time_us").is_null()) r.device = stats(row.at("device_time_us"));
+          if (r.wrong != 0) code = std::max(code, 1);
+          group.rows.push_back(r);
+        }
+      } else {
+        group.error = launched.failure ? fmt::format("rank {} {}: {}", launched.failure->rank, launched.failure->cause,
+                                                     launched.failure->message)
+                                       : std::string("the ranks ended without a result");
+        if (options.out) *options.out << "# error: " << group.error << "\n" << std::flush;
+        code = 3;
+      }
+      groups.push_back(group);
+      if (interrupt_requested()) break;
+    }
+  }
+  int64_t wrong = 0;
+  for (const auto& g : groups) {
+    for (const auto& r : g.rows) wrong += r.wrong;
+  }
+  if (options.out) {
+    *options.out << fmt::format("# #wrong over every row: {} ({})\n", wrong, wrong == 0 ? "OK" : "FAILED");
+    *options.out << "# time: mean over timed iterations of each iteration's slowest rank; algbw = size / time; "
+                    "busbw = algbw x nccl-tests' factor; GB = 1e9 bytes\n";
+  }
+  write_json(options.json_path, nlohmann::json{{"tool", "dmpcheck bench"},
+                                               {"spec", spec},
+                                               {"environment", environment_json()},
+                                               {"units", {{"size_bytes", "bytes"}, {"time_us", "microseconds"},
+                                                          {"algbw_gbps", "1e9 bytes/s"}, {"busbw_gbps", "1e9 bytes/s"}}},
+                                               {"groups", groups}});
+  if (options.out && !options.json_path.empty()) *options.out << "# JSON: " << options.json_path << "\n";
+  if (groups_out) *groups_out = groups;
+  return interrupt_requested() ? 130 : code;
+}
+
+void bench_worker(comm::Store& store, const comm::RankEnvironment& env) {
+  // Rank 0's lines go to the launcher marked, so that it can print them as the table.
+  auto line = [&](const std::string& text) {
+    if (env.rank != 0) return;
+    size_t start = 0;
+    while (start < text.size()) {
+      const size_t end = text.find('\n', start);
+      std::printf("bench| %s\n", text.substr(start, end == std::string::npos ? std::string::npos : end - start).c_str());
+      start = end == std::string::npos ? text.size() : end + 1;
+    }
+    std::fflush(stdout);
+  };
+  comm::Store group_store = store.with_prefix("bench");
+  const std::string kind = store.get("bench/kind");
+  if (kind == "sweep") {
+    const BenchSpec spec = nlohmann::json::parse(store.get("bench/spec")).get<BenchSpec>();
+    at::set_num_threads(std::max(1, spec.threads_per_rank));
+    comm::BackendOptions backend;
+    backend.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000.0));
+    backend.local_rank = env.local_rank;
+    auto comm = comm::make_communicator(store.get("bench/backend"), group_store, env.rank, env.world_size, backend);
+    const std::vector<BenchRow> rows = bench_on_rank(*comm, spec, line);
+    if (env.rank == 0) store.set("result", nlohmann::json(rows).dump());
+    return;
+  }
+  DMP_INTERNAL_ASSERT(kind == "scenario", "unknown benchmark kind '{}'", kind);
+  const auto overrides = nlohmann::json::parse(store.get("overrides")).get<scenario::Overrides>();
+  const scenario::Scenario scenario =
+      scenario::load_scenario_text(store.get("scenario_text"), store.get("scenario_file"), overrides);
+  const scenario::RunSpec& spec = scenario.runs.at(std::stoul(store.get("run_index")));
+  const auto probe_json = nlohmann::json::parse(store.get("bench/probe"));
+  check::ProbeOptions probe;
+  probe_json.at("warmup").get_to(probe.warmup);
+  probe_json.at("iterations").get_to(probe.iterations);
+  probe_json.at("bucket_caps").get_to(probe.bucket_caps);
+  comm::BackendOptions backend;
+  backend.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000.0));
+  backend.local_rank = env.local_rank;
+  auto comm = comm::make_communicator(spec.backend, group_store, env.rank, env.world_size, backend);
+  RankRunOptions run_options;
+  run_options.progress = line;
+  const check::BroadcastProbe result = probe_scenario_on_rank(scenario, spec, *comm, probe, run_options);
+  if (env.rank == 0) store.set("result", nlohmann::json(result).dump());
+}
+
+int run_scenario_bench(const ScenarioBenchOptions& options) {
+  const scenario::Scenario scenario = scenario::load_scenario_file(options.scenario_path);
+  nlohmann::json results = nlohmann::json::array();
+  int code = 0;
+  bool any = false;
+  for (size_t i = 0; i < scenario.runs.size() && !interrupt_requested(); ++i) {
+    const scenario::RunSpec& spec = scenario.runs[i];
+    if (!options.run_filter.empty() && spec.name.find(options.run_filter) == std::string::npos) continue;
+    any = true;
+    if (options.out) {
+      *options.out << fmt::format("== {} [{}]: broadcast of its replicated parameters, {} on {} ranks\n", scenario.name,
+                                  spec.name, spec.backend, spec.world_size)
+                   << std::flush;
+    }
+    const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+    if (auto reason = comm::backend_unavailable_reason(spec.backend, local_world_size)) {
+      if (options.out) *options.out << "   skipped: " << *reason << "\n";
+      results.push_back({{"run", spec.name}, {"skipped", true}, {"skip_reason", *reason}});
+      continue;
+    }
+    const nlohmann::json probe_options = {{"warmup", options.probe.warmup},
+                                          {"iterations", options.probe.iterations},
+                                          {"bucket_caps", options.probe.bucket_caps}};
+    const LaunchOutcome launched = launch_bench(
+        options.worker_executable, spec.world_size, threads_per_rank(spec, available_cores()),
+        {{"bench/kind", "scenario"},
+         {"bench/probe", probe_options.dump()},
+         {"scenario_text", scenario.source_text},
+         {"scenario_file", scenario.file},
+         {"run_index", std::to_string(i)},
+         {"overrides", nlohmann::json(scenario.overrides).dump()}},
+        std::max(600.0, 10.0 * spec.timeout_s), options.out);
+    if (launched.ok && launched.result) {
+      const auto probe = nlohmann::json::parse(*launched.result).get<check::BroadcastProbe>();
+      if (options.out) *options.out << check::render_probe(probe) << std::flush;
+      results.push_back({{"run", spec.name}, {"skipped", false}, {"probe", probe}});
+    } else {
+      const std::string error = launched.failure ? fmt::format("rank {} {}: {}", launched.failure->rank,
+                                                               launched.failure->cause, launched.failure->message)
+                                                 : std::string("the ranks ended without a result");
+      if (options.out) *options.out << "   error: " << error << "\n";
+      results.push_back({{"run", spec.name}, {"error", error}});
+      code = 3;
+    }
+  }
+  DMP_CHECK(any, ErrorKind::kInvalidInput, "no run of {} matches --run '{}' (runs: {})", scenario.file, options.run_filter,
+            [&] {
+              std::vector<std::string> names;
+              for (const auto& r : scenario.runs) names.push_back(r.name);
+              return fmt::format("{}", fmt::join(names, "; "));
+            }());
+  write_json(options.json_path, nlohmann::json{{"tool", "dmpcheck bench --scenario"},
+                                               {"scenario", scenario.name},
+                                               {"scenario_file", scenario.file},
+                                               {"environment", environment_json()},
+                                               {"runs", results}});
+  if (options.out && !options.json_path.empty()) *options.out << "# JSON: " << options.json_path << "\n";
+  return interrupt_requested() ? 130 : code;
+}
+
+}  // namespace dmpcheck::run
