@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "common/error.h"
 
@@ -63,50 +64,100 @@ void FusedOptimizer::apply_in_turn(at::Tensor& weight, const std::vector<RowGrad
   for (const auto& g : groups) update(weight, g);
 }
 
+namespace {
+
+// Rows per parallel chunk: each row is `dim` floats of independent work.
+constexpr int64_t kRowGrain = 256;
+
+}  // namespace
+
+// The element-wise optimizers run as one pass over each touched row, as FBGEMM's fused kernels
+// do, instead of a dozen whole-tensor passes with temporaries.  Each line below performs the
+// same float operations in the same order as the tensor expression in its comment (scalars
+// rounded to float first, as ATen does), so results are the same bits.  Rows are unique
+// (the exact optimizers' contract), so rows can be updated in parallel.
 void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
   if (grads.rows.numel() == 0) return;
   DMP_INTERNAL_ASSERT(grads.grads.size(0) == grads.rows.numel(), "one gradient per row");
-  const at::Tensor& rows = grads.rows;
-  const at::Tensor& g = grads.grads;
-  const at::Tensor w = weight.index_select(0, rows);
-  const double lr = config_.learning_rate;
-  const double eps = config_.eps;
-  const double wd = config_.weight_decay;
+  DMP_INTERNAL_ASSERT(weight.is_contiguous() && weight.scalar_type() == at::kFloat && weight.dim() == 2,
+                      "fused optimizers update contiguous 2-d float tables");
+  const at::Tensor rows = grads.rows.contiguous();
+  const at::Tensor g = grads.grads.contiguous();
+  const int64_t n = rows.numel();
+  const int64_t dim = weight.size(1);
+  float* w = weight.data_ptr<float>();
+  const float* gp = g.data_ptr<float>();
+  const int64_t* rp = rows.data_ptr<int64_t>();
+  const float lr = static_cast<float>(config_.learning_rate);
+  const float eps = static_cast<float>(config_.eps);
+  const float wd = static_cast<float>(config_.weight_decay);
   switch (config_.type) {
     case FusedOptimizerType::kSgd:
-      weight.index_copy_(0, rows, w - lr * g);
+      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          float* wr = w + rp[i] * dim;
+          const float* gr = gp + i * dim;
+          for (int64_t j = 0; j < dim; ++j) wr[j] = wr[j] - lr * gr[j];  // w - lr * g
+        }
+      });
       return;
     case FusedOptimizerType::kAdagrad: {
-      at::Tensor& momentum = state_[0].tensor;
-      const at::Tensor m = momentum.index_select(0, rows) + g * g;
-      momentum.index_copy_(0, rows, m);
-      weight.index_copy_(0, rows, w - lr * g / (m.sqrt() + eps));
+      float* m = state_[0].tensor.data_ptr<float>();
+      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          float* wr = w + rp[i] * dim;
+          float* mr = m + rp[i] * dim;
+          const float* gr = gp + i * dim;
+          for (int64_t j = 0; j < dim; ++j) {
+            const float mj = mr[j] + gr[j] * gr[j];          // m + g * g
+            mr[j] = mj;
+            wr[j] = wr[j] - (lr * gr[j]) / (std::sqrt(mj) + eps);  // w - lr * g / (m.sqrt() + eps)
+          }
+        }
+      });
       return;
     }
     case FusedOptimizerType::kRowWiseAdagrad: {
+      // The row mean is a reduction, whose order ATen chooses: kept as tensor code.
+      const at::Tensor wrows = weight.index_select(0, rows);
       at::Tensor& momentum = state_[0].tensor;
       const bool l2 = config_.weight_decay_mode == WeightDecayMode::kL2;
-      const at::Tensor decayed = l2 ? g + wd * w : g;
+      const double wd_d = config_.weight_decay;
+      const at::Tensor decayed = l2 ? g + wd_d * wrows : g;
       const at::Tensor m = momentum.index_select(0, rows) + (decayed * decayed).mean(1);
       momentum.index_copy_(0, rows, m);
-      const at::Tensor mult = (lr / (m.sqrt() + eps)).unsqueeze(1);
-      at::Tensor corrected = w;
-      if (l2) corrected = w * (1.0 - mult * wd);
-      if (config_.weight_decay_mode == WeightDecayMode::kDecoupled) corrected = w * (1.0 - lr * wd);
+      const at::Tensor mult = (config_.learning_rate / (m.sqrt() + config_.eps)).unsqueeze(1);
+      at::Tensor corrected = wrows;
+      if (l2) corrected = wrows * (1.0 - mult * wd_d);
+      if (config_.weight_decay_mode == WeightDecayMode::kDecoupled) corrected = wrows * (1.0 - config_.learning_rate * wd_d);
       weight.index_copy_(0, rows, corrected - mult * g);
       return;
     }
     case FusedOptimizerType::kAdam: {
-      at::Tensor& exp_avg = state_[0].tensor;
-      at::Tensor& exp_avg_sq = state_[1].tensor;
+      float* m1p = state_[0].tensor.data_ptr<float>();
+      float* m2p = state_[1].tensor.data_ptr<float>();
       const double b1 = config_.beta1, b2 = config_.beta2;
-      const at::Tensor m1 = exp_avg.index_select(0, rows) * b1 + g * (1.0 - b1);
-      const at::Tensor m2 = exp_avg_sq.index_select(0, rows) * b2 + g * g * (1.0 - b2);
-      exp_avg.index_copy_(0, rows, m1);
-      exp_avg_sq.index_copy_(0, rows, m2);
-      const double c1 = 1.0 - std::pow(b1, static_cast<double>(step_));
-      const double c2 = 1.0 - std::pow(b2, static_cast<double>(step_));
-      weight.index_copy_(0, rows, w - lr * ((m1 / c1) / ((m2 / c2).sqrt() + eps) + wd * w));
+      const float b1f = static_cast<float>(b1), b2f = static_cast<float>(b2);
+      const float one_minus_b1 = static_cast<float>(1.0 - b1), one_minus_b2 = static_cast<float>(1.0 - b2);
+      const float c1 = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(step_)));
+      const float c2 = static_cast<float>(1.0 - std::pow(b2, static_cast<double>(step_)));
+      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          float* wr = w + rp[i] * dim;
+          float* ar = m1p + rp[i] * dim;
+          float* sr = m2p + rp[i] * dim;
+          const float* gr = gp + i * dim;
+          for (int64_t j = 0; j < dim; ++j) {
+            const float m1 = ar[j] * b1f + gr[j] * one_minus_b1;            // exp_avg * b1 + g * (1 - b1)
+            const float m2 = sr[j] * b2f + (gr[j] * gr[j]) * one_minus_b2;  // exp_avg_sq * b2 + g * g * (1 - b2)
+            ar[j] = m1;
+            sr[j] = m2;
+            // w - lr * ((m1 / c1) / ((m2 / c2).sqrt() + eps) + wd * w)
+            const float update = (m1 / c1) / (std::sqrt(m2 / c2) + eps) + wd * wr[j];
+            wr[j] = wr[j] - lr * update;
+          }
+        }
+      });
       return;
     }
   }
