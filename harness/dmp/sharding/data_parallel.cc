@@ -1,5 +1,7 @@
 #include "dmp/sharding/data_parallel.h"
 
+#include <cstring>
+
 #include <ATen/ATen.h>
 
 #include "comm/communicator.h"
@@ -48,47 +50,70 @@ at::Tensor DataParallelSharding::forward(const KeyedJaggedTensor& local) {
 }
 
 void DataParallelSharding::backward(const at::Tensor& grad) {
+  if (shards_.empty()) return;
+  int64_t grad_elements = 0;
+  int64_t total = 0;
+  for (const auto& shard : shards_) {
+    grad_elements += shard.config.num_embeddings * shard.config.embedding_dim;
+    total += shard.config.num_embeddings * (shard.config.embedding_dim + 1);
+  }
+  if (!flat_.defined() || flat_.numel() != total) flat_ = at::zeros({total}, at::kFloat);
+
   // Row gradients of the local batch, written densely so that one all-reduce averages them
   // across ranks together with a count of how often each row was touched anywhere.
-  std::vector<at::Tensor> dense_grads, touched;
-  int64_t grad_elements = 0;
   size_t column = 0;
   int64_t offset = 0;
-  for (auto& shard : shards_) {
+  int64_t grad_offset = 0;
+  int64_t count_offset = grad_elements;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const auto& shard = shards_[s];
     std::vector<RowGradients> parts;
     for (size_t f = 0; f < shard.config.feature_names.size(); ++f, ++column) {
       const int64_t dim = columns_.dims[column];
       parts.push_back(pooled_backward(grad.narrow(1, offset, dim), saved_bags_[column], shard.config.pooling));
       offset += dim;
     }
-    RowGradients rows = merge_row_gradients(parts);
-    at::Tensor dense = at::zeros_like(shard.weight);
-    at::Tensor count = at::zeros({shard.config.num_embeddings}, at::kFloat);
-    if (rows.rows.numel() > 0) {
-      dense.index_copy_(0, rows.rows, rows.grads);
-      count.index_fill_(0, rows.rows, 1.0);
+    // Plain row copies: ATen's index_copy_/index_fill_ cost more than everything else here.
+    const RowGradients rows = merge_row_gradients(parts);
+    const int64_t dim = shard.config.embedding_dim;
+    const at::Tensor grads = rows.grads.contiguous();
+    const int64_t* row = rows.rows.data_ptr<int64_t>();
+    float* dense = flat_.data_ptr<float>() + grad_offset;
+    float* count = flat_.data_ptr<float>() + count_offset;
+    for (int64_t i = 0; i < rows.rows.numel(); ++i) {
+      std::memcpy(dense + row[i] * dim, grads.data_ptr<float>() + i * dim, static_cast<size_t>(dim) * sizeof(float));
+      count[row[i]] = 1.0f;
     }
-    grad_elements += dense.numel();
-    dense_grads.push_back(dense.reshape({-1}));
-    touched.push_back(count);
+    grad_offset += shard.config.num_embeddings * shard.config.embedding_dim;
+    count_offset += shard.config.num_embeddings;
   }
-  if (shards_.empty()) return;
-  at::Tensor flat = at::cat({at::cat(dense_grads), at::cat(touched)});
-  comm_.all_reduce(flat, comm::ReduceOp::kSum);
-  flat.div_(comm_.world_size());
+  comm_.all_reduce(flat_, comm::ReduceOp::kSum);
 
-  int64_t grad_offset = 0;
-  int64_t count_offset = grad_elements;
-  for (auto& shard : shards_) {
+  // Average and apply the rows touched on any rank, then clear them for the next step.
+  grad_offset = 0;
+  count_offset = grad_elements;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    auto& shard = shards_[s];
     const int64_t rows = shard.config.num_embeddings;
     const int64_t dim = shard.config.embedding_dim;
-    at::Tensor dense = flat.narrow(0, grad_offset, rows * dim).view({rows, dim});
-    at::Tensor count = flat.narrow(0, count_offset, rows);
+    float* dense = flat_.data_ptr<float>() + grad_offset;
+    float* count = flat_.data_ptr<float>() + count_offset;
     grad_offset += rows * dim;
     count_offset += rows;
-    if (!update_tables_) continue;
-    at::Tensor touched_rows = count.gt(0).nonzero().reshape({-1});
-    shard.optimizer->apply(shard.weight, RowGradients{touched_rows, dense.index_select(0, touched_rows)});
+    std::vector<int64_t> touched;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (count[r] > 0) touched.push_back(r);
+    }
+    const auto n = static_cast<int64_t>(touched.size());
+    const at::Tensor touched_rows = at::tensor(touched, at::kLong);
+    at::Tensor averaged = at::empty({n, dim}, at::kFloat);
+    for (int64_t i = 0; i < n; ++i) {
+      float* source = dense + touched[static_cast<size_t>(i)] * dim;
+      std::memcpy(averaged.data_ptr<float>() + i * dim, source, static_cast<size_t>(dim) * sizeof(float));
+      std::memset(source, 0, static_cast<size_t>(dim) * sizeof(float));
+      count[touched[static_cast<size_t>(i)]] = 0.0f;
+    }
+    if (update_tables_) shard.optimizer->apply(shard.weight, RowGradients{touched_rows, averaged.div_(comm_.world_size())});
   }
 }
 

@@ -29,6 +29,10 @@ class DataParallelSharding final : public EmbeddingSharding {
   std::vector<std::string> input_features_;
   PooledColumns columns_;
   std::vector<Bags> saved_bags_;  // per output column, from the last forward
+  // Every table's dense gradient, then one touch count per row, flat: the buffer one all-reduce
+  // averages.  Kept between steps and all zero outside backward(), so a step writes and clears
+  // only the rows some rank touched instead of allocating (and page-faulting) the tables' size.
+  at::Tensor flat_;
 };
 
 }  // namespace dmpcheck::dmp
