@@ -66,6 +66,16 @@ RowGradients sum_by_row(const RowGradients& per_id) {
   return {rows, grads};
 }
 
+Bags bucketize_rows(const Bags& bags, int64_t begin, int64_t rows) {
+  const at::Tensor keep = bags.ids.ge(begin).logical_and(bags.ids.lt(begin + rows));
+  const at::Tensor bag_of_id = at::repeat_interleave(at::arange(bags.lengths.numel(), at::kLong), bags.lengths);
+  at::Tensor lengths = at::zeros({bags.lengths.numel()}, at::kLong);
+  if (bags.ids.numel() > 0) lengths.index_add_(0, bag_of_id, keep.to(at::kLong));
+  Bags out{bags.ids.masked_select(keep) - begin, lengths, std::nullopt};
+  if (bags.weights) out.weights = bags.weights->masked_select(keep);
+  return out;
+}
+
 RowGradients pooled_backward(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling) {
   return sum_by_row(per_occurrence_gradients(grad_pooled, bags, pooling));
 }

@@ -34,6 +34,10 @@ struct RowGradients {
   at::Tensor grads;  // [u, dim], the summed gradient of each row
 };
 
+// The ids of `bags` that fall in [begin, begin + rows), shifted to start at 0, with the lengths
+// of the bags they came from (what a row-wise shard's owner receives).
+Bags bucketize_rows(const Bags& bags, int64_t begin, int64_t rows);
+
 // Gradient of the pooled output with respect to the rows the bags touched.
 RowGradients pooled_backward(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling);
 

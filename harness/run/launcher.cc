@@ -230,6 +230,12 @@ LaunchOutcome launch(const LaunchRequest& request) {
         f.message = *error;
       }
     }
+    // Ranks are only SIGKILLed by us after the first failure, so a first failure by SIGKILL came
+    // from elsewhere, most often the kernel's out-of-memory killer.
+    if (f.message.empty() && WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL) {
+      f.message = "SIGKILL that the launcher did not send: most often the kernel's out-of-memory killer (see dmesg), else "
+                  "an operator or a scenario's kill fault";
+    }
     return f;
   };
   auto rank_of_cause = [](const check::RankFailure& f) {

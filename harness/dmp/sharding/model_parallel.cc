@@ -14,18 +14,6 @@ std::vector<int64_t> scaled(const std::vector<int64_t>& counts, int64_t factor) 
   return out;
 }
 
-// The ids of `bags` that fall in [begin, begin + rows), shifted to start at 0, with the
-// lengths of the bags they came from.
-Bags bucketize(const Bags& bags, int64_t begin, int64_t rows) {
-  const at::Tensor keep = bags.ids.ge(begin).logical_and(bags.ids.lt(begin + rows));
-  const at::Tensor bag_of_id = at::repeat_interleave(at::arange(bags.lengths.numel(), at::kLong), bags.lengths);
-  at::Tensor lengths = at::zeros({bags.lengths.numel()}, at::kLong);
-  if (bags.ids.numel() > 0) lengths.index_add_(0, bag_of_id, keep.to(at::kLong));
-  Bags out{bags.ids.masked_select(keep) - begin, lengths, std::nullopt};
-  if (bags.weights) out.weights = bags.weights->masked_select(keep);
-  return out;
-}
-
 at::Tensor cat_or_empty(const std::vector<at::Tensor>& parts, at::ScalarType type) {
   return parts.empty() ? at::empty({0}, type) : at::cat(parts);
 }
@@ -101,7 +89,7 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
     for (const Item& item : items_by_rank_[static_cast<size_t>(d)]) {
       const EmbeddingBagConfig& table = tables_[item.table];
       check_ids_in_range(local_bags[item.column], table.num_embeddings, table.name, item.feature);
-      Bags part = bucketize(local_bags[item.column], item.shard.row_offset, item.shard.rows);
+      Bags part = bucketize_rows(local_bags[item.column], item.shard.row_offset, item.shard.rows);
       if (mutate_sum_lengths_ && column_row_split_sum_[item.column]) part.lengths.fill_(1);
       send_lengths.push_back(part.lengths);
       send_ids.push_back(part.ids);
