@@ -1,0 +1,126 @@
+// `dmpcheck bench` end to end: the sweep over collectives, sizes, backends and world sizes 1 to
+// 4 through the real launcher; its JSON has the documented columns and no wrong element; NCCL
+// is skipped with its reason where no GPU is present; the scenario benchmark times every method.
+#include <cstdlib>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "comm/backends.h"
+#include "multiproc_util.h"
+
+namespace dmpcheck {
+namespace {
+
+int run_cli(const std::string& arguments, const std::string& output) {
+  const std::string command = fmt::format("{} {} > {} 2>&1", DMPCHECK_CLI_PATH, arguments, output);
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(BenchCommand, SweepsEveryCollectiveAtWorldSizes1To4WithNoWrongElement) {
+  const std::string dir = testing::temporary_directory();
+  const std::string json_path = dir + "/bench.json";
+  const int code = run_cli(fmt::format("bench --collective all -b 1K -e 64K -f 8 -g 1,2,3,4 --backend gloo,nccl -w 1 -n 3 "
+                                       "--json {}",
+                                       json_path),
+                           dir + "/out.txt");
+  const std::string printed = testing::read_file(dir + "/out.txt");
+  ASSERT_EQ(code, 0) << printed;
+  EXPECT_NE(printed.find("#wrong over every row: 0 (OK)"), std::string::npos) << printed;
+
+  const auto j = nlohmann::json::parse(testing::read_file(json_path));
+  EXPECT_EQ(j.at("tool"), "dmpcheck bench");
+  EXPECT_EQ(j.at("units").at("algbw_gbps"), "1e9 bytes/s");
+  const auto& groups = j.at("groups");
+  ASSERT_EQ(groups.size(), 8u);  // gloo then nccl, each at 1..4 ranks
+  for (const auto& g : groups) {
+    if (g.at("backend") == "nccl" && g.at("skipped").get<bool>()) {
+      EXPECT_FALSE(g.at("skip_reason").get<std::string>().empty());
+      EXPECT_NE(printed.find("# skipped: " + g.at("skip_reason").get<std::string>()), std::string::npos);
+      continue;
+    }
+    EXPECT_EQ(g.at("error"), "") << g.dump();
+    const int world = g.at("world_size");
+    ASSERT_EQ(g.at("rows").size(), 5u * 3u) << "five collectives at 1K, 8K and 64K bytes";
+    for (const auto& row : g.at("rows")) {
+      for (const char* column : {"collective", "size_bytes", "count", "type", "redop", "root", "time_us", "algbw_gbps",
+                                 "busbw_gbps", "wrong", "device_time_us"}) {
+        EXPECT_TRUE(row.contains(column)) << column << " missing in " << row.dump();
+      }
+      for (const char* stat : {"mean", "min", "p50", "p99", "max"}) EXPECT_TRUE(row.at("time_us").contains(stat)) << stat;
+      EXPECT_EQ(row.at("wrong"), 0) << row.dump();
+      const std::string collective = row.at("collective");
+      const double factor = collective == "all_reduce" ? 2.0 * (world - 1) / world
+                            : collective == "broadcast" ? 1.0
+                                                        : (world - 1.0) / world;
+      EXPECT_NEAR(row.at("busbw_gbps").get<double>(), row.at("algbw_gbps").get<double>() * factor, 1e-9);
+      if (collective != "broadcast" && collective != "all_reduce") {
+        EXPECT_EQ(row.at("count").get<int64_t>() % world, 0) << "whole chunks per rank";
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchCommand, BadInputIsRefusedWithWhatWasExpected) {
+  const std::string dir = testing::temporary_directory();
+  EXPECT_EQ(run_cli("bench --collective gather", dir + "/a.txt"), 2);
+  EXPECT_NE(testing::read_file(dir + "/a.txt").find("unknown collective 'gather'"), std::string::npos);
+  EXPECT_EQ(run_cli("bench -b 1X", dir + "/b.txt"), 2);
+  EXPECT_NE(testing::read_file(dir + "/b.txt").find("unknown suffix 'X'"), std::string::npos);
+  EXPECT_EQ(run_cli("bench -b 1M -e 1K", dir + "/c.txt"), 2);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchCommand, AScenarioBenchmarkTimesEveryWayOfBroadcastingItsReplicatedParameters) {
+  const std::string dir = testing::temporary_directory();
+  const int code = run_cli(fmt::format("bench --scenario {}/benchmarks/dp-256-small-tables.yaml -w 0 -n 2 --json {}/s.json",
+                                       DMPCHECK_SOURCE_DIR, dir),
+                           dir + "/out.txt");
+  const std::string printed = testing::read_file(dir + "/out.txt");
+  ASSERT_EQ(code, 0) << printed;
+  const auto j = nlohmann::json::parse(testing::read_file(dir + "/s.json"));
+  const auto& probe = j.at("runs").at(0).at("probe");
+  EXPECT_EQ(probe.at("tensors"), 258);  // 256 tables, the dense layer's weight and bias
+  EXPECT_EQ(probe.at("bytes").get<int64_t>(), 256 * 64 * 64 * 4 + (256 * 64 + 1) * 4);
+  std::vector<std::string> methods;
+  for (const auto& m : probe.at("methods")) methods.push_back(m.at("method"));
+  EXPECT_EQ(methods, (std::vector<std::string>{"per_tensor", "coalesced", "coalesced", "coalesced", "framework", "framework",
+                                                "framework", "raw"}));
+  EXPECT_EQ(probe.at("methods").at(0).at("collectives"), 258);
+  EXPECT_NE(printed.find("ratio coalesced 25 MiB"), std::string::npos) << printed;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchCommand, EveryRunThatBroadcastsCarriesTheProbeAndTheOthersDoNot) {
+  const auto s = scenario::load_scenario_file(std::string(DMPCHECK_SOURCE_DIR) +
+                                              "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml");
+  const auto outcome = testing::run_quietly(s);
+  ASSERT_EQ(outcome.results.size(), 4u);
+  for (const auto& r : outcome.results) {
+    EXPECT_EQ(r.broadcast_probe.performed, r.init_broadcast.performed) << r.run;
+    if (!r.broadcast_probe.performed) continue;
+    EXPECT_EQ(r.broadcast_probe.backend, "gloo");
+    EXPECT_EQ(r.broadcast_probe.methods.size(), 8u);
+    EXPECT_GT(r.broadcast_probe.methods.front().end_to_end.mean_s, 0.0);
+  }
+}
+
+TEST(BenchCommand, AnNcclScenarioIsSkippedWithTheReasonWhereNcclCannotRun) {
+  const auto reason = comm::backend_unavailable_reason("nccl", 2);
+  if (!reason) GTEST_SKIP() << "NCCL can run two ranks here";
+  std::string text = testing::read_file(std::string(DMPCHECK_SOURCE_DIR) + "/scenarios/examples/table_wise.yaml");
+  text = testing::replace_once(text, "world_size: 2", "world_size: 2\nbackend: nccl");
+  const auto outcome = testing::run_quietly(scenario::load_scenario_text(text, "nccl.yaml"));
+  ASSERT_FALSE(outcome.results.empty());
+  for (const auto& r : outcome.results) {
+    EXPECT_EQ(r.verdict, "skipped");
+    EXPECT_EQ(r.skip_reason, *reason);
+  }
+  EXPECT_EQ(outcome.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace dmpcheck
