@@ -22,13 +22,11 @@
 #include "comm/broadcast_bytes.h"
 #include "comm/communicator.h"
 #include "common/error.h"
+#include "common/revision.h"
 #include "dmp/checkpoint.h"
 #include "dmp/model_parallel.h"
 #include "run/data_generator.h"
 
-#ifndef DMPCHECK_GIT_REVISION
-#define DMPCHECK_GIT_REVISION "unknown"
-#endif
 
 namespace dmpcheck::run {
 namespace {
@@ -257,7 +255,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   at::set_num_threads(threads);
 
   check::RunResult result = result_header(scenario, spec);
-  result.environment = {TORCH_VERSION, comm.backend_name(), hostname(), DMPCHECK_GIT_REVISION,
+  result.environment = {TORCH_VERSION, comm.backend_name(), hostname(), git_revision(),
                         spec.world_size, cores, threads};
 
   // Plan.

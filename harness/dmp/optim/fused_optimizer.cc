@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include "common/error.h"
+#include "dmp/optim/fused_kernels.h"
 
 namespace dmpcheck::dmp {
 
@@ -93,28 +94,12 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
   const float wd = static_cast<float>(config_.weight_decay);
   switch (config_.type) {
     case FusedOptimizerType::kSgd:
-      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          float* wr = w + rp[i] * dim;
-          const float* gr = gp + i * dim;
-          for (int64_t j = 0; j < dim; ++j) wr[j] = wr[j] - lr * gr[j];  // w - lr * g
-        }
-      });
+      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) { kernels::sgd_rows(w, gp, rp, begin, end, dim, lr); });
       return;
     case FusedOptimizerType::kAdagrad: {
       float* m = state_[0].tensor.data_ptr<float>();
-      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          float* wr = w + rp[i] * dim;
-          float* mr = m + rp[i] * dim;
-          const float* gr = gp + i * dim;
-          for (int64_t j = 0; j < dim; ++j) {
-            const float mj = mr[j] + gr[j] * gr[j];          // m + g * g
-            mr[j] = mj;
-            wr[j] = wr[j] - (lr * gr[j]) / (std::sqrt(mj) + eps);  // w - lr * g / (m.sqrt() + eps)
-          }
-        }
-      });
+      at::parallel_for(0, n, kRowGrain,
+                       [&](int64_t begin, int64_t end) { kernels::adagrad_rows(w, m, gp, rp, begin, end, dim, lr, eps); });
       return;
     }
     case FusedOptimizerType::kRowWiseAdagrad: {
@@ -134,29 +119,21 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
       return;
     }
     case FusedOptimizerType::kAdam: {
-      float* m1p = state_[0].tensor.data_ptr<float>();
-      float* m2p = state_[1].tensor.data_ptr<float>();
+      float* m1 = state_[0].tensor.data_ptr<float>();
+      float* m2 = state_[1].tensor.data_ptr<float>();
       const double b1 = config_.beta1, b2 = config_.beta2;
-      const float b1f = static_cast<float>(b1), b2f = static_cast<float>(b2);
-      const float one_minus_b1 = static_cast<float>(1.0 - b1), one_minus_b2 = static_cast<float>(1.0 - b2);
-      const float c1 = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(step_)));
-      const float c2 = static_cast<float>(1.0 - std::pow(b2, static_cast<double>(step_)));
+      kernels::AdamScalars scalars;
+      scalars.lr = lr;
+      scalars.eps = eps;
+      scalars.weight_decay = wd;
+      scalars.beta1 = static_cast<float>(b1);
+      scalars.beta2 = static_cast<float>(b2);
+      scalars.one_minus_beta1 = static_cast<float>(1.0 - b1);
+      scalars.one_minus_beta2 = static_cast<float>(1.0 - b2);
+      scalars.bias_correction1 = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(step_)));
+      scalars.bias_correction2 = static_cast<float>(1.0 - std::pow(b2, static_cast<double>(step_)));
       at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          float* wr = w + rp[i] * dim;
-          float* ar = m1p + rp[i] * dim;
-          float* sr = m2p + rp[i] * dim;
-          const float* gr = gp + i * dim;
-          for (int64_t j = 0; j < dim; ++j) {
-            const float m1 = ar[j] * b1f + gr[j] * one_minus_b1;            // exp_avg * b1 + g * (1 - b1)
-            const float m2 = sr[j] * b2f + (gr[j] * gr[j]) * one_minus_b2;  // exp_avg_sq * b2 + g * g * (1 - b2)
-            ar[j] = m1;
-            sr[j] = m2;
-            // w - lr * ((m1 / c1) / ((m2 / c2).sqrt() + eps) + wd * w)
-            const float update = (m1 / c1) / (std::sqrt(m2 / c2) + eps) + wd * wr[j];
-            wr[j] = wr[j] - lr * update;
-          }
-        }
+        kernels::adam_rows(w, m1, m2, gp, rp, begin, end, dim, scalars);
       });
       return;
     }

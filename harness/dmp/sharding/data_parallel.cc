@@ -1,5 +1,8 @@
 #include "dmp/sharding/data_parallel.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <cstring>
 
 #include <ATen/ATen.h>
@@ -57,7 +60,18 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
     grad_elements += shard.config.num_embeddings * shard.config.embedding_dim;
     total += shard.config.num_embeddings * (shard.config.embedding_dim + 1);
   }
-  if (!flat_.defined() || flat_.numel() != total) flat_ = at::zeros({total}, at::kFloat);
+  if (!flat_.defined() || flat_.numel() != total) {
+    // Rows are scattered into this buffer at random: with 4 KiB pages nearly every row is a TLB
+    // miss.  Ask for transparent huge pages before the first touch (a hint; ignored where THP
+    // is off).
+    flat_ = at::empty({total}, at::kFloat);
+    const auto begin = reinterpret_cast<uintptr_t>(flat_.data_ptr<float>());
+    const uintptr_t huge = uintptr_t{2} << 20;
+    const uintptr_t first = (begin + huge - 1) & ~(huge - 1);
+    const uintptr_t last = (begin + static_cast<uintptr_t>(total) * sizeof(float)) & ~(huge - 1);
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+    flat_.zero_();
+  }
 
   // Row gradients of the local batch, written densely so that one all-reduce averages them
   // across ranks together with a count of how often each row was touched anywhere.
@@ -78,10 +92,12 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
     const int64_t dim = shard.config.embedding_dim;
     const at::Tensor grads = rows.grads.contiguous();
     const int64_t* row = rows.rows.data_ptr<int64_t>();
+    const float* source = grads.data_ptr<float>();
     float* dense = flat_.data_ptr<float>() + grad_offset;
     float* count = flat_.data_ptr<float>() + count_offset;
-    for (int64_t i = 0; i < rows.rows.numel(); ++i) {
-      std::memcpy(dense + row[i] * dim, grads.data_ptr<float>() + i * dim, static_cast<size_t>(dim) * sizeof(float));
+    const int64_t n = rows.rows.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(dense + row[i] * dim, source + i * dim, static_cast<size_t>(dim) * sizeof(float));
       count[row[i]] = 1.0f;
     }
     grad_offset += shard.config.num_embeddings * shard.config.embedding_dim;
@@ -100,18 +116,20 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
     float* count = flat_.data_ptr<float>() + count_offset;
     grad_offset += rows * dim;
     count_offset += rows;
-    std::vector<int64_t> touched;
-    for (int64_t r = 0; r < rows; ++r) {
-      if (count[r] > 0) touched.push_back(r);
-    }
-    const auto n = static_cast<int64_t>(touched.size());
-    const at::Tensor touched_rows = at::tensor(touched, at::kLong);
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; ++r) n += count[r] > 0 ? 1 : 0;
+    at::Tensor touched_rows = at::empty({n}, at::kLong);
     at::Tensor averaged = at::empty({n, dim}, at::kFloat);
-    for (int64_t i = 0; i < n; ++i) {
-      float* source = dense + touched[static_cast<size_t>(i)] * dim;
-      std::memcpy(averaged.data_ptr<float>() + i * dim, source, static_cast<size_t>(dim) * sizeof(float));
+    int64_t* touched = touched_rows.data_ptr<int64_t>();
+    float* target = averaged.data_ptr<float>();
+    for (int64_t r = 0, i = 0; r < rows; ++r) {
+      if (!(count[r] > 0)) continue;
+      touched[i] = r;
+      float* source = dense + r * dim;
+      std::memcpy(target + i * dim, source, static_cast<size_t>(dim) * sizeof(float));
       std::memset(source, 0, static_cast<size_t>(dim) * sizeof(float));
-      count[touched[static_cast<size_t>(i)]] = 0.0f;
+      count[r] = 0.0f;
+      ++i;
     }
     if (update_tables_) shard.optimizer->apply(shard.weight, RowGradients{touched_rows, averaged.div_(comm_.world_size())});
   }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The benchmarks behind docs/performance.md, all in one run, each printing its ratios measured
+# side by side.  Outputs (tables, JSON) go to reports/bench/<timestamp>/.  About 4 minutes on
+# 2 cores; the 1 GiB scenario needs about 6 GiB of memory.  Pass --quick to skip it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[[ "${1:-}" == "--quick" ]] && quick=1
+bash ci/setup.sh
+bash ci/build.sh
+build=${DMPCHECK_BUILD_DIR:-build}
+dmpcheck=$build/harness/dmpcheck
+out=reports/bench/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$out"
+echo "== benchmarks into $out"
+
+echo "== 1. collective sweep, nccl-tests style (Gloo; NCCL where a GPU is present)"
+"$dmpcheck" bench --collective broadcast -b 1K -e 64M -f 4 --backend gloo,nccl --json "$out/broadcast-sweep.json" \
+  | tee "$out/broadcast-sweep.txt"
+"$dmpcheck" bench --collective all -b 1K -e 16M -f 16 -g 2,4 --backend gloo,nccl --json "$out/all-collectives.json" \
+  | tee "$out/all-collectives.txt"
+
+echo "== 2. bar: 256 data-parallel 64x64 tables, coalesced vs one broadcast per table"
+"$dmpcheck" bench --scenario benchmarks/dp-256-small-tables.yaml -w 2 -n 20 --json "$out/dp-256-small-tables.json" \
+  | grep -v '^probe ' | tee "$out/dp-256-small-tables.txt"
+
+if [[ $quick == 0 ]]; then
+  echo "== 3. bar: 4 data-parallel 1M x 64 tables, coalesced vs raw and vs c10d::broadcast_coalesced"
+  "$dmpcheck" bench --scenario benchmarks/dp-4-large-tables.yaml -w 1 -n 5 --json "$out/dp-4-large-tables.json" \
+    | grep -v '^probe ' | tee "$out/dp-4-large-tables.txt"
+fi
+
+echo "== 4. bars: DMP step overhead at world 1; fused optimizers against memcpy (Google Benchmark)"
+"$build/harness/bench/dmpcheck_microbench" --benchmark_color=false --benchmark_out="$out/microbench.json" \
+  --benchmark_out_format=json | tee "$out/microbench.txt"
+echo "== done: $out"
