@@ -236,12 +236,15 @@ std::string render_probe(const BroadcastProbe& probe) {
   const BroadcastMethodCost* raw = find("raw", 0);
   for (const auto& m : probe.methods) {
     if (m.method != "coalesced" || m.end_to_end.mean_s <= 0) continue;
+    // By mean (what algbw uses) and by median (steadier on a noisy machine).
+    auto ratio = [&](const BroadcastMethodCost& other, const char* what) {
+      return fmt::format("{:.2f}x {} (p50 {:.2f}x)", other.end_to_end.mean_s / m.end_to_end.mean_s, what,
+                         other.end_to_end.p50_s / m.end_to_end.p50_s);
+    };
     std::vector<std::string> ratios;
-    if (per_tensor) ratios.push_back(fmt::format("{:.2f}x faster than per_tensor", per_tensor->end_to_end.mean_s / m.end_to_end.mean_s));
-    if (raw) ratios.push_back(fmt::format("{:.2f}x the throughput of raw", raw->end_to_end.mean_s / m.end_to_end.mean_s));
-    if (const auto* f = find("framework", m.bucket_cap_bytes)) {
-      ratios.push_back(fmt::format("{:.2f}x the throughput of framework", f->end_to_end.mean_s / m.end_to_end.mean_s));
-    }
+    if (per_tensor) ratios.push_back(ratio(*per_tensor, "faster than per_tensor"));
+    if (raw) ratios.push_back(ratio(*raw, "the throughput of raw"));
+    if (const auto* f = find("framework", m.bucket_cap_bytes)) ratios.push_back(ratio(*f, "the throughput of framework"));
     if (!ratios.empty()) out += fmt::format("  ratio {}: {}\n", caption(m), fmt::join(ratios, ", "));
   }
   return out;

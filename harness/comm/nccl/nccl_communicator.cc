@@ -76,6 +76,8 @@ std::string to_hex(const void* data, size_t size) {
 void from_hex(const std::string& text, void* data, size_t size) {
   DMP_CHECK(text.size() == 2 * size, ErrorKind::kCommunication,
             "the NCCL unique id in the store has {} hex digits, expected {}", text.size(), 2 * size);
+  DMP_CHECK(text.find_first_not_of("0123456789abcdef") == std::string::npos, ErrorKind::kCommunication,
+            "the NCCL unique id in the store is not hex");
   auto* bytes = static_cast<unsigned char*>(data);
   for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<unsigned char>(std::stoi(text.substr(2 * i, 2), nullptr, 16));
 }
@@ -123,6 +125,21 @@ class NcclCommunicator final : public Communicator {
               host_, e == cudaSuccess ? std::string("none found") : cuda_text(e));
     // One GPU per local rank; wrapping round is only reached where NCCL allows two ranks per GPU.
     device_ = options.local_rank % count;
+    try {
+      initialise(store, rank, world_size);
+    } catch (...) {
+      release();  // the destructor does not run for a constructor that throws
+      throw;
+    }
+  }
+
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  ~NcclCommunicator() override { release(); }
+
+ private:
+  void initialise(Store& store, int rank, int world_size) {
     cuda("cudaSetDevice", cudaSetDevice(device_));
     cuda("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     cuda("cudaEventCreate", cudaEventCreate(&start_));
@@ -144,10 +161,9 @@ class NcclCommunicator final : public Communicator {
     wait_until_issued("ncclCommInitRankConfig", fmt::format("{} ranks", world_size));
   }
 
-  NcclCommunicator(const NcclCommunicator&) = delete;
-  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
-
-  ~NcclCommunicator() override {
+  // Finalizes (or, failing that, aborts) the communicator and frees what the constructor made.
+  void release() noexcept {
+    cudaSetDevice(device_);
     if (comm_ != nullptr) {
       // Finalize flushes outstanding work; a communicator that does not finish in time is aborted.
       ncclResult_t state = ncclCommFinalize(comm_);
@@ -166,8 +182,11 @@ class NcclCommunicator final : public Communicator {
     if (start_ != nullptr) cudaEventDestroy(start_);
     if (stop_ != nullptr) cudaEventDestroy(stop_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    start_ = stop_ = nullptr;
+    stream_ = nullptr;
   }
 
+ public:
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string backend_name() const override { return "nccl"; }
@@ -175,6 +194,9 @@ class NcclCommunicator final : public Communicator {
   std::optional<double> last_device_seconds() const override { return last_device_seconds_; }
 
   void broadcast(at::Tensor& tensor, int root) override {
+    DMP_CHECK(root >= 0 && root < world_size_, ErrorKind::kInvalidInput, "broadcast from rank {} in a world of {}", root,
+              world_size_);
+    use_device();
     at::Tensor host = tensor.contiguous();
     const int64_t bytes = byte_size(host);
     char* buffer = send_.reserve(std::max<int64_t>(bytes, 1));
@@ -187,6 +209,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_reduce(at::Tensor& tensor, ReduceOp op) override {
+    use_device();
     at::Tensor host = tensor.contiguous();
     const ncclDataType_t type = nccl_type(host.scalar_type());
     char* buffer = send_.reserve(std::max<int64_t>(byte_size(host), 1));
@@ -199,6 +222,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::vector<at::Tensor> all_gather(const at::Tensor& input) override {
+    use_device();
     at::Tensor host = input.contiguous();
     const int64_t bytes = byte_size(host);
     char* in = send_.reserve(std::max<int64_t>(bytes, 1));
@@ -219,6 +243,16 @@ class NcclCommunicator final : public Communicator {
     DMP_INTERNAL_ASSERT(static_cast<int>(input_splits.size()) == world_size_ &&
                             static_cast<int>(output_splits.size()) == world_size_,
                         "all_to_all needs one split per rank");
+    DMP_CHECK(input.dim() >= 1, ErrorKind::kInvalidInput, "all_to_all needs a tensor with rows, got {}", shape(input));
+    int64_t in_rows = 0;
+    for (int64_t s : input_splits) {
+      DMP_CHECK(s >= 0, ErrorKind::kInvalidInput, "all_to_all split {} is negative", s);
+      in_rows += s;
+    }
+    for (int64_t s : output_splits) DMP_CHECK(s >= 0, ErrorKind::kInvalidInput, "all_to_all split {} is negative", s);
+    DMP_CHECK(in_rows == input.size(0), ErrorKind::kInvalidInput, "all_to_all input splits [{}] do not add up to the {} rows of {}",
+              fmt::join(input_splits, ","), input.size(0), shape(input));
+    use_device();
     at::Tensor host = input.contiguous();
     const int64_t row_bytes = host.dim() == 0 || host.size(0) == 0 ? 0 : byte_size(host) / host.size(0);
     int64_t out_rows = 0;
@@ -261,6 +295,7 @@ class NcclCommunicator final : public Communicator {
   at::Tensor reduce_scatter(const at::Tensor& input, ReduceOp op) override {
     DMP_CHECK(input.dim() >= 1 && input.size(0) % world_size_ == 0, ErrorKind::kInvalidInput,
               "reduce_scatter needs dim 0 divisible by the world size {}, got {}", world_size_, shape(input));
+    use_device();
     at::Tensor host = input.contiguous();
     auto sizes = host.sizes().vec();
     sizes[0] /= world_size_;
@@ -277,11 +312,16 @@ class NcclCommunicator final : public Communicator {
   }
 
   void barrier() override {
+    use_device();
     char* buffer = send_.reserve(sizeof(float));
     collective("barrier", "", [&] { return ncclAllReduce(buffer, buffer, 1, ncclFloat32, ncclSum, comm_, stream_); });
   }
 
  private:
+  // The current GPU is per host thread: a communicator used from another thread than the one
+  // that made it must select its GPU again before allocating or enqueuing.
+  void use_device() { cuda("cudaSetDevice", cudaSetDevice(device_)); }
+
   void to_device(char* device, const at::Tensor& host) {
     if (host.numel() == 0) return;
     cuda("cudaMemcpyAsync (to the GPU)",
