@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/backends.h"
 #include "common/error.h"
 #include "report/json.h"
 #include "run/scenario_runner.h"
@@ -92,6 +93,10 @@ PYBIND11_MODULE(dmpcheck, m) {
     }
   });
 
+  m.def("backend_unavailable_reason",
+        [](const std::string& backend, int local_world_size) { return comm::backend_unavailable_reason(backend, local_world_size); },
+        py::arg("backend"), py::arg("local_world_size") = 1,
+        "Why `backend` ('gloo', 'nccl') cannot run that many ranks per host here (a reason to skip), or None.");
   m.def("load_scenario",
         [](const std::string& path, const py::object& overrides) { return describe(scenario::load_scenario_file(path, to_overrides(overrides))); },
         py::arg("path"), py::arg("overrides") = py::none(),

@@ -53,3 +53,14 @@ def test_a_yaml_error_is_a_collection_error_with_file_and_line(pytester, root):
     result = pytester.runpytest_subprocess("-p", "pytest_dmpcheck", "scenarios", "--continue-on-collection-errors")
     result.assert_outcomes(passed=2, errors=1)
     assert "broken.yaml:8: field 'tables[0].rows': expected an integer in [1, " in result.stdout.str()
+
+
+def test_an_nccl_cell_without_a_gpu_is_skipped_with_the_reason(pytester, root):
+    import dmpcheck
+    if dmpcheck.backend_unavailable_reason("nccl", 2) is None:
+        import pytest
+        pytest.skip("NCCL can run two ranks here")
+    _setup(pytester, root, {"tiny.yaml": PASSING.replace("world_size: 2", "world_size: 2\nbackend: nccl")})
+    result = pytester.runpytest_subprocess("-p", "pytest_dmpcheck", "scenarios", "-rs")
+    result.assert_outcomes(skipped=2)
+    assert "GPU" in result.stdout.str() or "without NCCL" in result.stdout.str()
