@@ -71,14 +71,6 @@ int64_t framework_buckets(const std::vector<at::Tensor>& tensors, int64_t cap) {
   return closed;
 }
 
-// Each iteration's time as the maximum over ranks (collective).
-std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<double>& samples) {
-  if (samples.empty()) return {};
-  at::Tensor t = at::tensor(samples, at::kDouble);
-  comm.all_reduce(t, comm::ReduceOp::kMax);
-  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-}
-
 std::string caption(const BroadcastMethodCost& m) {
   if (m.method == "coalesced" || m.method == "framework") {
     return fmt::format("{} {} MiB", m.method, static_cast<double>(m.bucket_cap_bytes) / (1 << 20));
@@ -87,6 +79,13 @@ std::string caption(const BroadcastMethodCost& m) {
 }
 
 }  // namespace
+
+std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<double>& samples) {
+  if (samples.empty()) return {};
+  at::Tensor t = at::tensor(samples, at::kDouble);
+  comm.all_reduce(t, comm::ReduceOp::kMax);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
 
 LatencyStats latency_stats(std::vector<double> samples) {
   LatencyStats s;

@@ -36,6 +36,10 @@ struct LatencyStats {
 // Over `samples` (seconds); all zero when empty.
 LatencyStats latency_stats(std::vector<double> samples);
 
+// Collective: element i becomes the maximum over ranks of every rank's samples[i] (an
+// iteration is done when its slowest rank is).  Every rank passes as many samples.
+std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<double>& samples);
+
 struct BroadcastMethodCost {
   std::string method;  // per_tensor, coalesced, framework, raw
   int64_t bucket_cap_bytes = 0;  // coalesced and framework; 0 otherwise

@@ -107,12 +107,6 @@ class Case {
   at::Tensor output_;
 };
 
-std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<double>& samples) {
-  at::Tensor t = at::tensor(samples, at::kDouble);
-  comm.all_reduce(t, comm::ReduceOp::kMax);
-  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-}
-
 std::string us(double seconds) { return fmt::format("{:.1f}", seconds * 1e6); }
 
 }  // namespace
@@ -243,8 +237,10 @@ std::vector<BenchRow> bench_on_rank(comm::Communicator& comm, const BenchSpec& s
         host.push_back(seconds);
         if (auto d = comm.last_device_seconds()) device.push_back(*d);
       }
-      row.time = check::latency_stats(max_over_ranks(comm, host));
-      if (!device.empty() && device.size() == host.size()) row.device = check::latency_stats(max_over_ranks(comm, device));
+      row.time = check::latency_stats(check::max_over_ranks(comm, host));
+      if (!device.empty() && device.size() == host.size()) {
+        row.device = check::latency_stats(check::max_over_ranks(comm, device));
+      }
       row.algbw_gbps = row.time.mean_s > 0 ? static_cast<double>(row.size_bytes) / row.time.mean_s / 1e9 : 0.0;
       row.busbw_gbps = row.algbw_gbps * bus_factor(collective, world);
       if (line) line(bench_table_row(row, device_column));
