@@ -158,6 +158,7 @@ struct BenchFlags {
   std::string scenario;
   std::string run_filter;
   std::vector<std::string> bucket_caps;
+  bool backend_given = false;  // --scenario: compare these backends instead of the run's own
 };
 
 int command_bench(const BenchFlags& flags) {
@@ -166,6 +167,7 @@ int command_bench(const BenchFlags& flags) {
     options.worker_executable = self_executable();
     options.scenario_path = flags.scenario;
     options.run_filter = flags.run_filter;
+    if (flags.backend_given) options.backends = flags.backends;
     options.probe.warmup = flags.warmup;
     options.probe.iterations = flags.iterations;
     if (!flags.bucket_caps.empty()) {
@@ -268,7 +270,8 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--stepfactor,-f", bench.factor, "Multiply the size by this between rows")->capture_default_str();
   bench_cmd->add_option("--warmup_iters,-w", bench.warmup, "Untimed iterations per size")->capture_default_str();
   bench_cmd->add_option("--iters,-n", bench.iterations, "Timed iterations per size")->capture_default_str();
-  bench_cmd->add_option("--backend", bench.backends, "gloo, nccl (repeat or comma-separate); unavailable ones are skipped with the reason")
+  bench_cmd->add_option("--backend", bench.backends, "gloo, nccl (repeat or comma-separate); unavailable ones are skipped with the reason. With --scenario: run each "
+                        "run on each of these instead of its own backend")
       ->delimiter(',')
       ->capture_default_str();
   bench_cmd->add_option("--world,-g", bench.world_sizes, "World sizes (repeat or comma-separate)")->delimiter(',')->capture_default_str();
@@ -310,6 +313,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*bench_cmd) {
+      bench.backend_given = bench_cmd->get_option("--backend")->count() > 0;
       const int code = command_bench(bench);
       return run::interrupt_requested() ? 130 : code;
     }

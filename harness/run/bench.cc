@@ -419,7 +419,8 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env) {
   comm::BackendOptions backend;
   backend.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000.0));
   backend.local_rank = env.local_rank;
-  auto comm = comm::make_communicator(spec.backend, group_store, env.rank, env.world_size, backend);
+  auto comm = comm::make_communicator(store.try_get("bench/backend").value_or(spec.backend), group_store, env.rank,
+                                      env.world_size, backend);
   RankRunOptions run_options;
   run_options.progress = line;
   const check::BroadcastProbe result = probe_scenario_on_rank(scenario, spec, *comm, probe, run_options);
@@ -435,40 +436,44 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
     const scenario::RunSpec& spec = scenario.runs[i];
     if (!options.run_filter.empty() && spec.name.find(options.run_filter) == std::string::npos) continue;
     any = true;
-    if (options.out) {
-      *options.out << fmt::format("== {} [{}]: broadcast of its replicated parameters, {} on {} ranks\n", scenario.name,
-                                  spec.name, spec.backend, spec.world_size)
-                   << std::flush;
-    }
-    const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
-    if (auto reason = comm::backend_unavailable_reason(spec.backend, local_world_size)) {
-      if (options.out) *options.out << "   skipped: " << *reason << "\n";
-      results.push_back({{"run", spec.name}, {"skipped", true}, {"skip_reason", *reason}});
-      continue;
-    }
-    const nlohmann::json probe_options = {{"warmup", options.probe.warmup},
-                                          {"iterations", options.probe.iterations},
-                                          {"bucket_caps", options.probe.bucket_caps}};
-    const LaunchOutcome launched = launch_bench(
-        options.worker_executable, spec.world_size, threads_per_rank(spec, available_cores()),
-        {{"bench/kind", "scenario"},
-         {"bench/probe", probe_options.dump()},
-         {"scenario_text", scenario.source_text},
-         {"scenario_file", scenario.file},
-         {"run_index", std::to_string(i)},
-         {"overrides", nlohmann::json(scenario.overrides).dump()}},
-        std::max(600.0, 10.0 * spec.timeout_s), options.out);
-    if (launched.ok && launched.result) {
-      const auto probe = nlohmann::json::parse(*launched.result).get<check::BroadcastProbe>();
-      if (options.out) *options.out << check::render_probe(probe) << std::flush;
-      results.push_back({{"run", spec.name}, {"skipped", false}, {"probe", probe}});
-    } else {
-      const std::string error = launched.failure ? fmt::format("rank {} {}: {}", launched.failure->rank,
-                                                               launched.failure->cause, launched.failure->message)
-                                                 : std::string("the ranks ended without a result");
-      if (options.out) *options.out << "   error: " << error << "\n";
-      results.push_back({{"run", spec.name}, {"error", error}});
-      code = 3;
+    const std::vector<std::string> backends = options.backends.empty() ? std::vector<std::string>{spec.backend} : options.backends;
+    for (const auto& backend : backends) {
+      if (options.out) {
+        *options.out << fmt::format("== {} [{}]: broadcast of its replicated parameters, {} on {} ranks\n", scenario.name,
+                                    spec.name, backend, spec.world_size)
+                     << std::flush;
+      }
+      const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+      if (auto reason = comm::backend_unavailable_reason(backend, local_world_size)) {
+        if (options.out) *options.out << "   skipped: " << *reason << "\n";
+        results.push_back({{"run", spec.name}, {"backend", backend}, {"skipped", true}, {"skip_reason", *reason}});
+        continue;
+      }
+      const nlohmann::json probe_options = {{"warmup", options.probe.warmup},
+                                            {"iterations", options.probe.iterations},
+                                            {"bucket_caps", options.probe.bucket_caps}};
+      const LaunchOutcome launched = launch_bench(
+          options.worker_executable, spec.world_size, threads_per_rank(spec, available_cores()),
+          {{"bench/kind", "scenario"},
+           {"bench/backend", backend},
+           {"bench/probe", probe_options.dump()},
+           {"scenario_text", scenario.source_text},
+           {"scenario_file", scenario.file},
+           {"run_index", std::to_string(i)},
+           {"overrides", nlohmann::json(scenario.overrides).dump()}},
+          std::max(600.0, 10.0 * spec.timeout_s), options.out);
+      if (launched.ok && launched.result) {
+        const auto probe = nlohmann::json::parse(*launched.result).get<check::BroadcastProbe>();
+        if (options.out) *options.out << check::render_probe(probe) << std::flush;
+        results.push_back({{"run", spec.name}, {"backend", backend}, {"skipped", false}, {"probe", probe}});
+      } else {
+        const std::string error = launched.failure ? fmt::format("rank {} {}: {}", launched.failure->rank,
+                                                                 launched.failure->cause, launched.failure->message)
+                                                   : std::string("the ranks ended without a result");
+        if (options.out) *options.out << "   error: " << error << "\n";
+        results.push_back({{"run", spec.name}, {"backend", backend}, {"error", error}});
+        code = 3;
+      }
     }
   }
   DMP_CHECK(any, ErrorKind::kInvalidInput, "no run of {} matches --run '{}' (runs: {})", scenario.file, options.run_filter,

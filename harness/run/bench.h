@@ -112,6 +112,7 @@ struct ScenarioBenchOptions {
   std::string worker_executable;
   std::string scenario_path;
   std::string run_filter;  // substring of a run's name; empty: every run
+  std::vector<std::string> backends;  // each run on each of these, side by side; empty: the run's own
   check::ProbeOptions probe;
   std::string json_path;
   std::ostream* out = nullptr;

@@ -82,6 +82,7 @@ TEST(BenchCommand, AScenarioBenchmarkTimesEveryWayOfBroadcastingItsReplicatedPar
   const std::string printed = testing::read_file(dir + "/out.txt");
   ASSERT_EQ(code, 0) << printed;
   const auto j = nlohmann::json::parse(testing::read_file(dir + "/s.json"));
+  EXPECT_EQ(j.at("runs").at(0).at("backend"), "gloo");  // the run's own
   const auto& probe = j.at("runs").at(0).at("probe");
   EXPECT_EQ(probe.at("tensors"), 258);  // 256 tables, the dense layer's weight and bias
   EXPECT_EQ(probe.at("bytes").get<int64_t>(), 256 * 64 * 64 * 4 + (256 * 64 + 1) * 4);
