@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks behind docs/performance.md, all in one run, each printing its ratios measured
 # side by side.  Outputs (tables, JSON) go to reports/bench/<timestamp>/.  About 75 s once built on
-# 2 cores; the 1 GiB scenario needs about 6 GiB of memory.  Pass --quick to skip it.
+# 2 cores; the 1 GiB scenario needs several GiB of memory per rank.  Pass --quick to skip it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
