@@ -1,7 +1,6 @@
 #include "run/bench.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <chrono>
 #include <fstream>
@@ -134,15 +133,42 @@ void from_json(const nlohmann::json& j, BenchSpec& s) {
   j.at("threads_per_rank").get_to(s.threads_per_rank);
 }
 
+namespace {
+
+// Latencies are written in microseconds, as the table prints them.
+nlohmann::json microseconds(const check::LatencyStats& s) {
+  return nlohmann::json{{"mean", s.mean_s * 1e6}, {"min", s.min_s * 1e6}, {"p50", s.p50_s * 1e6},
+                        {"p99", s.p99_s * 1e6},   {"max", s.max_s * 1e6}};
+}
+
+check::LatencyStats from_microseconds(const nlohmann::json& j) {
+  return check::LatencyStats{j.at("min").get<double>() / 1e6, j.at("p50").get<double>() / 1e6,
+                             j.at("p99").get<double>() / 1e6, j.at("max").get<double>() / 1e6,
+                             j.at("mean").get<double>() / 1e6};
+}
+
+}  // namespace
+
 void to_json(nlohmann::json& j, const BenchRow& r) {
-  auto stats = [](const check::LatencyStats& s) {
-    return nlohmann::json{{"mean", s.mean_s * 1e6}, {"min", s.min_s * 1e6}, {"p50", s.p50_s * 1e6},
-                          {"p99", s.p99_s * 1e6},   {"max", s.max_s * 1e6}};
-  };
   j = nlohmann::json{{"collective", r.collective}, {"size_bytes", r.size_bytes}, {"count", r.count},
                      {"type", r.type},             {"redop", r.redop},           {"root", r.root},
-                     {"time_us", stats(r.time)},   {"algbw_gbps", r.algbw_gbps}, {"busbw_gbps", r.busbw_gbps},
-                     {"wrong", r.wrong},           {"device_time_us", r.device ? stats(*r.device) : nlohmann::json(nullptr)}};
+                     {"time_us", microseconds(r.time)},   {"algbw_gbps", r.algbw_gbps}, {"busbw_gbps", r.busbw_gbps},
+                     {"wrong", r.wrong},           {"device_time_us", r.device ? microseconds(*r.device) : nlohmann::json(nullptr)}};
+}
+
+void from_json(const nlohmann::json& j, BenchRow& r) {
+  j.at("collective").get_to(r.collective);
+  j.at("size_bytes").get_to(r.size_bytes);
+  j.at("count").get_to(r.count);
+  j.at("type").get_to(r.type);
+  j.at("redop").get_to(r.redop);
+  j.at("root").get_to(r.root);
+  j.at("wrong").get_to(r.wrong);
+  j.at("algbw_gbps").get_to(r.algbw_gbps);
+  j.at("busbw_gbps").get_to(r.busbw_gbps);
+  r.time = from_microseconds(j.at("time_us"));
+  r.device = j.at("device_time_us").is_null() ? std::nullopt
+                                               : std::optional<check::LatencyStats>(from_microseconds(j.at("device_time_us")));
 }
 
 void to_json(nlohmann::json& j, const BenchGroup& g) {
@@ -177,7 +203,7 @@ double bus_factor(const std::string& collective, int world) {
   return 1.0;
 }
 
-std::string bench_table_header(const comm::Communicator*, bool device_column) {
+std::string bench_table_header(bool device_column) {
   std::string out = fmt::format("#{:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}",
                                 "collective", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
                                 "min", "p50", "p99", "max");
@@ -202,7 +228,7 @@ std::vector<BenchRow> bench_on_rank(comm::Communicator& comm, const BenchSpec& s
   at::NoGradGuard no_grad;
   const int world = comm.world_size();
   const bool device_column = comm.backend_name() == "nccl";
-  if (line) line(bench_table_header(&comm, device_column));
+  if (line) line(bench_table_header(device_column));
   std::vector<BenchRow> rows;
   for (const auto& collective : spec.collectives) {
     for (int64_t size = spec.min_bytes; size <= spec.max_bytes; size *= spec.factor) {
@@ -278,6 +304,11 @@ LaunchOutcome launch_bench(const std::string& executable, int world, int threads
   return launch(request);
 }
 
+std::string failure_text(const LaunchOutcome& launched) {
+  if (!launched.failure) return "the ranks ended without a result";
+  return fmt::format("rank {} {}: {}", launched.failure->rank, launched.failure->cause, launched.failure->message);
+}
+
 void write_json(const std::string& path, const nlohmann::json& j) {
   if (path.empty()) return;
   report::write_text_file_atomically(path, j.dump(2) + "\n");
@@ -330,30 +361,10 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
                        {{"bench/kind", "sweep"}, {"bench/backend", backend}, {"bench/spec", nlohmann::json(rank_spec).dump()}},
                        std::max(600.0, 20.0 * spec.timeout_s), options.out);
       if (launched.ok && launched.result) {
-        for (const auto& row : nlohmann::json::parse(*launched.result)) {
-          BenchRow r;
-          row.at("collective").get_to(r.collective);
-          row.at("size_bytes").get_to(r.size_bytes);
-          row.at("count").get_to(r.count);
-          row.at("redop").get_to(r.redop);
-          row.at("root").get_to(r.root);
-          row.at("wrong").get_to(r.wrong);
-          row.at("algbw_gbps").get_to(r.algbw_gbps);
-          row.at("busbw_gbps").get_to(r.busbw_gbps);
-          auto stats = [](const nlohmann::json& s) {
-            return check::LatencyStats{s.at("min").get<double>() / 1e6, s.at("p50").get<double>() / 1e6,
-                                       s.at("p99").get<double>() / 1e6, s.at("max").get<double>() / 1e6,
-                                       s.at("mean").get<double>() / 1e6};
-          };
-          r.time = stats(row.at("time_us"));
-          if (!row.at("device_time_us").is_null()) r.device = stats(row.at("device_time_us"));
-          if (r.wrong != 0) code = std::max(code, 1);
-          group.rows.push_back(r);
-        }
+        group.rows = nlohmann::json::parse(*launched.result).get<std::vector<BenchRow>>();
+        for (const auto& r : group.rows) code = std::max(code, r.wrong != 0 ? 1 : 0);
       } else {
-        group.error = launched.failure ? fmt::format("rank {} {}: {}", launched.failure->rank, launched.failure->cause,
-                                                     launched.failure->message)
-                                       : std::string("the ranks ended without a result");
+        group.error = failure_text(launched);
         if (options.out) *options.out << "# error: " << group.error << "\n" << std::flush;
         code = 3;
       }
@@ -467,9 +478,7 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
         if (options.out) *options.out << check::render_probe(probe) << std::flush;
         results.push_back({{"run", spec.name}, {"backend", backend}, {"skipped", false}, {"probe", probe}});
       } else {
-        const std::string error = launched.failure ? fmt::format("rank {} {}: {}", launched.failure->rank,
-                                                                 launched.failure->cause, launched.failure->message)
-                                                   : std::string("the ranks ended without a result");
+        const std::string error = failure_text(launched);
         if (options.out) *options.out << "   error: " << error << "\n";
         results.push_back({{"run", spec.name}, {"backend", backend}, {"error", error}});
         code = 3;

@@ -63,6 +63,7 @@ struct BenchRow {
   std::optional<check::LatencyStats> device;  // NCCL: CUDA-event time of the collective alone
 };
 void to_json(nlohmann::json& j, const BenchRow& r);
+void from_json(const nlohmann::json& j, BenchRow& r);
 
 struct BenchGroup {
   std::string backend;
@@ -87,7 +88,7 @@ std::vector<BenchRow> bench_on_rank(comm::Communicator& comm, const BenchSpec& s
                                     const std::function<void(const std::string&)>& line);
 
 // The header and a row of the printed table.
-std::string bench_table_header(const comm::Communicator* comm_or_null, bool device_column);
+std::string bench_table_header(bool device_column);
 std::string bench_table_row(const BenchRow& row, bool device_column);
 
 // The scenario benchmark on one rank: builds the run's model (its plan, its init) and probes

@@ -29,6 +29,16 @@ int exit_code_for(const std::vector<check::RunResult>& results) {
 
 check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const ScenarioRunOptions& options) {
   const scenario::RunSpec& spec = scenario.runs.at(i);
+  const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+  if (auto reason = comm::backend_unavailable_reason(spec.backend, local_world_size)) {
+    check::RunResult skipped = result_header(scenario, spec);
+    skipped.verdict = "skipped";
+    skipped.skip_reason = *reason;
+    if (options.write_reports) {
+      report::write_json_file(skipped, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, skipped.slug));
+    }
+    return skipped;
+  }
   LaunchRequest request;
   request.executable = options.worker_executable;
   request.arguments = {"worker"};
@@ -49,16 +59,6 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
       std::lock_guard<std::mutex> lock(out_mutex);
       *options.out << "[rank " << rank << "] " << line << "\n" << std::flush;
     };
-  }
-  const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
-  if (auto reason = comm::backend_unavailable_reason(spec.backend, local_world_size)) {
-    check::RunResult skipped = result_header(scenario, spec);
-    skipped.verdict = "skipped";
-    skipped.skip_reason = *reason;
-    if (options.write_reports) {
-      report::write_json_file(skipped, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, skipped.slug));
-    }
-    return skipped;
   }
   const LaunchOutcome launched = launch(request);
 
