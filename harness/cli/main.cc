@@ -319,7 +319,12 @@ int main(int argc, char** argv) {
     }
     if (*validate_cmd) return command_validate(validate_files);
     if (*explain_cmd) return command_explain(explain_files);
-    if (*worker_cmd) return run::worker_main({worker_file, worker_out});
+    if (*worker_cmd) {
+      run::WorkerOptions worker;
+      worker.scenario_path = worker_file;
+      worker.out_dir = worker_out;
+      return run::worker_main(worker);
+    }
   } catch (const Error& e) {
     std::cerr << "dmpcheck: " << e.what() << "\n";
     return e.kind() == ErrorKind::kInternal ? 3 : 2;
