@@ -62,6 +62,19 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
                                          tol.rtol, tol.atol));
     }
   }
+  if (expect.reference) {
+    if (!result.reference_compared) {
+      out.failures.push_back("the side-by-side comparison with the reference did not run");
+    } else {
+      for (const auto& d : result.reference) {
+        if (d.within_tolerance) continue;
+        out.failures.push_back(
+            d.note.empty() ? fmt::format("{} differs from the reference at step {}: max |diff| {:.3g} (rel {:.3g}) exceeds rtol {} / atol {}",
+                                         d.name, d.step, d.max_abs_diff, d.max_rel_diff, expect.reference->rtol, expect.reference->atol)
+                           : fmt::format("{} at step {}: {}", d.name, d.step, d.note));
+      }
+    }
+  }
   if (expect.max_broadcast_seconds && result.init_broadcast.performed &&
       result.init_broadcast.seconds > *expect.max_broadcast_seconds) {
     out.failures.push_back(fmt::format("the init broadcast took {:.4f} s, over the bound of {} s",

@@ -101,6 +101,31 @@ struct StepDivergence {
   double max_abs_diff = 0.0;
 };
 
+// One tensor of a TorchRec run compared with the reference DMP's after one step (0: at init).
+struct ReferenceDiff {
+  std::string name;
+  int step = 0;
+  double max_abs_diff = 0.0;
+  double max_rel_diff = 0.0;        // over elements whose reference value is not 0
+  int64_t elements_differing = 0;   // not bitwise equal
+  int64_t numel = 0;
+  bool within_tolerance = true;     // every |a - b| <= atol + rtol * |b|
+  std::string note;                 // "only in TorchRec", "only in the reference", "shapes differ: ..."
+};
+
+// What ran: the reference DMP (under a behaviour profile) or an installed TorchRec release.
+struct SystemUnderTest {
+  std::string name = "reference";  // "reference" or "torchrec==0.6.0"
+  // Versions the release's own import reported (TorchRec cells); empty for the reference.
+  std::string torchrec;
+  std::string torch;
+  std::string fbgemm_gpu;
+  // True where a verdict about TorchRec comes from a behaviour profile of the reference (a
+  // simulation), false where a real release ran.
+  bool simulated = true;
+  std::vector<std::string> notes;  // how the release was driven where it matters
+};
+
 struct RunResult {
   std::string scenario;
   std::string scenario_file;
@@ -109,12 +134,18 @@ struct RunResult {
   std::vector<std::pair<std::string, std::string>> cell;
   std::string profile;
   std::string init_mode;
+  SystemUnderTest system;
   Environment environment;
   std::vector<TablePlacement> plan;
   std::vector<TensorCheck> replicas;        // every replicated tensor at init and at the end
   std::vector<StepDivergence> divergence;   // per step, from init on
   bool global_model_checked = false;
   std::vector<GlobalModelCheck> global_model;
+  // TorchRec cells with `expect: reference`: every tensor after every step against the
+  // reference DMP started from the same initial weights and fed the same batches.
+  bool reference_compared = false;
+  std::vector<ReferenceDiff> reference;
+  int reference_first_break_step = -1;  // first step where a tensor leaves the tolerance; -1: none
   BroadcastCost init_broadcast;
   // Set where the profile broadcasts and the scenario does not turn it off: every method of
   // broadcasting the same replicated parameters, timed side by side.

@@ -49,8 +49,9 @@ int command_validate(const std::vector<std::string>& files) {
     const auto s = scenario::load_scenario_file(file);
     std::cout << fmt::format("{}: valid (scenario '{}', {} run(s))\n", file, s.name, s.runs.size());
     for (const auto& run : s.runs) {
-      std::cout << fmt::format("  - {} : {} ranks, {} steps, profile {}, init {}; expect {}\n", run.name,
-                               run.world_size, run.steps, run.profile.name, scenario::init_mode_name(run.init.mode),
+      std::cout << fmt::format("  - {} : {} ranks, {} steps, {}, init {}; expect {}\n", run.name,
+                               run.world_size, run.steps,
+                               run.on_torchrec() ? "on " + run.system : "profile " + run.profile.name, scenario::init_mode_name(run.init.mode),
                                run.expect.describe());
     }
   }

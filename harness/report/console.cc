@@ -7,10 +7,17 @@
 
 namespace dmpcheck::report {
 
+std::string system_label(const check::RunResult& r) {
+  if (!r.system.simulated) {
+    return fmt::format("real torchrec {} (torch {}, fbgemm-gpu-cpu {})", r.system.torchrec, r.system.torch, r.system.fbgemm_gpu);
+  }
+  return fmt::format("reference, profile {} (simulated)", r.profile);
+}
+
 std::string render_run_table(const check::RunResult& r) {
   std::string out;
-  out += fmt::format("== {} [{}]  profile={} init={} world={} backend={} threads/rank={}\n", r.scenario, r.run,
-                     r.profile, r.init_mode, r.environment.world_size, r.environment.backend,
+  out += fmt::format("== {} [{}]  on {}  init={} world={} backend={} threads/rank={}\n", r.scenario, r.run,
+                     system_label(r), r.init_mode, r.environment.world_size, r.environment.backend,
                      r.environment.threads_per_rank);
   if (r.verdict == "skipped") return out + fmt::format("   skipped: {}\n", r.skip_reason);
   if (r.failure) {
@@ -38,7 +45,37 @@ std::string render_run_table(const check::RunResult& r) {
                        r.global_model.size(), worst->name, worst->step, worst->max_abs_diff,
                        worst->note.empty() ? "" : " (" + worst->note + ")");
   }
-  if (r.init_broadcast.performed) {
+  if (r.reference_compared) {
+    int steps = 0;
+    for (const auto& d : r.reference) steps = std::max(steps, d.step);
+    out += fmt::format("   against the reference DMP (same initial weights, same batches), per step:\n");
+    out += fmt::format("   {:>4}  {:>7}  {:>9}  {:>11}  {:>11}  {}\n", "step", "tensors", "bitwise", "max|diff|", "max rel", "worst tensor");
+    for (int step = 0; step <= steps; ++step) {
+      int tensors = 0, bitwise = 0;
+      const check::ReferenceDiff* worst = nullptr;
+      std::vector<std::string> unmatched;
+      for (const auto& d : r.reference) {
+        if (d.step != step) continue;
+        if (!d.note.empty()) {
+          unmatched.push_back(d.name);
+          continue;
+        }
+        ++tensors;
+        bitwise += d.elements_differing == 0 ? 1 : 0;
+        if (worst == nullptr || d.max_abs_diff > worst->max_abs_diff) worst = &d;
+      }
+      out += fmt::format("   {:>4}  {:>7}  {:>9}  {:>11.3g}  {:>11.3g}  {}{}\n", step, tensors, bitwise,
+                         worst ? worst->max_abs_diff : 0.0, worst ? worst->max_rel_diff : 0.0, worst ? worst->name : "-",
+                         unmatched.empty() ? "" : fmt::format("  (not comparable: {})", fmt::join(unmatched, ", ")));
+    }
+    out += r.reference_first_break_step < 0
+               ? std::string("   within tolerance at every step\n")
+               : fmt::format("   first step out of tolerance: {}\n", r.reference_first_break_step);
+  }
+  for (const auto& note : r.system.notes) out += fmt::format("   note: {}\n", note);
+  if (!r.system.simulated) {
+    out += "   init broadcast: not measured on a TorchRec release\n";
+  } else if (r.init_broadcast.performed) {
     out += fmt::format("   init broadcast: {} tensors, {} bytes in {} collective(s), {:.6f} s, {:.3f} GB/s\n",
                        r.init_broadcast.tensors, r.init_broadcast.bytes, r.init_broadcast.collectives,
                        r.init_broadcast.seconds, r.init_broadcast.gbps);
@@ -81,12 +118,13 @@ std::string render_verdict_line(const check::RunResult& r) {
   const std::string observed =
       diverged.empty() ? std::string("all replicated tensors equal")
                        : fmt::format("replicas DIVERGE on {} tensor(s): {}", diverged.size(), fmt::join(parts, "; "));
+  const std::string on = "; on " + system_label(r);
   if (r.verdict == "pass") {
     const std::string label = diverged.empty() ? "PASS" : "PASS (bug reproduced as expected)";
-    return fmt::format("{} {} - {}; expected: {}", head, label, observed, r.expectation.description);
+    return fmt::format("{} {} - {}; expected: {}{}", head, label, observed, r.expectation.description, on);
   }
-  return fmt::format("{} FAIL - {}; expected: {}; {}", head, observed, r.expectation.description,
-                     fmt::join(r.expectation.failures, "; "));
+  return fmt::format("{} FAIL - {}; expected: {}; {}{}", head, observed, r.expectation.description,
+                     fmt::join(r.expectation.failures, "; "), on);
 }
 
 }  // namespace dmpcheck::report

@@ -66,6 +66,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ExpectationResult, description, held, failure
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankFailure, rank, kind, cause, message, last_lines)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Timings, init_s, train_s, check_s, total_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepDivergence, step, tensors_differing, max_abs_diff)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ReferenceDiff, name, step, max_abs_diff, max_rel_diff, elements_differing, numel,
+                                   within_tolerance, note)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SystemUnderTest, name, torchrec, torch, fbgemm_gpu, simulated, notes)
 
 void to_json(nlohmann::json& j, const RunResult& v) {
   j = nlohmann::json{{"scenario", v.scenario},
@@ -75,12 +78,16 @@ void to_json(nlohmann::json& j, const RunResult& v) {
                      {"cell", v.cell},
                      {"profile", v.profile},
                      {"init_mode", v.init_mode},
+                     {"system", v.system},
                      {"environment", v.environment},
                      {"plan", v.plan},
                      {"replicas", v.replicas},
                      {"divergence", v.divergence},
                      {"global_model_checked", v.global_model_checked},
                      {"global_model", v.global_model},
+                     {"reference_compared", v.reference_compared},
+                     {"reference", v.reference},
+                     {"reference_first_break_step", v.reference_first_break_step},
                      {"init_broadcast", v.init_broadcast},
                      {"broadcast_probe", v.broadcast_probe},
                      {"losses", v.losses},
@@ -100,12 +107,16 @@ void from_json(const nlohmann::json& j, RunResult& v) {
   j.at("cell").get_to(v.cell);
   j.at("profile").get_to(v.profile);
   j.at("init_mode").get_to(v.init_mode);
+  if (j.contains("system")) j.at("system").get_to(v.system);
   j.at("environment").get_to(v.environment);
   j.at("plan").get_to(v.plan);
   j.at("replicas").get_to(v.replicas);
   j.at("divergence").get_to(v.divergence);
   j.at("global_model_checked").get_to(v.global_model_checked);
   j.at("global_model").get_to(v.global_model);
+  v.reference_compared = j.value("reference_compared", false);
+  if (j.contains("reference")) j.at("reference").get_to(v.reference);
+  v.reference_first_break_step = j.value("reference_first_break_step", -1);
   j.at("init_broadcast").get_to(v.init_broadcast);
   if (j.contains("broadcast_probe")) j.at("broadcast_probe").get_to(v.broadcast_probe);
   j.at("losses").get_to(v.losses);

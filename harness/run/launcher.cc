@@ -5,6 +5,8 @@
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include <fcntl.h>
@@ -62,16 +64,17 @@ ChildImage make_image(const LaunchRequest& request, int rank, uint16_t port) {
       {"LOCAL_RANK", std::to_string(rank % local_world_size)},
       {"LOCAL_WORLD_SIZE", std::to_string(local_world_size)},
       {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", std::to_string(port)},
+      {"MASTER_PORT", std::to_string(request.master_port > 0 ? request.master_port : port)},
       {"OMP_NUM_THREADS", std::to_string(request.threads_per_rank)},
       {"DMPCHECK_LAUNCHED", "1"},
   };
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);
     const std::string key = entry.substr(0, entry.find('='));
-    if (!ours.count(key)) image.env_storage.push_back(entry);
+    if (!ours.count(key) && !request.environment.count(key)) image.env_storage.push_back(entry);
   }
   for (const auto& [k, v] : ours) image.env_storage.push_back(k + "=" + v);
+  for (const auto& [k, v] : request.environment) image.env_storage.push_back(k + "=" + v);
   for (auto& s : image.argv_storage) image.argv.push_back(s.data());
   image.argv.push_back(nullptr);
   for (auto& s : image.env_storage) image.envp.push_back(s.data());
@@ -221,7 +224,12 @@ LaunchOutcome launch(const LaunchRequest& request) {
     f.rank = r.rank;
     f.kind = kind;
     f.cause = cause;
-    if (auto error = store.try_get("error/" + std::to_string(r.rank))) {
+    std::optional<std::string> error = store.try_get("error/" + std::to_string(r.rank));
+    if (!error && !request.error_dir.empty()) {
+      std::ifstream in(fmt::format("{}/rank{}/error.json", request.error_dir, r.rank));
+      if (in.good()) error = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    if (error) {
       try {
         const auto j = nlohmann::json::parse(*error);
         f.kind = j.value("kind", kind);

@@ -30,6 +30,12 @@ struct LaunchRequest {
   size_t last_lines_kept = 20;
   // Each line a rank prints, as it arrives (stdout and stderr together).  May be empty.
   std::function<void(int rank, const std::string& line)> on_line;
+  // Programs that do not speak to dmpcheck's store (a TorchRec rank under a release's Python):
+  // extra environment, the MASTER_PORT they rendezvous on themselves (0: the store's port), and
+  // where a failing rank leaves its reason (<error_dir>/rank<R>/error.json, {kind, message}).
+  std::map<std::string, std::string> environment;
+  int master_port = 0;
+  std::string error_dir;
 };
 
 struct LaunchOutcome {

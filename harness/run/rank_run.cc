@@ -26,6 +26,7 @@
 #include "dmp/checkpoint.h"
 #include "dmp/model_parallel.h"
 #include "run/data_generator.h"
+#include "run/tensor_exchange.h"
 
 
 namespace dmpcheck::run {
@@ -186,15 +187,15 @@ void check_finite(dmp::DistributedModelParallel& model, double loss, int step) {
   }
 }
 
-std::string digest_of(const at::Tensor& tensor) {
+}  // namespace
+
+std::string tensor_digest(const at::Tensor& tensor) {
   const at::Tensor t = tensor.contiguous();
   const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
   uint64_t hash = 1469598103934665603ull;
   for (size_t i = 0; i < static_cast<size_t>(t.numel()) * t.element_size(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
   return fmt::format("{:016x}", hash);
 }
-
-}  // namespace
 
 check::RunResult result_header(const scenario::Scenario& scenario, const scenario::RunSpec& spec) {
   check::RunResult result;
@@ -203,7 +204,9 @@ check::RunResult result_header(const scenario::Scenario& scenario, const scenari
   result.run = spec.name;
   result.slug = spec.slug;
   result.cell = spec.cell;
-  result.profile = spec.profile.name;
+  result.profile = spec.on_torchrec() ? std::string() : spec.profile.name;
+  result.system.name = spec.system;
+  result.system.simulated = !spec.on_torchrec();
   result.init_mode = scenario::init_mode_name(spec.init.mode);
   result.environment.world_size = spec.world_size;
   result.environment.backend = spec.backend;
@@ -314,6 +317,12 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     result.divergence.push_back(d);
   };
   record_divergence(0, result.replicas);
+  auto dump_full_state = [&](const std::string& phase) {
+    if (options.full_state_dir.empty()) return;
+    const auto state = model->gather_full_state();  // collective
+    if (comm.rank() == 0) write_exchange_phase(options.full_state_dir, phase, whole_pieces(state));
+  };
+  dump_full_state("init");
   const bool compare_global = spec.expect.global_model.has_value();
   std::unique_ptr<check::GlobalModelTracker> tracker;
   if (compare_global) {
@@ -345,6 +354,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     result.losses.push_back(loss);
     inject_faults(spec, comm, step + 1, *model, say);
     check_finite(*model, loss, step + 1);
+    dump_full_state(fmt::format("step{}", global_step + 1));
     if (step + 1 < spec.steps) {  // the last step is checked in full below
       const auto check_start = Clock::now();
       record_divergence(step + 1, check::check_replicas(comm, replicated(model->state()), "step"));
@@ -378,7 +388,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     result.global_model = tracker->results();
     result.global_model_checked = true;
   }
-  for (const auto& [name, tensor] : model->gather_full_state()) result.digests[name] = digest_of(tensor);
+  for (const auto& [name, tensor] : model->gather_full_state()) result.digests[name] = tensor_digest(tensor);
   result.timings.check_s = seconds_since(check_start) + check_seconds;
   result.expectation = check::evaluate_expectation(spec.expect, result);
   result.verdict = result.expectation.held ? "pass" : "fail";

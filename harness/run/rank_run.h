@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+
+#include <ATen/core/Tensor.h>
 #include <string>
 
 #include "check/run_result.h"
@@ -19,6 +21,9 @@ struct RankRunOptions {
   int local_world_size = 0;  // LOCAL_WORLD_SIZE of this rank; 0: the scenario's (or one host)
   std::string checkpoint_dir;     // save a sharded checkpoint after the last step under <dir>/<scenario>/<run>/
   std::string dump_batches_dir;   // rank 0 writes every global batch under <dir>/<scenario>/<run>/
+  // Rank 0 writes every tensor whole at init and after every step, in the TorchRec exchange
+  // format (run/tensor_exchange.h): the reference half of a side-by-side comparison.
+  std::string full_state_dir;
   // Called with progress lines ("step 3/10 loss=..."); may be empty.
   std::function<void(const std::string&)> progress;
 };
@@ -38,6 +43,9 @@ check::BroadcastProbe probe_scenario_on_rank(const scenario::Scenario& scenario,
 // A RunResult with the run's identity filled in (scenario, run, cell, profile, init mode,
 // world size, backend, expectation's description) and nothing measured yet.
 check::RunResult result_header(const scenario::Scenario& scenario, const scenario::RunSpec& spec);
+
+// FNV-1a 64 of a tensor's bytes, as 16 hex digits (RunResult::digests).
+std::string tensor_digest(const at::Tensor& tensor);
 
 // Cores available to this process (its CPU affinity), at least 1.
 int available_cores();

@@ -11,8 +11,34 @@
 #include "report/json.h"
 #include "run/launcher.h"
 #include "run/rank_run.h"
+#include "run/torchrec_cell.h"
 
 namespace dmpcheck::run {
+
+check::RunResult failed_result(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
+                               const LaunchOutcome& launched) {
+  check::RunResult result = result_header(scenario, spec);
+  result.verdict = "error";
+  if (launched.failure) {
+    result.failure = launched.failure;
+    // A failure the scenario predicts is the expected outcome, not an error.
+    if (spec.expect.error && launched.failure->message.find(*spec.expect.error) != std::string::npos) {
+      result.verdict = "pass";
+      result.expectation.held = true;
+    } else if (spec.expect.error) {
+      result.verdict = "fail";
+      result.expectation.failures.push_back(fmt::format("expected an error containing '{}', got: {}", *spec.expect.error,
+                                                        launched.failure->message));
+    }
+  } else {
+    check::RankFailure f;
+    f.rank = 0;
+    f.kind = "internal";
+    f.cause = "exited with status 0 without a result";
+    result.failure = f;
+  }
+  return result;
+}
 
 int exit_code_for(const std::vector<check::RunResult>& results) {
   int code = 0;
@@ -29,6 +55,7 @@ int exit_code_for(const std::vector<check::RunResult>& results) {
 
 check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const ScenarioRunOptions& options) {
   const scenario::RunSpec& spec = scenario.runs.at(i);
+  if (spec.on_torchrec() && options.full_state_dir.empty()) return run_torchrec_cell(scenario, i, options);
   const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
   if (auto reason = comm::backend_unavailable_reason(spec.backend, local_world_size)) {
     check::RunResult skipped = result_header(scenario, spec);
@@ -51,6 +78,10 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
                            {"overrides", nlohmann::json(scenario.overrides).dump()}};
   if (!options.checkpoint_dir.empty()) request.store_entries["checkpoint_dir"] = options.checkpoint_dir;
   if (!options.dump_batches_dir.empty()) request.store_entries["dump_batches_dir"] = options.dump_batches_dir;
+  if (!options.full_state_dir.empty()) {
+    request.store_entries["full_state_dir"] = options.full_state_dir;
+    request.store_entries["as_reference"] = "1";
+  }
   const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
   request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
   static std::mutex out_mutex;
@@ -62,31 +93,9 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   }
   const LaunchOutcome launched = launch(request);
 
-  check::RunResult result;
-  if (launched.ok && launched.result) {
-    result = nlohmann::json::parse(*launched.result).get<check::RunResult>();
-  } else {
-    result = result_header(scenario, spec);
-    result.verdict = "error";
-    if (launched.failure) {
-      result.failure = launched.failure;
-      // A failure the scenario predicts is the expected outcome, not an error.
-      if (spec.expect.error && launched.failure->message.find(*spec.expect.error) != std::string::npos) {
-        result.verdict = "pass";
-        result.expectation.held = true;
-      } else if (spec.expect.error) {
-        result.verdict = "fail";
-        result.expectation.failures.push_back(fmt::format("expected an error containing '{}', got: {}", *spec.expect.error,
-                                                          launched.failure->message));
-      }
-    } else {
-      check::RankFailure f;
-      f.rank = 0;
-      f.kind = "internal";
-      f.cause = "exited with status 0 without a result";
-      result.failure = f;
-    }
-  }
+  check::RunResult result = launched.ok && launched.result
+                                ? nlohmann::json::parse(*launched.result).get<check::RunResult>()
+                                : failed_result(scenario, spec, launched);
   result.timings.total_s = launched.seconds;
   if (options.write_reports) {
     report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));

@@ -22,6 +22,9 @@ struct ScenarioRunOptions {
   std::optional<double> budget_s;  // per run; default max(600, 10 x timeout_s)
   std::string checkpoint_dir;      // ranks save sharded checkpoints under <dir>/<scenario>/<run>/
   std::string dump_batches_dir;    // rank 0 dumps the global batches under <dir>/<scenario>/<run>/
+  // Internal (side-by-side TorchRec cells): run the cell on the reference whatever its system,
+  // and have rank 0 dump its whole state at init and after every step into this directory.
+  std::string full_state_dir;
 };
 
 struct ScenarioOutcome {
@@ -36,6 +39,11 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
 // its JSON report when options.write_reports.  Thread-safe; prints nothing itself unless
 // options.echo_rank_output and options.out are set.
 check::RunResult run_cell(const scenario::Scenario& scenario, size_t run_index, const ScenarioRunOptions& options);
+
+struct LaunchOutcome;
+// The RunResult of a launch that did not produce one: its failure, or the expected error.
+check::RunResult failed_result(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
+                               const LaunchOutcome& launched);
 
 // The process exit status for a set of results (same rule as ScenarioOutcome::exit_code).
 int exit_code_for(const std::vector<check::RunResult>& results);

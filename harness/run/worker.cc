@@ -40,6 +40,7 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
   options.local_world_size = env.local_world_size;
   options.checkpoint_dir = store.try_get("checkpoint_dir").value_or(worker.checkpoint_dir);
   options.dump_batches_dir = store.try_get("dump_batches_dir").value_or(worker.dump_batches_dir);
+  options.full_state_dir = store.try_get("full_state_dir").value_or("");
   options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
   return run_on_rank(scenario, spec, *comm, options);
 }
@@ -76,9 +77,16 @@ int worker_main(const WorkerOptions& options) {
         return 0;
       }
       const auto overrides = nlohmann::json::parse(store->get("overrides")).get<scenario::Overrides>();
-      const scenario::Scenario scenario =
+      scenario::Scenario scenario =
           scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"), overrides);
       const size_t index = std::stoul(store->get("run_index"));
+      if (store->try_get("as_reference")) {
+        // The reference half of a side-by-side TorchRec cell: the same run on the reference DMP;
+        // its verdict is not used, only the state it dumps.
+        scenario::RunSpec& spec = scenario.runs.at(index);
+        spec.system = scenario::kReferenceSystem;
+        spec.expect = scenario::Expectation{};
+      }
       const check::RunResult result = run_one(scenario, index, *store, env, options);
       if (env.rank == 0) store->set("result", nlohmann::json(result).dump());
       return 0;
@@ -96,6 +104,14 @@ int worker_main(const WorkerOptions& options) {
     const scenario::Scenario scenario = scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"));
     int exit_code = 0;
     for (size_t i = 0; i < scenario.runs.size(); ++i) {
+      if (scenario.runs[i].on_torchrec()) {
+        // A release runs under its own Python, started by `dmpcheck run`, not inside these ranks.
+        if (env.rank == 0) {
+          std::printf("SKIP %s [%s]: TorchRec cells run from `dmpcheck run`, not under an external launcher\n",
+                      scenario.name.c_str(), scenario.runs[i].name.c_str());
+        }
+        continue;
+      }
       check::RunResult result = run_one(scenario, i, *store, env, options);
       if (env.rank != 0) continue;
       report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));

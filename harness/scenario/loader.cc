@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -160,12 +161,12 @@ class Reader {
 };
 
 const std::vector<std::string> kTopLevelKeys = {
-    "version", "name", "description", "reproduces", "world_size", "backend", "steps", "batch_size",
+    "version", "name", "description", "reproduces", "system", "world_size", "backend", "steps", "batch_size",
     "timeout_s", "threads_per_rank", "topology", "init", "profile", "data", "tables", "dense", "optimizers",
     "resume", "faults", "fingerprint", "broadcast_probe", "matrix", "expect"};
 
 // Keys a matrix may vary: everything that describes one run.
-const std::vector<std::string> kMatrixRoots = {"world_size", "backend", "steps", "batch_size", "timeout_s",
+const std::vector<std::string> kMatrixRoots = {"system", "world_size", "backend", "steps", "batch_size", "timeout_s",
                                                "threads_per_rank", "topology", "init", "profile", "data", "tables",
                                                "dense", "optimizers", "resume", "faults", "fingerprint"};
 
@@ -257,6 +258,13 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   RunSpec run;
   if (root["world_size"]) run.world_size = static_cast<int>(r.integer(root["world_size"], "world_size", 1, 64));
   if (root["backend"]) run.backend = r.choice(root["backend"], "backend", {"gloo", "nccl"});
+  if (root["system"]) {
+    run.system = r.string(root["system"], "system");
+    static const std::regex release(R"(torchrec==[0-9]+\.[0-9]+\.[0-9]+)");
+    if (run.system != kReferenceSystem && !std::regex_match(run.system, release)) {
+      r.expected(root["system"], "system", "'reference' or a TorchRec release as 'torchrec==X.Y.Z' (e.g. torchrec==1.9.2)");
+    }
+  }
   if (root["steps"]) run.steps = static_cast<int>(r.integer(root["steps"], "steps", 0, 1000000));
   if (root["batch_size"]) run.batch_size = r.integer(root["batch_size"], "batch_size", 1, 1 << 24);
   if (root["timeout_s"]) run.timeout_s = r.number(root["timeout_s"], "timeout_s", 0.0);
@@ -461,6 +469,22 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       run.faults.push_back(f);
     }
   }
+  if (run.on_torchrec()) {
+    // What the TorchRec rank program (torchrec_sut/) cannot do is refused here, before any rank starts.
+    auto refuse = [&](const char* key, const std::string& why) {
+      r.fail(root[key], key, fmt::format("not available on {} ({}); run it on the reference", run.system, why));
+    };
+    if (run.backend != "gloo") refuse("backend", "TorchRec cells run on CPU with Gloo");
+    if (run.resume) refuse("resume", "mid-run resume is reference-only");
+    if (!run.faults.empty()) refuse("faults", "faults are injected by the reference's ranks");
+    if (!run.init.from.empty()) r.fail(root["init"]["from"], "init.from", fmt::format("not available on {} (checkpoints are the reference's format); run it on the reference", run.system));
+    if (run.fingerprint) refuse("fingerprint", "collective fingerprints are the reference's");
+    size_t weighted = 0;
+    for (const auto& t : run.model.tables) weighted += t.weighted ? 1 : 0;
+    if (weighted != 0 && weighted != run.model.tables.size()) {
+      refuse("tables", "TorchRec's EmbeddingBagCollection is weighted or not as a whole; make every table weighted or none");
+    }
+  }
   // By move, not by NRVO: with the return slot elided, a validation error unwinding out of here
   // drew an ASan bad-free in ~RunSpec under clang (docs/reliability.md, Fuzzing).
   return RunSpec(std::move(run));
@@ -468,7 +492,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
 
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
                               const std::set<std::string>& table_names) {
-  r.check_keys(node, path, {"when", "replicas", "diverged", "at", "global_model", "max_broadcast_seconds", "error"});
+  r.check_keys(node, path,
+               {"when", "replicas", "diverged", "at", "global_model", "reference", "max_broadcast_seconds", "error"});
   Expectation e;
   e.where = {r.file(), r.line_of(node)};
   if (node["replicas"]) {
@@ -498,16 +523,18 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
                          : Phase::kFinal);
     }
   }
-  if (YAML::Node g = node["global_model"]) {
+  auto tolerance = [&](const YAML::Node& g, const std::string& field) {
     Tolerance t;
     if (!(g.IsScalar() && g.Scalar() == "true")) {
-      r.check_keys(g, path + ".global_model", {"rtol", "atol", "match"});
-      if (g["match"]) t.match = r.choice(g["match"], path + ".global_model.match", {"true", "false"}) == "true";
-      if (g["rtol"]) t.rtol = r.non_negative(g["rtol"], path + ".global_model.rtol");
-      if (g["atol"]) t.atol = r.non_negative(g["atol"], path + ".global_model.atol");
+      r.check_keys(g, field, {"rtol", "atol", "match"});
+      if (g["match"]) t.match = r.choice(g["match"], field + ".match", {"true", "false"}) == "true";
+      if (g["rtol"]) t.rtol = r.non_negative(g["rtol"], field + ".rtol");
+      if (g["atol"]) t.atol = r.non_negative(g["atol"], field + ".atol");
     }
-    e.global_model = t;
-  }
+    return t;
+  };
+  if (YAML::Node g = node["global_model"]) e.global_model = tolerance(g, path + ".global_model");
+  if (YAML::Node g = node["reference"]) e.reference = tolerance(g, path + ".reference");
   if (node["error"]) e.error = r.string(node["error"], path + ".error");
   if (node["max_broadcast_seconds"]) {
     e.max_broadcast_seconds = r.number(node["max_broadcast_seconds"], path + ".max_broadcast_seconds", 0.0);
@@ -551,6 +578,7 @@ std::string Expectation::describe() const {
     text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
                         global_model->rtol, global_model->atol);
   }
+  if (reference) text += fmt::format("; matches the reference DMP (rtol {}, atol {})", reference->rtol, reference->atol);
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
   if (error) text = fmt::format("the run fails with an error containing '{}'", *error);
   return text;
@@ -665,13 +693,26 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
                 file_label, fmt::join(kMatrixRoots, ", "));
     }
     RunSpec run = parse_run(r, run_root);
+    if (run.on_torchrec()) {
+      // A behaviour profile simulates a release in the reference; a release cell runs the real
+      // thing, so the profile axis does not apply to it and its cell appears once.
+      assignments.erase(std::remove_if(assignments.begin(), assignments.end(),
+                                       [](const auto& a) { return a.first == "profile"; }),
+                        assignments.end());
+      if (std::any_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& done) { return done.cell == assignments; })) continue;
+    }
     run.cell = assignments;
-    if (assignments.empty()) {
+    // The reference is the default system: its cells are named without it, as before the axis existed.
+    std::vector<std::pair<std::string, std::string>> shown;
+    for (const auto& a : assignments) {
+      if (!(a.first == "system" && a.second == kReferenceSystem)) shown.push_back(a);
+    }
+    if (shown.empty()) {
       run.name = "default";
       run.slug = "default";
     } else {
       std::vector<std::string> named, values;
-      for (const auto& [path, value] : assignments) {
+      for (const auto& [path, value] : shown) {
         named.push_back(path + "=" + value);
         values.push_back(slug_of(value));
       }
@@ -703,6 +744,16 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
         }
         if (matches) {
           run.expect = parse_expectation(r, expect[i], path, table_names);
+          if (run.expect.reference && !run.on_torchrec()) {
+            r.fail(expect[i]["reference"], path + ".reference",
+                   fmt::format("compares a TorchRec release with the reference; run '{}' runs on the reference itself "
+                               "(select release cells with 'when: {{system: torchrec==X.Y.Z}}')", run.name));
+          }
+          if (run.on_torchrec() && run.expect.global_model) {
+            r.fail(expect[i]["global_model"], path + ".global_model",
+                   fmt::format("the unsharded-model check runs on the reference only; for run '{}' on {} use "
+                               "'reference:' (the same work on the reference, compared step by step)", run.name, run.system));
+          }
           found = true;
         }
       }

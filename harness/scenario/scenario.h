@@ -70,6 +70,9 @@ struct Expectation {
   std::vector<std::string> diverged;
   std::vector<Phase> at = {Phase::kInit, Phase::kFinal};  // where the divergence must show
   std::optional<Tolerance> global_model;  // compare against the unsharded model when set
+  // TorchRec cells: run the reference DMP on the same work, start TorchRec from its initial
+  // weights, and compare every tensor after every step within this tolerance.
+  std::optional<Tolerance> reference;
   std::optional<double> max_broadcast_seconds;
   // The run is expected to fail, with an error whose message contains this text.
   std::optional<std::string> error;
@@ -112,10 +115,18 @@ struct ProbeSpec {
   int iterations = 3;
 };
 
+// What a run runs on: the reference DMP, or an installed TorchRec release.
+inline constexpr const char* kReferenceSystem = "reference";
+
 struct RunSpec {
   std::string name;   // "init.mode=seeded profile=current", or "default" without a matrix
   std::string slug;   // file-safe: "seeded_current"
   std::vector<std::pair<std::string, std::string>> cell;  // the matrix assignments
+  // "reference" (the default) or "torchrec==<version>": a release from torchrec_sut/pins.tsv,
+  // run from its environment (ci/torchrec-env.sh).
+  std::string system = kReferenceSystem;
+  bool on_torchrec() const { return system != kReferenceSystem; }
+  std::string torchrec_version() const { return on_torchrec() ? system.substr(10) : std::string(); }
   int world_size = 2;
   std::string backend = "gloo";
   int steps = 1;

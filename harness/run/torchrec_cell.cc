@@ -1,0 +1,412 @@
+#include "run/torchrec_cell.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "check/expectations.h"
+#include "check/replica_check.h"
+#include "common/error.h"
+#include "common/revision.h"
+#include "report/json.h"
+#include "run/data_generator.h"
+#include "run/launcher.h"
+#include "run/rank_run.h"
+#include "run/tensor_exchange.h"
+
+#ifndef DMPCHECK_SOURCE_DIR
+#define DMPCHECK_SOURCE_DIR "."
+#endif
+
+namespace dmpcheck::run {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  DMP_CHECK(in.good(), ErrorKind::kRankFailed, "{} is missing", path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw_error(ErrorKind::kRankFailed, fmt::format("{}: not JSON: {}", path, e.what()));
+  }
+}
+
+// A private directory (mkdtemp: 0700, an unpredictable name), removed with everything in it
+// on every way out of the cell, unless DMPCHECK_KEEP_EXCHANGE is set (then its path is printed).
+class ExchangeDir {
+ public:
+  ExchangeDir() {
+    std::string pattern = env_or("TMPDIR", "/tmp") + "/dmpcheck-torchrec-XXXXXX";
+    DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kInvalidInput, "cannot create a directory from {}: {}",
+              pattern, std::strerror(errno));
+    path_ = pattern;
+  }
+  ~ExchangeDir() {
+    if (std::getenv("DMPCHECK_KEEP_EXCHANGE") != nullptr) {
+      std::fprintf(stderr, "dmpcheck: TorchRec exchange kept in %s\n", path_.c_str());
+      return;
+    }
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  ExchangeDir(const ExchangeDir&) = delete;
+  ExchangeDir& operator=(const ExchangeDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A loopback port free right now, for the release's own rendezvous (torch.distributed's TCPStore
+// on rank 0): the Debian libtorch's store and a torch 2.x client do not speak to each other.
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  DMP_CHECK(fd >= 0, ErrorKind::kRankFailed, "socket() failed: {}", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  DMP_CHECK(ok, ErrorKind::kRankFailed, "cannot find a free loopback port: {}", std::strerror(errno));
+  return ntohs(addr.sin_port);
+}
+
+nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_state) {
+  nlohmann::json tables = nlohmann::json::array();
+  for (const auto& t : spec.model.tables) {
+    nlohmann::json constraints = nlohmann::json::object();
+    auto it = spec.constraints.find(t.name);
+    if (it != spec.constraints.end()) {
+      std::vector<std::string> types;
+      for (auto type : it->second.sharding_types) types.push_back(dmp::sharding_type_name(type));
+      constraints = {{"sharding_types", types}, {"ranks", it->second.ranks}, {"column_shards", it->second.column_shards}};
+    }
+    tables.push_back({{"name", t.name},
+                      {"rows", t.num_embeddings},
+                      {"dim", t.embedding_dim},
+                      {"features", t.feature_names},
+                      {"pooling", dmp::pooling_name(t.pooling)},
+                      {"weighted", t.weighted},
+                      {"constraints", constraints}});
+  }
+  const auto& so = spec.sparse_optimizer;
+  const auto& dn = spec.dense_optimizer;
+  nlohmann::json init = {{"mode", scenario::init_mode_name(spec.init.mode)}, {"seed", spec.init.seed}};
+  if (!from_state.empty()) init["from_state"] = from_state;
+  return {{"world_size", spec.world_size},
+          {"steps", spec.steps},
+          {"timeout_s", spec.timeout_s},
+          {"init", init},
+          {"tables", tables},
+          {"dense_layers", spec.model.dense_layers},
+          {"sparse_optimizer",
+           {{"type", dmp::fused_optimizer_name(so.type)}, {"lr", so.learning_rate}, {"eps", so.eps}, {"beta1", so.beta1},
+            {"beta2", so.beta2}, {"weight_decay", so.weight_decay}}},
+          {"dense_optimizer",
+           {{"type", dmp::dense_optimizer_name(dn.type)}, {"lr", dn.learning_rate}, {"eps", dn.eps}, {"beta1", dn.beta1},
+            {"beta2", dn.beta2}, {"momentum", dn.momentum}, {"weight_decay", dn.weight_decay}}}};
+}
+
+// Every rank's local batch of every step: exactly what the reference trains on.
+void write_batches(const scenario::RunSpec& spec, const std::string& dir) {
+  fs::create_directories(dir);
+  for (int step = 0; step < spec.steps; ++step) {
+    const dmp::KeyedJaggedTensor global = make_global_batch(spec, step);
+    for (int rank = 0; rank < spec.world_size; ++rank) {
+      const dmp::KeyedJaggedTensor local = local_batch(spec, global, rank);
+      auto as_vector = [](const at::Tensor& t) {
+        const at::Tensor c = t.contiguous().to(at::kLong);
+        return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+      };
+      nlohmann::json batch = {{"keys", local.keys()},
+                              {"lengths", as_vector(local.lengths())},
+                              {"values", as_vector(local.values())},
+                              {"weights", nullptr}};
+      if (local.weights()) {
+        const at::Tensor w = local.weights()->contiguous().to(at::kFloat);
+        batch["weights"] = std::vector<float>(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
+      }
+      report::write_text_file_atomically(fmt::format("{}/step{}_rank{}.json", dir, step + 1, rank), batch.dump());
+    }
+  }
+}
+
+std::vector<std::vector<ExchangePiece>> read_ranks(const std::string& out, int world_size, const std::string& phase) {
+  std::vector<std::vector<ExchangePiece>> per_rank;
+  for (int r = 0; r < world_size; ++r) per_rank.push_back(read_exchange_phase(fmt::format("{}/rank{}", out, r), phase));
+  return per_rank;
+}
+
+std::vector<check::TensorCheck> replica_checks(const std::vector<std::vector<ExchangePiece>>& per_rank,
+                                               const std::string& phase) {
+  std::vector<check::TensorCheck> out;
+  for (const auto& piece : per_rank.at(0)) {
+    if (!piece.replicated) continue;
+    std::vector<at::Tensor> copies;
+    for (size_t r = 0; r < per_rank.size(); ++r) {
+      auto it = std::find_if(per_rank[r].begin(), per_rank[r].end(), [&](const ExchangePiece& p) { return p.name == piece.name; });
+      DMP_CHECK(it != per_rank[r].end() && it->tensor.sizes() == piece.tensor.sizes(), ErrorKind::kRankFailed,
+                "rank {} holds no replica of '{}' shaped as rank 0's [{}]", r, piece.name, fmt::join(piece.tensor.sizes(), ", "));
+      copies.push_back(it->tensor);
+    }
+    out.push_back(check::compare_copies(piece.name, piece.sharding, phase, copies));
+  }
+  return out;
+}
+
+std::vector<check::ReferenceDiff> compare_with_reference(const std::map<std::string, at::Tensor>& torchrec,
+                                                         const std::map<std::string, at::Tensor>& reference, int step,
+                                                         const scenario::Tolerance& tol) {
+  std::vector<check::ReferenceDiff> out;
+  for (const auto& [name, a] : torchrec) {
+    check::ReferenceDiff d;
+    d.name = name;
+    d.step = step;
+    d.numel = a.numel();
+    auto it = reference.find(name);
+    if (it == reference.end()) {
+      d.within_tolerance = false;
+      d.note = "only in TorchRec (the reference holds no tensor of that name)";
+    } else if (it->second.sizes() != a.sizes()) {
+      d.within_tolerance = false;
+      d.note = fmt::format("shapes differ: TorchRec [{}], reference [{}]", fmt::join(a.sizes(), ", "),
+                           fmt::join(it->second.sizes(), ", "));
+    } else {
+      const at::Tensor b = it->second;
+      const at::Tensor diff = (a - b).abs();
+      d.max_abs_diff = diff.numel() ? diff.max().item<double>() : 0.0;
+      d.elements_differing = a.ne(b).sum().item<int64_t>();
+      const at::Tensor nonzero = b.ne(0);
+      d.max_rel_diff = nonzero.any().item<bool>() ? (diff.masked_select(nonzero) / b.abs().masked_select(nonzero)).max().item<double>() : 0.0;
+      d.within_tolerance = diff.le(tol.atol + tol.rtol * b.abs()).all().item<bool>();
+    }
+    out.push_back(d);
+  }
+  for (const auto& [name, b] : reference) {
+    if (torchrec.count(name)) continue;
+    check::ReferenceDiff d;
+    d.name = name;
+    d.step = step;
+    d.numel = b.numel();
+    d.within_tolerance = false;
+    d.note = "only in the reference (TorchRec holds no tensor of that name)";
+    out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string torchrec_environments_root() {
+  const std::string cache = env_or("XDG_CACHE_HOME", env_or("HOME", "/root") + "/.cache");
+  return env_or("DMPCHECK_TORCHREC_ENVS", cache + "/dmpcheck/torchrec");
+}
+
+std::string torchrec_sut_dir() { return env_or("DMPCHECK_TORCHREC_SUT", std::string(DMPCHECK_SOURCE_DIR) + "/torchrec_sut"); }
+
+std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& version, std::string* why_not) {
+  TorchRecEnvironment env;
+  env.version = version;
+  env.dir = torchrec_environments_root() + "/torchrec-" + version;
+  env.python = env.dir + "/bin/python";
+  const std::string ready = env.dir + "/dmpcheck-ready.json";
+  if (!fs::exists(ready) || !fs::exists(env.python)) {
+    if (why_not) {
+      *why_not = fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir, version);
+    }
+    return std::nullopt;
+  }
+  try {
+    const nlohmann::json j = read_json_file(ready);
+    env.torchrec = j.value("torchrec", "");
+    env.torch = j.value("torch", "");
+    env.fbgemm_gpu = j.value("fbgemm_gpu", "");
+  } catch (const Error& e) {
+    if (why_not) *why_not = fmt::format("{} is unreadable ({}): run `bash ci/torchrec-env.sh {}` again", ready, e.what(), version);
+    return std::nullopt;
+  }
+  return env;
+}
+
+check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t index, const ScenarioRunOptions& options) {
+  const scenario::RunSpec& spec = scenario.runs.at(index);
+  check::RunResult result = result_header(scenario, spec);
+  auto write_report = [&](const check::RunResult& r) {
+    if (options.write_reports) {
+      report::write_json_file(r, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, r.slug));
+    }
+  };
+  std::string why_not;
+  const auto env = find_torchrec_environment(spec.torchrec_version(), &why_not);
+  if (!env) {
+    result.verdict = "skipped";
+    result.skip_reason = why_not;
+    write_report(result);
+    return result;
+  }
+  {
+    char host[256] = {0};
+    if (::gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
+    result.environment = {"torch " + env->torch, "gloo", host, git_revision(), spec.world_size, available_cores(),
+                          threads_per_rank(spec, available_cores())};
+  }
+  result.system.torchrec = env->torchrec;
+  result.system.torch = env->torch;
+  result.system.fbgemm_gpu = env->fbgemm_gpu;
+  const std::string sut = torchrec_sut_dir();
+  DMP_CHECK(fs::exists(sut + "/dmpcheck_torchrec/rank.py"), ErrorKind::kInvalidInput,
+            "the TorchRec rank program is not at {} (set DMPCHECK_TORCHREC_SUT to the torchrec_sut/ folder of dmpcheck's source)", sut);
+
+  ExchangeDir exchange;
+  const std::string out = exchange.path() + "/out";
+  write_batches(spec, exchange.path() + "/batches");
+
+  // The reference half of a side-by-side comparison runs first; TorchRec starts from its initial weights.
+  std::string from_state;
+  const std::string reference_dir = exchange.path() + "/reference";
+  if (spec.expect.reference) {
+    ScenarioRunOptions ref_options = options;
+    ref_options.write_reports = false;
+    ref_options.full_state_dir = reference_dir;
+    const check::RunResult ref = run_cell(scenario, index, ref_options);
+    if (ref.failure) {
+      result.verdict = "error";
+      result.failure = ref.failure;
+      result.failure->message = "the reference half of the comparison failed: " + result.failure->message;
+      write_report(result);
+      return result;
+    }
+    from_state = reference_dir + "/init.json";
+    result.system.notes.push_back(fmt::format("compared with the reference DMP under profile '{}'", spec.profile.name));
+  }
+  report::write_text_file_atomically(exchange.path() + "/spec.json", spec_json(spec, from_state).dump(2));
+
+  LaunchRequest request;
+  request.executable = env->python;
+  request.arguments = {"-m", "dmpcheck_torchrec.rank", exchange.path()};
+  request.world_size = spec.world_size;
+  request.local_world_size = spec.local_world_size;
+  request.threads_per_rank = threads_per_rank(spec, available_cores());
+  request.master_port = free_loopback_port();
+  request.error_dir = out;
+  request.environment = {{"PYTHONPATH", sut},          {"PYTHONNOUSERSITE", "1"}, {"PYTHONDONTWRITEBYTECODE", "1"},
+                         {"PYTHONUNBUFFERED", "1"},    {"PYTHONWARNINGS", "ignore"},
+                         {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
+  const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
+  request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
+  static std::mutex out_mutex;
+  if (options.echo_rank_output && options.out) {
+    request.on_line = [&](int rank, const std::string& line) {
+      std::lock_guard<std::mutex> lock(out_mutex);
+      *options.out << "[" << spec.system << " rank " << rank << "] " << line << "\n" << std::flush;
+    };
+  }
+  const LaunchOutcome launched = launch(request);
+  if (!launched.ok) {
+    check::RunResult failed = failed_result(scenario, spec, launched);
+    failed.system = result.system;
+    failed.timings.total_s = launched.seconds;
+    write_report(failed);
+    return failed;
+  }
+
+  try {
+    const nlohmann::json meta = read_json_file(out + "/meta.json");
+    result.system.torchrec = meta.at("versions").value("torchrec", result.system.torchrec);
+    result.system.torch = meta.at("versions").value("torch", result.system.torch);
+    result.system.fbgemm_gpu = meta.at("versions").value("fbgemm_gpu", result.system.fbgemm_gpu);
+    for (const auto& note : meta.value("notes", nlohmann::json::array())) result.system.notes.push_back(note.get<std::string>());
+    for (const auto& t : meta.at("plan")) {
+      check::TablePlacement placement{t.at("table").get<std::string>(), t.at("sharding").get<std::string>(), {}};
+      for (const auto& s : t.at("shards")) {
+        placement.shards.push_back({s.at("rank").get<int>(), s.at("row_offset").get<int64_t>(), s.at("rows").get<int64_t>(),
+                                    s.at("col_offset").get<int64_t>(), s.at("cols").get<int64_t>(), 0});
+      }
+      result.plan.push_back(placement);
+    }
+    result.losses = meta.at("losses").get<std::vector<double>>();
+    const auto& timings = meta.at("timings");
+    result.timings.init_s = timings.value("import_s", 0.0) + timings.value("init_s", 0.0);
+    result.timings.train_s = timings.value("train_s", 0.0);
+    result.system.notes.push_back(fmt::format("import torch + torchrec took {:.2f} s on rank 0", timings.value("import_s", 0.0)));
+
+    const auto check_start = std::chrono::steady_clock::now();
+    auto record_divergence = [&](int step, const std::vector<check::TensorCheck>& checks) {
+      check::StepDivergence d;
+      d.step = step;
+      for (const auto& c : checks) {
+        d.tensors_differing += c.equal ? 0 : 1;
+        d.max_abs_diff = std::max(d.max_abs_diff, c.max_abs_diff);
+      }
+      result.divergence.push_back(d);
+    };
+    std::vector<std::vector<ExchangePiece>> last;
+    for (int step = 0; step <= spec.steps; ++step) {
+      const std::string phase = step == 0 ? "init" : fmt::format("step{}", step);
+      auto per_rank = read_ranks(out, spec.world_size, phase);
+      const bool final_phase = step == spec.steps;
+      const auto checks = replica_checks(per_rank, step == 0 ? "init" : final_phase ? "final" : "step");
+      record_divergence(step, checks);
+      if (step == 0) result.replicas = checks;
+      if (final_phase && step > 0) result.replicas.insert(result.replicas.end(), checks.begin(), checks.end());
+      if (spec.expect.reference) {
+        const auto theirs = assemble_full(per_rank);
+        std::vector<std::vector<ExchangePiece>> ref_pieces = {read_exchange_phase(reference_dir, phase)};
+        auto diffs = compare_with_reference(theirs, assemble_full(ref_pieces), step, *spec.expect.reference);
+        for (const auto& d : diffs) {
+          if (!d.within_tolerance && result.reference_first_break_step < 0) result.reference_first_break_step = step;
+        }
+        result.reference.insert(result.reference.end(), diffs.begin(), diffs.end());
+      }
+      if (final_phase) last = std::move(per_rank);
+    }
+    if (spec.steps == 0) {  // nothing trained: the final state is the initial one
+      const auto again = replica_checks(last, "final");
+      result.replicas.insert(result.replicas.end(), again.begin(), again.end());
+    }
+    result.reference_compared = spec.expect.reference.has_value();
+    for (const auto& [name, tensor] : assemble_full(last)) result.digests[name] = tensor_digest(tensor);
+    result.timings.check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - check_start).count();
+  } catch (const Error& e) {
+    check::RankFailure f;
+    f.rank = 0;
+    f.kind = "torchrec";
+    f.cause = "the ranks exited 0 but their output is incomplete";
+    f.message = e.what();
+    result.failure = f;
+    result.verdict = "error";
+    write_report(result);
+    return result;
+  }
+  result.timings.total_s = launched.seconds;
+  result.expectation = check::evaluate_expectation(spec.expect, result);
+  result.verdict = result.expectation.held ? "pass" : "fail";
+  write_report(result);
+  return result;
+}
+
+}  // namespace dmpcheck::run

@@ -1,0 +1,84 @@
+"""One rank of a scenario run on a real TorchRec release.
+
+Started by dmpcheck's launcher under the release environment's interpreter, with torchrun's
+variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
+
+    python -m dmpcheck_torchrec.rank EXCHANGE_DIR
+
+EXCHANGE_DIR (private to the user, made by the launcher) holds spec.json (the fully resolved
+run: tables, constraints, optimizers, init, steps) and batches/step<S>_rank<R>.json (exactly
+the local batches the reference DMP trains on).  This rank writes its tensors after init and
+after every step under out/rank<R>/ (see dump.py), rank 0 writes out/meta.json (versions, the
+plan TorchRec chose, losses), and a rank that fails writes out/rank<R>/error.json before it
+exits with status 3.
+
+The model is driven the way TorchRec users drive it (the reporter's script of #1739):
+EmbeddingBagCollection on the meta device, Linear layers, loss = mean of the dense output;
+TorchRec's own planner under the scenario's constraints; DistributedModelParallel;
+apply_optimizer_in_backward for the tables; a KeyedOptimizerWrapper over what is left for the
+dense optimizer.  Nothing here imports dmpcheck or the Debian libtorch: the two torches never
+share a process.
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def _fail(out_dir, rank, kind, message, tb=""):
+    path = os.path.join(out_dir, f"rank{rank}")
+    os.makedirs(path, exist_ok=True)
+    tmp = os.path.join(path, "error.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump({"kind": kind, "message": message, "traceback": tb}, f)
+    os.replace(tmp, os.path.join(path, "error.json"))
+
+
+def main(argv):
+    if len(argv) != 2 or argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if len(argv) == 2 else 2
+    exchange = argv[1]
+    rank = int(os.environ["RANK"])
+    # TorchRec and torch warn at length about deprecations and planner heuristics on every run;
+    # what matters reaches dmpcheck through the dumps, and real errors still raise.
+    import logging
+    import warnings
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    out_dir = os.path.join(exchange, "out")
+    try:
+        t0 = time.perf_counter()
+        import torch  # noqa: F401  (timed: the import is most of a cell's cost)
+        import torchrec  # noqa: F401
+        import_s = time.perf_counter() - t0
+        from dmpcheck_torchrec import runner
+        with open(os.path.join(exchange, "spec.json")) as f:
+            spec = json.load(f)
+        runner.run(spec, exchange, out_dir, rank, import_s)
+    except runner_unsupported() as e:  # a scenario this release cannot run: said plainly
+        _fail(out_dir, rank, "unsupported", str(e))
+        print(f"dmpcheck_torchrec: rank {rank}: unsupported: {e}", file=sys.stderr, flush=True)
+        return 3
+    except BaseException as e:  # noqa: BLE001 - every failure is reported, then the rank exits 3
+        tb = traceback.format_exc()
+        kind = "import" if isinstance(e, ImportError) else "torchrec"
+        _fail(out_dir, rank, kind, f"{type(e).__name__}: {e}", tb)
+        sys.stderr.write(tb)
+        sys.stderr.flush()
+        return 3
+    return 0
+
+
+def runner_unsupported():
+    try:
+        from dmpcheck_torchrec.runner import Unsupported
+        return Unsupported
+    except Exception:  # noqa: BLE001 - the runner itself failed to import: handled as any failure
+        return ()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

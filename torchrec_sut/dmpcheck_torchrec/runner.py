@@ -1,0 +1,328 @@
+"""Builds, shards, trains and dumps the scenario's model on the installed TorchRec release."""
+
+import dataclasses
+import datetime
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dmpcheck_torchrec import dump
+
+
+class Unsupported(Exception):
+    """The scenario asks for something this rank program cannot express on TorchRec."""
+
+
+def _version(dist_name):
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist_name)
+    except PackageNotFoundError:
+        return ""
+
+
+class Model(nn.Module):
+    """EmbeddingBagCollection -> Linear layers (ReLU between) -> mean, as dmpcheck's reference."""
+
+    def __init__(self, tables, layers, features, weighted):
+        super().__init__()
+        from torchrec import EmbeddingBagCollection
+
+        # On the meta device, as TorchRec users build large models: DMP materialises the tables
+        # and draws each rank's shards itself.
+        self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"), is_weighted=weighted)
+        width = sum(t.embedding_dim * len(t.feature_names) for t in tables)
+        self.dense = nn.ModuleList()
+        for out in layers:
+            self.dense.append(nn.Linear(width, out))
+            width = out
+        self.features = features
+
+    def forward(self, kjt):
+        pooled = self.ebc(kjt).to_dict()
+        # By key, in the model's feature order: a sharded EBC may return its keys in sharding order.
+        x = torch.cat([pooled[f] for f in self.features], dim=1)
+        for i, layer in enumerate(self.dense):
+            x = layer(x)
+            if i + 1 < len(self.dense):
+                x = torch.relu(x)
+        return x.mean()
+
+
+def _sparse_optimizer(cfg):
+    kind = cfg["type"]
+    kwargs = {"lr": cfg["lr"]}
+    if kind == "sgd":
+        return torch.optim.SGD, kwargs
+    if kind == "adagrad":
+        kwargs["eps"] = cfg["eps"]
+        return torch.optim.Adagrad, kwargs
+    if kind == "rowwise_adagrad":
+        from torchrec.optim import RowWiseAdagrad
+
+        kwargs["eps"] = cfg["eps"]
+        if cfg.get("weight_decay", 0.0):
+            kwargs["weight_decay"] = cfg["weight_decay"]
+        return RowWiseAdagrad, kwargs
+    if kind == "adam":
+        kwargs["eps"] = cfg["eps"]
+        kwargs["betas"] = (cfg["beta1"], cfg["beta2"])
+        return torch.optim.Adam, kwargs
+    raise Unsupported(f"sparse optimizer '{kind}'")
+
+
+def _dense_optimizer_factory(cfg):
+    kind = cfg["type"]
+    if kind == "sgd":
+        return lambda params: torch.optim.SGD(params, lr=cfg["lr"], momentum=cfg.get("momentum", 0.0),
+                                              weight_decay=cfg.get("weight_decay", 0.0))
+    if kind == "adagrad":
+        return lambda params: torch.optim.Adagrad(params, lr=cfg["lr"], eps=cfg["eps"],
+                                                  weight_decay=cfg.get("weight_decay", 0.0))
+    if kind == "adam":
+        return lambda params: torch.optim.Adam(params, lr=cfg["lr"], eps=cfg["eps"],
+                                               betas=(cfg["beta1"], cfg["beta2"]),
+                                               weight_decay=cfg.get("weight_decay", 0.0))
+    raise Unsupported(f"dense optimizer '{kind}'")
+
+
+def _constraints(spec):
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    fields = {f.name for f in dataclasses.fields(ParameterConstraints)}
+    out = {}
+    notes = []
+    for t in spec["tables"]:
+        c = t.get("constraints", {})
+        kwargs = {}
+        if c.get("sharding_types"):
+            kwargs["sharding_types"] = list(c["sharding_types"])
+        if c.get("column_shards"):
+            if "min_partition" not in fields:
+                raise Unsupported("column_shards: this release's ParameterConstraints has no min_partition")
+            kwargs["min_partition"] = t["dim"] // c["column_shards"]
+        if c.get("ranks"):
+            notes.append(f"{t['name']}: 'ranks' has no TorchRec ParameterConstraints field; the planner chose freely")
+        if kwargs:
+            out[t["name"]] = ParameterConstraints(**kwargs)
+    return out, notes
+
+
+def _sharder(spec):
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.types import ShardingType
+
+    wanted = {st for t in spec["tables"] for st in t.get("constraints", {}).get("sharding_types", [])}
+    extra = [st for st in (ShardingType.ROW_WISE.value, ShardingType.TABLE_ROW_WISE.value) if st in wanted]
+    if not extra:
+        return EmbeddingBagCollectionSharder(), []
+
+    class CpuRowWiseSharder(EmbeddingBagCollectionSharder):
+        # TorchRec's sharder offers row_wise and table_row_wise only for cuda/tpu devices.
+        def sharding_types(self, compute_device_type):
+            types = list(super().sharding_types(compute_device_type))
+            return types + [st for st in extra if st not in types]
+
+    return CpuRowWiseSharder(), [f"the EBC sharder was extended to offer {', '.join(extra)} on cpu"]
+
+
+def _plan_of(plan, table_names):
+    out = []
+    for module_plan in plan.plan.values():
+        for table, ps in module_plan.items():
+            if table not in table_names:
+                continue
+            shards = []
+            if ps.sharding_spec is not None:
+                for s in ps.sharding_spec.shards:
+                    rank = int(str(s.placement).split("rank:")[1].split("/")[0])
+                    offs = list(s.shard_offsets) + [0]
+                    sizes = list(s.shard_sizes) + [0]
+                    shards.append({"rank": rank, "row_offset": offs[0], "rows": sizes[0],
+                                   "col_offset": offs[1], "cols": sizes[1]})
+            else:
+                shards = [{"rank": r, "row_offset": 0, "rows": -1, "col_offset": 0, "cols": -1} for r in (ps.ranks or [])]
+            out.append({"table": table, "sharding": ps.sharding_type, "compute_kernel": ps.compute_kernel,
+                        "ranks": list(ps.ranks or []), "shards": shards})
+    return out
+
+
+def _load_batch(exchange, step, rank):
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    with open(os.path.join(exchange, "batches", f"step{step}_rank{rank}.json")) as f:
+        b = json.load(f)
+    weights = None if b.get("weights") is None else torch.tensor(b["weights"], dtype=torch.float32)
+    return KeyedJaggedTensor(keys=b["keys"], values=torch.tensor(b["values"], dtype=torch.int64),
+                             lengths=torch.tensor(b["lengths"], dtype=torch.int32), weights=weights)
+
+
+def _table_of(key, tables):
+    parts = key.split(".")
+    for name in tables:
+        if name in parts:
+            return name
+    return None
+
+
+def _state_pieces(model, dense_opt, types, table_dims):
+    """Every tensor this rank holds, under dmpcheck's names, with where it sits in the full tensor."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    pieces = []
+
+    def add_sharded(name, sharding, st, table):
+        full = list(st.size())
+        for sh in st.local_shards():
+            offs = list(sh.metadata.shard_offsets)
+            t = sh.tensor
+            row_off = offs[0]
+            col_off = offs[1] if len(offs) > 1 else 0
+            rows, dim = table_dims[table]
+            if t.dim() == 1 and sharding == "column_wise" and full[0] != rows and full[0] % rows == 0:
+                # Row-wise optimizer state of a column-sharded table is [shards * rows] in TorchRec;
+                # dmpcheck holds it as [rows, shards]: column k is column shard k's state.
+                pieces.append({"name": name, "sharding": sharding, "replicated": False,
+                               "full_sizes": [rows, full[0] // rows], "row_offset": 0,
+                               "col_offset": row_off // rows, "tensor": t.reshape(rows, 1)})
+                continue
+            pieces.append({"name": name, "sharding": sharding, "replicated": False, "full_sizes": full,
+                           "row_offset": row_off, "col_offset": col_off, "tensor": t})
+
+    for key, v in model.state_dict().items():
+        table = _table_of(key, types)
+        if isinstance(v, ShardedTensor):
+            add_sharded(key, types[table], v, table)
+        elif torch.is_floating_point(v):
+            sharding = types[table] if table else "dense"
+            pieces.append({"name": key, "sharding": sharding, "replicated": True, "full_sizes": list(v.shape),
+                           "tensor": v})
+    # The fused (in-backward) optimizer of the model-parallel tables.
+    for key, states in model.fused_optimizer.state_dict()["state"].items():
+        table = _table_of(key, types)
+        for sname, v in states.items():
+            short = sname.split(".")[-1]
+            name = f"ebc.embedding_bags.{table}.{short}"
+            if isinstance(v, ShardedTensor):
+                add_sharded(name, types[table], v, table)
+    # Whatever optimizer covers the rest (dense layers, and data-parallel tables in TorchRec).
+    for key, states in dense_opt.state_dict()["state"].items():
+        table = _table_of(key, types)
+        for sname, v in states.items():
+            if not isinstance(v, torch.Tensor) or not torch.is_floating_point(v) or v.dim() == 0:
+                continue  # step counters
+            pieces.append({"name": f"{key}.{sname}", "sharding": types[table] if table else "dense",
+                           "replicated": True, "full_sizes": list(v.shape), "tensor": v})
+    return pieces
+
+
+def _load_initial(model, path):
+    """Overwrites the live weights with whole tensors from dmpcheck (the reference's initial state)."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    full = dump.read_full(path)
+    loaded = []
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for key, v in model.state_dict().items():
+            if key not in full:
+                continue
+            src = full[key]
+            if isinstance(v, ShardedTensor):
+                for sh in v.local_shards():
+                    offs = list(sh.metadata.shard_offsets)
+                    sizes = list(sh.metadata.shard_sizes)
+                    block = src[offs[0]: offs[0] + sizes[0]]
+                    if len(offs) > 1:
+                        block = block[:, offs[1]: offs[1] + sizes[1]]
+                    sh.tensor.copy_(block)
+            elif key in params:
+                params[key].copy_(src)
+            else:
+                v.copy_(src)
+            loaded.append(key)
+    return loaded
+
+
+def run(spec, exchange, out_dir, rank, import_s):
+    from torchrec import EmbeddingBagConfig, PoolingType
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    t0 = time.perf_counter()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=float(spec["timeout_s"])))
+    world = dist.get_world_size()
+    if world != spec["world_size"]:
+        raise Unsupported(f"the scenario needs {spec['world_size']} ranks, WORLD_SIZE is {world}")
+    device = torch.device("cpu")
+
+    weighted = [t["weighted"] for t in spec["tables"]]
+    if any(weighted) and not all(weighted):
+        raise Unsupported("weighted and unweighted tables in one EmbeddingBagCollection (TorchRec needs two)")
+    pooling = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
+    tables = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["dim"], num_embeddings=t["rows"],
+                                 feature_names=list(t["features"]), pooling=pooling[t["pooling"]])
+              for t in spec["tables"]]
+    features = [f for t in spec["tables"] for f in t["features"]]
+
+    # The init mode as a TorchRec user applies it: one torch.manual_seed before the model exists,
+    # the same on every rank (seeded) or a different one per rank (unseeded).
+    init = spec["init"]
+    torch.manual_seed(int(init["seed"]) + (rank if init["mode"] == "unseeded" else 0))
+
+    model = Model(tables, spec["dense_layers"], features, all(weighted) and bool(weighted))
+    opt_cls, opt_kwargs = _sparse_optimizer(spec["sparse_optimizer"])
+    apply_optimizer_in_backward(opt_cls, model.ebc.parameters(), dict(opt_kwargs))
+
+    constraints, notes = _constraints(spec)
+    sharder, sharder_notes = _sharder(spec)
+    notes += sharder_notes
+    topology = Topology(world_size=world, compute_device="cpu",
+                        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
+    plan = planner.collective_plan(model, [sharder], dist.GroupMember.WORLD)
+    plan_rows = _plan_of(plan, {t["name"] for t in spec["tables"]})
+    types = {p["table"]: p["sharding"] for p in plan_rows}
+    table_dims = {t["name"]: (t["rows"], t["dim"]) for t in spec["tables"]}
+
+    sharded = DistributedModelParallel(model, plan=plan, sharders=[sharder], device=device)
+    if init.get("from_state"):
+        loaded = _load_initial(sharded, init["from_state"])
+        notes.append(f"started from the reference's initial weights ({len(loaded)} tensors)")
+    dense_opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(sharded.named_parameters())),
+                                      _dense_optimizer_factory(spec["dense_optimizer"]))
+    optimizer = CombinedOptimizer([sharded.fused_optimizer, dense_opt])
+    init_s = time.perf_counter() - t0
+
+    dump.write_phase(out_dir, rank, "init", _state_pieces(sharded, dense_opt, types, table_dims))
+    losses = []
+    t1 = time.perf_counter()
+    for step in range(1, int(spec["steps"]) + 1):
+        loss = sharded(_load_batch(exchange, step, rank))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss.item()))
+        dump.write_phase(out_dir, rank, f"step{step}", _state_pieces(sharded, dense_opt, types, table_dims))
+        print(f"step {step}/{spec['steps']} loss {losses[-1]:.6f}", flush=True)
+    train_s = time.perf_counter() - t1
+    dist.barrier()
+    if rank == 0:
+        meta = {"versions": {"torchrec": _version("torchrec"), "torch": torch.__version__,
+                             "fbgemm_gpu": _version("fbgemm-gpu-cpu") or _version("fbgemm-gpu")},
+                "plan": plan_rows, "losses": losses, "notes": notes,
+                "timings": {"import_s": import_s, "init_s": init_s, "train_s": train_s}}
+        tmp = os.path.join(out_dir, "meta.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(meta, f)
+        os.replace(tmp, os.path.join(out_dir, "meta.json"))
+    dist.destroy_process_group()
