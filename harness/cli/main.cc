@@ -12,6 +12,7 @@
 #include "run/scenario_runner.h"
 #include "run/suite.h"
 #include "run/launcher.h"
+#include "run/releases.h"
 #include "run/worker.h"
 #include "scenario/scenario.h"
 
@@ -287,6 +288,22 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--bucket-cap", bench.bucket_caps, "With --scenario: bucket caps to compare (default 1M,25M,250M)")
       ->delimiter(',');
 
+  run::ReleaseOptions releases;
+  auto* bisect_cmd = app.add_subcommand(
+      "bisect", "Run a scenario's cells on each TorchRec release (its `system` replaced) and print the first release whose "
+                "behaviour differs (replicas equal, which diverge, or the error)");
+  bisect_cmd->add_option("scenario", releases.scenario_files, "Scenario YAML file")->required()->check(CLI::ExistingFile);
+  bisect_cmd->add_option("--releases", releases.releases, "Releases in order, comma-separated (e.g. 0.6.0,0.7.0,0.8.0,1.9.2); "
+                         "install them with bash ci/torchrec-env.sh")->delimiter(',')->required();
+  bisect_cmd->add_option("--out", releases.out_dir, "Report directory (<out>/bisect-<release>/...)")->capture_default_str();
+  auto* fidelity_cmd = app.add_subcommand(
+      "fidelity", "Measure the reference DMP against TorchRec releases (fidelity scenarios, `expect: reference`) and write "
+                  "the Markdown table (docs/fidelity.md)");
+  fidelity_cmd->add_option("scenario", releases.scenario_files, "Fidelity scenario files (fidelity/*.yaml)")->required()->check(CLI::ExistingFile);
+  fidelity_cmd->add_option("--releases", releases.releases, "Releases, comma-separated")->delimiter(',')->required();
+  fidelity_cmd->add_option("--output", releases.output, "Markdown file to write")->required();
+  fidelity_cmd->add_option("--out", releases.out_dir, "Report directory for the runs' JSON")->capture_default_str();
+
   std::optional<std::string> worker_file;
   std::string worker_out = "reports";
   auto* worker_cmd = app.add_subcommand(
@@ -316,6 +333,12 @@ int main(int argc, char** argv) {
     if (*bench_cmd) {
       bench.backend_given = bench_cmd->get_option("--backend")->count() > 0;
       const int code = command_bench(bench);
+      return run::interrupt_requested() ? 130 : code;
+    }
+    if (*bisect_cmd || *fidelity_cmd) {
+      releases.worker_executable = self_executable();
+      releases.out = &std::cout;
+      const int code = *bisect_cmd ? run::bisect_releases(releases) : run::measure_fidelity(releases);
       return run::interrupt_requested() ? 130 : code;
     }
     if (*validate_cmd) return command_validate(validate_files);
