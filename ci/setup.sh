@@ -10,6 +10,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libbenchmark-dev
   pybind11-dev python3-dev python3-pytest   # the module and its tests, for Debian's /usr/bin/python3
+  python3-venv                              # the TorchRec release environments (ci/torchrec-env.sh)
   libjs-chart.js                            # inlined into the HTML report's plot
   chromium                                  # the HTML report's browser test
 )

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# Set up, build, and run every test (unit and multi-process) through CTest.
+# Set up, build, and run every test through CTest: unit, multi-process, Python, install, and the
+# real TorchRec releases under test (their environments, 0.6.0 and 1.9.2, are installed first;
+# a missing one fails the torchrec tests here instead of skipping them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
-bash ci/build.sh
+# The release environments download while the build compiles (network vs. CPU).
+bash ci/torchrec-env.sh 0.6.0 1.9.2 > "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log" 2>&1 &
+env_pid=$!
+build_status=0
+bash ci/build.sh || build_status=$?
+env_status=0
+wait "$env_pid" || env_status=$?
+grep -v DEPRECATION "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log" | grep -E "ready|failed|not" || true
+[ "$build_status" -eq 0 ] || exit "$build_status"
+[ "$env_status" -eq 0 ] || { echo "ci/test.sh: installing the TorchRec environments failed (log above)"; exit "$env_status"; }
 build_dir=${DMPCHECK_BUILD_DIR:-build}
 start=$(date +%s)
-ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" "$@"
+DMPCHECK_REQUIRE_TORCHREC=1 ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" "$@"
 echo "ci/test.sh: tests ran in $(( $(date +%s) - start )) s"

@@ -11,8 +11,10 @@ def test_load_scenario_lists_every_matrix_cell(seed):
     scenario = dmpcheck.load_scenario(seed)
     assert scenario["name"] == "torchrec-1739-dp-tables-not-broadcast"
     assert [r["slug"] for r in scenario["runs"]] == [
-        "seeded_torchrec-0.6", "seeded_current", "unseeded_torchrec-0.6", "unseeded_current"]
-    assert scenario["runs"][2]["cell"] == {"init.mode": "unseeded", "profile": "torchrec-0.6"}
+        "seeded_torchrec-0.6", "seeded_torchrec__0.6.0", "seeded_torchrec__1.9.2", "seeded_current",
+        "unseeded_torchrec-0.6", "unseeded_torchrec__0.6.0", "unseeded_torchrec__1.9.2", "unseeded_current"]
+    assert scenario["runs"][4]["cell"] == {"init.mode": "unseeded", "profile": "torchrec-0.6", "system": "reference"}
+    assert scenario["runs"][5]["cell"] == {"init.mode": "unseeded", "system": "torchrec==0.6.0"}
 
 
 def test_validation_errors_are_typed_and_name_file_and_line(tmp_path):

@@ -1,0 +1,131 @@
+"""Real TorchRec releases under test, end to end through the dmpcheck CLI.
+
+Needs the release environments (bash ci/torchrec-env.sh 0.6.0 1.9.2).  Without them these tests
+skip, naming that command, unless DMPCHECK_REQUIRE_TORCHREC=1 (CI) makes a missing one a failure.
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("DMPCHECK_BUILD_DIR", os.path.join(ROOT, "build"))
+DMPCHECK = os.environ.get("DMPCHECK_BIN", os.path.join(BUILD, "harness", "dmpcheck"))
+SEED = os.path.join(ROOT, "scenarios", "regressions", "torchrec-1739-dp-tables-not-broadcast.yaml")
+ENVS = os.environ.get("DMPCHECK_TORCHREC_ENVS",
+                      os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dmpcheck", "torchrec"))
+TABLES = ["ebc.embedding_bags.%s.weight" % t for t in ("large_table_0", "large_table_1", "small_table_0", "small_table_1")]
+
+
+def need(*releases):
+    missing = [r for r in releases if not os.path.exists(os.path.join(ENVS, "torchrec-" + r, "dmpcheck-ready.json"))]
+    if missing:
+        why = "torchrec %s not installed: bash ci/torchrec-env.sh %s" % (", ".join(missing), " ".join(missing))
+        if os.environ.get("DMPCHECK_REQUIRE_TORCHREC") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def dmpcheck(*args, env=None, timeout=600):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([DMPCHECK, *args], capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def test_seed_on_real_releases(tmp_path):
+    """The seed: real 0.6.0 diverges on all four tables at init and after the step; 1.9.2 is equal."""
+    need("0.6.0", "1.9.2")
+    exchange = tmp_path / "tmp"
+    exchange.mkdir()
+    p = dmpcheck("run", SEED, "--quiet", "--out", str(tmp_path / "reports"), env={"TMPDIR": str(exchange)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    reports = tmp_path / "reports" / "torchrec-1739-dp-tables-not-broadcast"
+    by_slug = {os.path.basename(f)[:-5]: json.load(open(f)) for f in glob.glob(str(reports / "*.json"))}
+    assert len(by_slug) == 8, sorted(by_slug)
+    bug = by_slug["unseeded_torchrec__0.6.0"]
+    assert bug["system"]["simulated"] is False
+    assert bug["system"]["torchrec"] == "0.6.0" and bug["system"]["torch"].startswith("2.2.0")
+    assert bug["verdict"] == "pass"
+    diverged = {(c["name"], c["phase"]) for c in bug["replicas"] if not c["equal"]}
+    assert diverged == {(t, phase) for t in TABLES for phase in ("init", "final")}
+    for slug in ("seeded_torchrec__0.6.0", "seeded_torchrec__1.9.2", "unseeded_torchrec__1.9.2"):
+        r = by_slug[slug]
+        assert r["verdict"] == "pass" and all(c["equal"] for c in r["replicas"]), slug
+        assert r["system"]["simulated"] is False
+    assert by_slug["unseeded_torchrec-0.6"]["system"]["simulated"] is True
+    # The console says which verdicts are real and which are simulated.
+    assert "on real torchrec 0.6.0" in p.stdout and "on reference, profile torchrec-0.6 (simulated)" in p.stdout
+    # Nothing left behind: the exchange directories are gone.
+    assert list(exchange.iterdir()) == []
+
+
+def test_bisect_names_the_release_that_changed(tmp_path):
+    need("0.6.0", "1.9.2")
+    releases = "0.6.0,0.7.0,0.8.0,1.9.2" if all(
+        os.path.exists(os.path.join(ENVS, "torchrec-" + r, "dmpcheck-ready.json")) for r in ("0.7.0", "0.8.0")) else "0.6.0,1.9.2"
+    p = dmpcheck("bisect", SEED, "--releases", releases, "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    expected = "0.8.0" if "0.8.0" in releases else "1.9.2"
+    assert "first release that behaves differently: %s" % expected in p.stdout
+
+
+def test_side_by_side_comparison_reports_every_step(tmp_path):
+    need("1.9.2")
+    scenario = tmp_path / "side.yaml"
+    text = open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
+    text = text.replace("steps: 10", "steps: 2").replace("world_size: [2, 3]", "world_size: [2]")
+    text = text.replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [sgd, adagrad]")
+    scenario.write_text(text)
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
+    # sgd agrees within the tolerance; adagrad does not (data-parallel tables: TorchRec trains them
+    # with the dense optimizer), so the run fails its expectation and says where.
+    assert p.returncode == 1, p.stdout + p.stderr
+    sgd = json.load(open(tmp_path / "reports" / "fidelity-sharding" / "sgd_2.json"))
+    assert sgd["verdict"] == "pass" and sgd["reference_compared"] and sgd["reference_first_break_step"] == -1
+    steps = {d["step"] for d in sgd["reference"]}
+    assert steps == {0, 1, 2}
+    assert all(d["elements_differing"] == 0 for d in sgd["reference"] if d["step"] == 0)  # same initial weights
+    adagrad = json.load(open(tmp_path / "reports" / "fidelity-sharding" / "adagrad_2.json"))
+    assert adagrad["verdict"] == "fail" and adagrad["reference_first_break_step"] == 1
+    assert any("dp_sum.weight differs from the reference at step 1" in f for f in adagrad["expectation"]["failures"])
+
+
+def test_missing_release_is_skipped_with_the_install_command(tmp_path):
+    p = dmpcheck("run", SEED, "--quiet", "--out", str(tmp_path), env={"DMPCHECK_TORCHREC_ENVS": str(tmp_path / "none")})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "SKIPPED - torchrec 0.6.0 is not installed" in p.stdout
+    assert "run `bash ci/torchrec-env.sh 0.6.0`" in p.stdout
+
+
+def test_release_that_fails_to_import_is_a_failed_rank(tmp_path):
+    """A broken environment (torchrec does not import) is reported like any failed rank: exit 3."""
+    envs = tmp_path / "envs"
+    broken = envs / "torchrec-1.9.2"
+    (broken / "bin").mkdir(parents=True)
+    os.symlink(sys.executable, broken / "bin" / "python")  # a real Python without torch
+    (broken / "dmpcheck-ready.json").write_text('{"torchrec": "1.9.2", "torch": "?", "fbgemm_gpu": "?"}')
+    exchange = tmp_path / "tmp"
+    exchange.mkdir()
+    p = dmpcheck("run", SEED, "--quiet", "--out", str(tmp_path / "reports"),
+                 env={"DMPCHECK_TORCHREC_ENVS": str(envs), "TMPDIR": str(exchange)})
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "ERROR - rank 0 exited with status 3: ModuleNotFoundError: No module named 'torch'" in p.stdout
+    assert list(exchange.iterdir()) == []
+    left = subprocess.run(["pgrep", "-f", "dmpcheck_torchrec.rank"], capture_output=True, text=True).stdout
+    assert left == "", "TorchRec ranks left running: " + left
+
+
+def test_release_error_names_rank_and_cause(tmp_path):
+    """row_wise on CPU/Gloo is not available in 0.6.0: the release's own error, exit 3."""
+    need("0.6.0")
+    scenario = tmp_path / "rw.yaml"
+    scenario.write_text(open(os.path.join(ROOT, "fidelity", "row_wise.yaml")).read()
+                        .replace("world_size: [2, 3]", "world_size: [2]")
+                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [sgd]")
+                        .replace("system: torchrec==1.9.2", "system: torchrec==0.6.0"))
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "reduce_scatter" in p.stdout, p.stdout
