@@ -1,5 +1,7 @@
 #include "report/suite_reports.h"
 
+#include "report/console.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -106,8 +108,8 @@ std::string render_junit(const SuiteSummary& suite) {
         out += fmt::format("      <error type=\"{}\" message=\"{}\">{}</error>\n", xml_escape(r->failure ? r->failure->kind : "error"),
                            xml_escape(failure_text(*r)), xml_escape(lines));
       }
-      out += fmt::format("      <system-out>{}; profile {}; {}</system-out>\n", xml_escape(r->expectation.description),
-                         xml_escape(r->profile), xml_escape(diverged_summary(*r)));
+      out += fmt::format("      <system-out>{}; on {}; {}</system-out>\n", xml_escape(r->expectation.description),
+                         xml_escape(system_label(*r)), xml_escape(diverged_summary(*r)));
       out += "    </testcase>\n";
     }
     out += "  </testsuite>\n";
@@ -124,13 +126,13 @@ std::string render_markdown(const SuiteSummary& suite) {
   out += fmt::format("{} failed, {} errored{}; {:.1f} s; started {}.\n\n", total.fail, total.error,
                      total.skipped > 0 ? fmt::format(", {} skipped", total.skipped) : std::string(), suite.seconds,
                      suite.started_at);
-  out += "| scenario | run | profile | verdict | observed |\n|---|---|---|---|---|\n";
+  out += "| scenario | run | ran on | verdict | observed |\n|---|---|---|---|---|\n";
   for (const auto& r : suite.results) {
     const std::string verdict = r.verdict == "pass"      ? "pass"
                                 : r.verdict == "skipped" ? "skipped"
                                 : r.verdict == "fail"    ? "**FAIL**"
                                                          : "**ERROR**";
-    out += fmt::format("| {} | {} | {} | {} | {} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(r.profile), verdict,
+    out += fmt::format("| {} | {} | {} | {} | {} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(system_label(r)), verdict,
                        md_escape(r.failure || r.verdict == "skipped" ? failure_text(r) : diverged_summary(r)));
   }
   bool any = false;
@@ -156,7 +158,7 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js) 
     }
     rows += fmt::format(
         "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td><td>{:.2f}</td></tr>\n", cls,
-        xml_escape(r.scenario), xml_escape(r.run), xml_escape(r.profile), r.verdict,
+        xml_escape(r.scenario), xml_escape(r.run), xml_escape(system_label(r)), r.verdict,
         xml_escape(r.failure || r.verdict == "skipped" ? failure_text(r) : diverged_summary(r)), xml_escape(divergence),
         r.timings.total_s);
   }
@@ -208,7 +210,7 @@ new Chart(document.getElementById('broadcast-cost'), {type: 'scatter', data: {da
 </script>
 )";
   }
-  page += "<h2>Verdicts</h2>\n<table id=\"verdicts\"><tr><th>scenario</th><th>run</th><th>profile</th><th>verdict</th>"
+  page += "<h2>Verdicts</h2>\n<table id=\"verdicts\"><tr><th>scenario</th><th>run</th><th>ran on</th><th>verdict</th>"
           "<th>observed</th><th>divergence per step (step:max |diff|)</th><th>seconds</th></tr>\n" + rows + "</table>\n";
   page += "<h2>Replicated tensors that differ across ranks</h2>\n";
   page += tensors.empty() ? std::string("<p>None: every replicated tensor was bitwise equal on every rank.</p>\n")

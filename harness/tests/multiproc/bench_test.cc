@@ -98,7 +98,7 @@ TEST(BenchCommand, AScenarioBenchmarkTimesEveryWayOfBroadcastingItsReplicatedPar
 TEST(BenchCommand, EveryRunThatBroadcastsCarriesTheProbeAndTheOthersDoNot) {
   const auto s = scenario::load_scenario_file(std::string(DMPCHECK_SOURCE_DIR) +
                                               "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml");
-  const auto outcome = testing::run_quietly(s);
+  const auto outcome = testing::run_reference_cells_quietly(s);
   ASSERT_EQ(outcome.results.size(), 4u);
   for (const auto& r : outcome.results) {
     EXPECT_EQ(r.broadcast_probe.performed, r.init_broadcast.performed) << r.run;

@@ -37,6 +37,23 @@ inline run::ScenarioOutcome run_quietly(const scenario::Scenario& s) {
   return outcome;
 }
 
+// The reference's cells of a scenario, each run by its index in the full scenario (the ranks
+// re-read the scenario and pick the run by index); release cells are tested in torchrec_sut/tests.
+inline run::ScenarioOutcome run_reference_cells_quietly(const scenario::Scenario& s) {
+  run::ScenarioRunOptions options;
+  options.worker_executable = DMPCHECK_CLI_PATH;
+  options.out_dir = temporary_directory();
+  options.out = nullptr;
+  options.budget_s = 120;
+  run::ScenarioOutcome outcome;
+  for (size_t i = 0; i < s.runs.size(); ++i) {
+    if (!s.runs[i].on_torchrec()) outcome.results.push_back(run::run_cell(s, i, options));
+  }
+  outcome.exit_code = run::exit_code_for(outcome.results);
+  std::filesystem::remove_all(options.out_dir);
+  return outcome;
+}
+
 inline std::string replace_once(std::string text, const std::string& from, const std::string& to) {
   const size_t at = text.find(from);
   EXPECT_NE(at, std::string::npos) << "'" << from << "' not in the scenario";

@@ -13,12 +13,6 @@ namespace {
 
 const char* kSeed = DMPCHECK_SOURCE_DIR "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml";
 
-// The reference's cells; the seed's real-release cells are tested in torchrec_sut/tests.
-scenario::Scenario reference_cells(scenario::Scenario s) {
-  s.runs.erase(std::remove_if(s.runs.begin(), s.runs.end(), [](const scenario::RunSpec& r) { return r.on_torchrec(); }),
-               s.runs.end());
-  return s;
-}
 
 void expect_seed_verdicts(const run::ScenarioOutcome& outcome, int world_size) {
   ASSERT_EQ(outcome.results.size(), 4u);
@@ -53,19 +47,19 @@ void expect_seed_verdicts(const run::ScenarioOutcome& outcome, int world_size) {
 }
 
 TEST(SeedScenario, TwoRanks) {
-  expect_seed_verdicts(testing::run_quietly(reference_cells(scenario::load_scenario_file(kSeed))), 2);
+  expect_seed_verdicts(testing::run_reference_cells_quietly(scenario::load_scenario_file(kSeed)), 2);
 }
 
 TEST(SeedScenario, ThreeRanks) {
   const std::string text = testing::replace_once(testing::read_file(kSeed), "world_size: 2", "world_size: 3");
-  expect_seed_verdicts(testing::run_quietly(reference_cells(scenario::load_scenario_text(text, kSeed))), 3);
+  expect_seed_verdicts(testing::run_reference_cells_quietly(scenario::load_scenario_text(text, kSeed)), 3);
 }
 
 TEST(SeedScenario, AWrongExpectationFailsWithExitCodeOne) {
   // Claim the bug shows under the fix profile too: the harness must say that it does not.
   const std::string text =
       testing::replace_once(testing::read_file(kSeed), "when: {init.mode: unseeded, system: reference, profile: torchrec-0.6}", "when: {init.mode: unseeded, system: reference}");
-  const auto outcome = testing::run_quietly(reference_cells(scenario::load_scenario_text(text, kSeed)));
+  const auto outcome = testing::run_reference_cells_quietly(scenario::load_scenario_text(text, kSeed));
   EXPECT_EQ(outcome.exit_code, 1);
   ASSERT_EQ(outcome.results.size(), 4u);
   const auto& fixed = outcome.results[3];  // unseeded + current
