@@ -75,4 +75,14 @@ std::vector<TensorCheck> check_replicas(comm::Communicator& comm, const std::vec
   return checks;
 }
 
+StepDivergence step_divergence(int step, const std::vector<TensorCheck>& checks) {
+  StepDivergence d;
+  d.step = step;
+  for (const auto& c : checks) {
+    d.tensors_differing += c.equal ? 0 : 1;
+    d.max_abs_diff = std::max(d.max_abs_diff, c.max_abs_diff);
+  }
+  return d;
+}
+
 }  // namespace dmpcheck::check

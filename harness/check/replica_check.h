@@ -24,4 +24,7 @@ std::vector<TensorCheck> check_replicas(comm::Communicator& comm, const std::vec
 TensorCheck compare_copies(const std::string& name, const std::string& sharding, const std::string& phase,
                            const std::vector<at::Tensor>& copies);
 
+// How many of `checks` differ across ranks and the largest |diff|, as the divergence of one step.
+StepDivergence step_divergence(int step, const std::vector<TensorCheck>& checks);
+
 }  // namespace dmpcheck::check

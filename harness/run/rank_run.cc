@@ -308,13 +308,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   }
   result.replicas = check::check_replicas(comm, replicated(model->state()), "init");
   auto record_divergence = [&](int step, const std::vector<check::TensorCheck>& checks) {
-    check::StepDivergence d;
-    d.step = step;
-    for (const auto& c : checks) {
-      d.tensors_differing += c.equal ? 0 : 1;
-      d.max_abs_diff = std::max(d.max_abs_diff, c.max_abs_diff);
-    }
-    result.divergence.push_back(d);
+    result.divergence.push_back(check::step_divergence(step, checks));
   };
   record_divergence(0, result.replicas);
   auto dump_full_state = [&](const std::string& phase) {

@@ -15,6 +15,20 @@
 
 namespace dmpcheck::run {
 
+void set_cell_budget_and_echo(const scenario::RunSpec& spec, const ScenarioRunOptions& options, const std::string& prefix,
+                              LaunchRequest& request) {
+  const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
+  request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
+  static std::mutex out_mutex;  // cells may run on several threads (suite --jobs)
+  if (options.echo_rank_output && options.out) {
+    std::ostream* out = options.out;
+    request.on_line = [out, prefix](int rank, const std::string& line) {
+      std::lock_guard<std::mutex> lock(out_mutex);
+      *out << "[" << prefix << "rank " << rank << "] " << line << "\n" << std::flush;
+    };
+  }
+}
+
 check::RunResult failed_result(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
                                const LaunchOutcome& launched) {
   check::RunResult result = result_header(scenario, spec);
@@ -82,15 +96,7 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
     request.store_entries["full_state_dir"] = options.full_state_dir;
     request.store_entries["as_reference"] = "1";
   }
-  const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
-  request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
-  static std::mutex out_mutex;
-  if (options.echo_rank_output && options.out) {
-    request.on_line = [&](int rank, const std::string& line) {
-      std::lock_guard<std::mutex> lock(out_mutex);
-      *options.out << "[rank " << rank << "] " << line << "\n" << std::flush;
-    };
-  }
+  set_cell_budget_and_echo(spec, options, "", request);
   const LaunchOutcome launched = launch(request);
 
   check::RunResult result = launched.ok && launched.result

@@ -41,6 +41,12 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
 check::RunResult run_cell(const scenario::Scenario& scenario, size_t run_index, const ScenarioRunOptions& options);
 
 struct LaunchOutcome;
+struct LaunchRequest;
+// What every launch of a cell shares: its budget (options.budget_s, else max(600, 10 x timeout_s))
+// and, when options echo rank output, each line as "[<prefix>rank N] ..." on options.out.
+void set_cell_budget_and_echo(const scenario::RunSpec& spec, const ScenarioRunOptions& options, const std::string& prefix,
+                              LaunchRequest& request);
+
 // The RunResult of a launch that did not produce one: its failure, or the expected error.
 check::RunResult failed_result(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
                                const LaunchOutcome& launched);

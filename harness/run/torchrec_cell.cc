@@ -316,15 +316,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   request.environment = {{"PYTHONPATH", sut},          {"PYTHONNOUSERSITE", "1"}, {"PYTHONDONTWRITEBYTECODE", "1"},
                          {"PYTHONUNBUFFERED", "1"},    {"PYTHONWARNINGS", "ignore"},
                          {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
-  const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
-  request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
-  static std::mutex out_mutex;
-  if (options.echo_rank_output && options.out) {
-    request.on_line = [&](int rank, const std::string& line) {
-      std::lock_guard<std::mutex> lock(out_mutex);
-      *options.out << "[" << spec.system << " rank " << rank << "] " << line << "\n" << std::flush;
-    };
-  }
+  set_cell_budget_and_echo(spec, options, spec.system + " ", request);
   const LaunchOutcome launched = launch(request);
   if (!launched.ok) {
     check::RunResult failed = failed_result(scenario, spec, launched);
@@ -355,22 +347,13 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     result.system.notes.push_back(fmt::format("import torch + torchrec took {:.2f} s on rank 0", timings.value("import_s", 0.0)));
 
     const auto check_start = std::chrono::steady_clock::now();
-    auto record_divergence = [&](int step, const std::vector<check::TensorCheck>& checks) {
-      check::StepDivergence d;
-      d.step = step;
-      for (const auto& c : checks) {
-        d.tensors_differing += c.equal ? 0 : 1;
-        d.max_abs_diff = std::max(d.max_abs_diff, c.max_abs_diff);
-      }
-      result.divergence.push_back(d);
-    };
     std::vector<std::vector<ExchangePiece>> last;
     for (int step = 0; step <= spec.steps; ++step) {
       const std::string phase = step == 0 ? "init" : fmt::format("step{}", step);
       auto per_rank = read_ranks(out, spec.world_size, phase);
       const bool final_phase = step == spec.steps;
       const auto checks = replica_checks(per_rank, step == 0 ? "init" : final_phase ? "final" : "step");
-      record_divergence(step, checks);
+      result.divergence.push_back(check::step_divergence(step, checks));
       if (step == 0) result.replicas = checks;
       if (final_phase && step > 0) result.replicas.insert(result.replicas.end(), checks.begin(), checks.end());
       if (spec.expect.reference) {

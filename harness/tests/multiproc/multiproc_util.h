@@ -26,20 +26,10 @@ inline std::string temporary_directory() {
   return ::mkdtemp(pattern.data());
 }
 
-inline run::ScenarioOutcome run_quietly(const scenario::Scenario& s) {
-  run::ScenarioRunOptions options;
-  options.worker_executable = DMPCHECK_CLI_PATH;
-  options.out_dir = temporary_directory();
-  options.out = nullptr;
-  options.budget_s = 120;
-  auto outcome = run::run_scenario(s, options);
-  std::filesystem::remove_all(options.out_dir);
-  return outcome;
-}
-
-// The reference's cells of a scenario, each run by its index in the full scenario (the ranks
-// re-read the scenario and pick the run by index); release cells are tested in torchrec_sut/tests.
-inline run::ScenarioOutcome run_reference_cells_quietly(const scenario::Scenario& s) {
+// Runs the cells of `s` that `wanted` selects, each by its index in the full scenario (the ranks
+// re-read the scenario and pick their run by index), quietly, with reports in a scratch folder.
+template <typename Wanted>
+run::ScenarioOutcome run_cells_quietly(const scenario::Scenario& s, Wanted wanted) {
   run::ScenarioRunOptions options;
   options.worker_executable = DMPCHECK_CLI_PATH;
   options.out_dir = temporary_directory();
@@ -47,11 +37,20 @@ inline run::ScenarioOutcome run_reference_cells_quietly(const scenario::Scenario
   options.budget_s = 120;
   run::ScenarioOutcome outcome;
   for (size_t i = 0; i < s.runs.size(); ++i) {
-    if (!s.runs[i].on_torchrec()) outcome.results.push_back(run::run_cell(s, i, options));
+    if (wanted(s.runs[i])) outcome.results.push_back(run::run_cell(s, i, options));
   }
   outcome.exit_code = run::exit_code_for(outcome.results);
   std::filesystem::remove_all(options.out_dir);
   return outcome;
+}
+
+inline run::ScenarioOutcome run_quietly(const scenario::Scenario& s) {
+  return run_cells_quietly(s, [](const scenario::RunSpec&) { return true; });
+}
+
+// The reference's cells; release cells are tested in torchrec_sut/tests.
+inline run::ScenarioOutcome run_reference_cells_quietly(const scenario::Scenario& s) {
+  return run_cells_quietly(s, [](const scenario::RunSpec& r) { return !r.on_torchrec(); });
 }
 
 inline std::string replace_once(std::string text, const std::string& from, const std::string& to) {
