@@ -1,6 +1,7 @@
 #include "check/expectations.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "common/error.h"
@@ -66,12 +67,23 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     if (!result.reference_compared) {
       out.failures.push_back("the side-by-side comparison with the reference did not run");
     } else {
+      // One line per tensor: where it first leaves the tolerance, and its worst step.
+      std::vector<std::string> order;
+      std::map<std::string, std::pair<const ReferenceDiff*, const ReferenceDiff*>> broken;  // first, worst
       for (const auto& d : result.reference) {
         if (d.within_tolerance) continue;
+        auto [it, inserted] = broken.try_emplace(d.name, &d, &d);
+        if (inserted) order.push_back(d.name);
+        if (d.max_abs_diff > it->second.second->max_abs_diff) it->second.second = &d;
+      }
+      for (const auto& name : order) {
+        const auto [first, worst] = broken.at(name);
         out.failures.push_back(
-            d.note.empty() ? fmt::format("{} differs from the reference at step {}: max |diff| {:.3g} (rel {:.3g}) exceeds rtol {} / atol {}",
-                                         d.name, d.step, d.max_abs_diff, d.max_rel_diff, expect.reference->rtol, expect.reference->atol)
-                           : fmt::format("{} at step {}: {}", d.name, d.step, d.note));
+            first->note.empty()
+                ? fmt::format("{} leaves the tolerance (rtol {} / atol {}) at step {}; worst at step {}: max |diff| {:.3g} (rel {:.3g})",
+                              name, expect.reference->rtol, expect.reference->atol, first->step, worst->step,
+                              worst->max_abs_diff, worst->max_rel_diff)
+                : fmt::format("{} from step {}: {}", name, first->step, first->note));
       }
     }
   }

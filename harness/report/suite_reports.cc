@@ -135,6 +135,22 @@ std::string render_markdown(const SuiteSummary& suite) {
     out += fmt::format("| {} | {} | {} | {} | {} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(system_label(r)), verdict,
                        md_escape(r.failure || r.verdict == "skipped" ? failure_text(r) : diverged_summary(r)));
   }
+  bool compared = false;
+  for (const auto& r : suite.results) {
+    if (!r.reference_compared) continue;
+    if (!compared) {
+      out += "\n### TorchRec against the reference DMP\n\n| run | ran on | first step out of tolerance | worst max abs | worst max rel |\n"
+             "|---|---|---|---|---|\n";
+    }
+    compared = true;
+    double abs = 0, rel = 0;
+    for (const auto& d : r.reference) {
+      abs = std::max(abs, d.max_abs_diff);
+      rel = std::max(rel, d.max_rel_diff);
+    }
+    out += fmt::format("| {} [{}] | {} | {} | {:.3g} | {:.3g} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(system_label(r)),
+                       r.reference_first_break_step < 0 ? std::string("none") : std::to_string(r.reference_first_break_step), abs, rel);
+  }
   bool any = false;
   for (const auto& r : suite.results) {
     if (r.verdict == "pass" || r.verdict == "skipped") continue;
@@ -178,6 +194,35 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js) 
     series[r.environment.backend].push_back({{"x", r.init_broadcast.bytes}, {"y", r.init_broadcast.seconds},
                                              {"label", r.scenario + " [" + r.run + "]"}});
   }
+  // TorchRec cells compared with the reference: the worst max |diff| over tensors, per step.
+  nlohmann::json against = nlohmann::json::array();
+  std::string against_rows;
+  for (const auto& r : suite.results) {
+    if (!r.reference_compared) continue;
+    std::map<int, double> worst;
+    for (const auto& d : r.reference) {
+      if (!d.note.empty()) continue;
+      double& w = worst[d.step];
+      w = std::max(w, d.max_abs_diff);
+    }
+    nlohmann::json points = nlohmann::json::array();
+    // A bitwise step has no point on a log axis: it is drawn at 1e-12 and said so in the table.
+    for (const auto& [step, value] : worst) points.push_back({{"x", step}, {"y", std::max(value, 1e-12)}});
+    against.push_back({{"label", r.scenario + " [" + r.run + "]"}, {"data", points}});
+    std::string not_comparable;
+    for (const auto& d : r.reference) {
+      if (!d.note.empty() && d.step == 0) not_comparable += (not_comparable.empty() ? "" : "; ") + d.name + ": " + d.note;
+    }
+    against_rows += fmt::format("<tr><td>{} [{}]</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td><td>{}</td></tr>\n",
+                                xml_escape(r.scenario), xml_escape(r.run), xml_escape(system_label(r)),
+                                r.reference_first_break_step < 0 ? std::string("none") : std::to_string(r.reference_first_break_step),
+                                xml_escape([&] {
+                                  std::string text;
+                                  for (const auto& [step, value] : worst) text += fmt::format("{}{}:{:.2g}", text.empty() ? "" : " ", step, value);
+                                  return text;
+                                }()),
+                                xml_escape(not_comparable.empty() ? std::string("-") : not_comparable));
+  }
   std::string page = R"(<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>)" + xml_escape(suite.title) + R"(</title>
 <style>
@@ -192,8 +237,10 @@ tr.fail td:nth-child(4),tr.error td:nth-child(4){color:#b00020;font-weight:bold}
 )";
   page += fmt::format("<h1>{}</h1>\n<p>{} of {} runs met their expectations ({} failed, {} errored) in {:.1f} s, started {}.</p>\n",
                       xml_escape(suite.title), total.pass, all.size(), total.fail, total.error, suite.seconds, suite.started_at);
-  page += "<h2>Init broadcast of data-parallel tables: seconds against bytes</h2>\n"
-          "<div id=\"plot-box\"><canvas id=\"broadcast-cost\" role=\"img\" aria-label=\"broadcast cost plot\"></canvas></div>\n";
+  page += "<h2>Init broadcast of data-parallel tables: seconds against bytes</h2>\n";
+  page += series.empty() ? std::string("<p>No run of this suite broadcast data-parallel tables at init.</p>\n")
+                         : std::string("<div id=\"plot-box\"><canvas id=\"broadcast-cost\" role=\"img\" "
+                                       "aria-label=\"broadcast cost plot\"></canvas></div>\n");
   if (chart_js.empty()) {
     page += "<p>The plot needs Chart.js: <code>apt-get install libjs-chart.js</code>, then run the suite again.</p>\n";
   } else {
@@ -202,13 +249,32 @@ tr.fail td:nth-child(4),tr.error td:nth-child(4){color:#b00020;font-weight:bold}
     page += R"(const colors = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd'];
 const datasets = Object.keys(series).map((backend, i) => ({label: backend, data: series[backend],
   backgroundColor: colors[i % colors.length], pointRadius: 5}));
-new Chart(document.getElementById('broadcast-cost'), {type: 'scatter', data: {datasets},
+if (document.getElementById('broadcast-cost')) new Chart(document.getElementById('broadcast-cost'), {type: 'scatter', data: {datasets},
   options: {animation: false, maintainAspectRatio: false,
     scales: {x: {type: 'logarithmic', title: {display: true, text: 'bytes broadcast (log scale)'}},
              y: {type: 'linear', title: {display: true, text: 'seconds (max over ranks)'}}},
     plugins: {tooltip: {callbacks: {label: (c) => c.raw.label + ': ' + c.raw.x + ' B, ' + c.raw.y.toFixed(6) + ' s'}}}}});
 </script>
 )";
+  }
+  if (!against.empty()) {
+    page += "<h2>TorchRec against the reference DMP: worst max |diff| per step</h2>\n"
+            "<div id=\"plot-box-reference\" style=\"width:760px;height:380px\"><canvas id=\"against-reference\" role=\"img\" "
+            "aria-label=\"difference from the reference per step\"></canvas></div>\n";
+    if (!chart_js.empty()) {
+      page += "<script>\nconst against = " + against.dump() + ";\n";
+      page += R"(new Chart(document.getElementById('against-reference'), {type: 'line',
+  data: {datasets: against.map((s, i) => ({label: s.label, data: s.data, borderColor: colors[i % colors.length],
+    backgroundColor: colors[i % colors.length], pointRadius: 3}))},
+  options: {animation: false, maintainAspectRatio: false, parsing: true,
+    scales: {x: {type: 'linear', title: {display: true, text: 'step (0 = init)'}},
+             y: {type: 'logarithmic', ticks: {callback: (v) => Number(v).toExponential(0)},
+                 title: {display: true, text: 'worst max |diff| over tensors (1e-12 = bitwise)'}}}}});
+</script>
+)";
+    }
+    page += "<table id=\"against-reference-table\"><tr><th>run</th><th>ran on</th><th>first step out of tolerance</th>"
+            "<th>worst max |diff| per step</th><th>not comparable</th></tr>\n" + against_rows + "</table>\n";
   }
   page += "<h2>Verdicts</h2>\n<table id=\"verdicts\"><tr><th>scenario</th><th>run</th><th>ran on</th><th>verdict</th>"
           "<th>observed</th><th>divergence per step (step:max |diff|)</th><th>seconds</th></tr>\n" + rows + "</table>\n";

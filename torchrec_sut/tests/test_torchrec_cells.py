@@ -6,6 +6,8 @@ skip, naming that command, unless DMPCHECK_REQUIRE_TORCHREC=1 (CI) makes a missi
 import glob
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -93,8 +95,34 @@ def test_side_by_side_comparison_reports_every_step(tmp_path):
     # Already at init: the reference holds a momentum1 for data-parallel tables that TorchRec does not.
     assert adagrad["verdict"] == "fail" and adagrad["reference_first_break_step"] == 0
     failures = adagrad["expectation"]["failures"]
-    assert any("dp_sum.momentum1 at step 0: only in the reference" in f for f in failures), failures
-    assert any("dp_sum.weight differs from the reference at step 1" in f for f in failures), failures
+    assert "ebc.embedding_bags.dp_sum.momentum1 from step 0: only in the reference (TorchRec holds no tensor of that name)" in failures
+    assert any(f.startswith("ebc.embedding_bags.dp_sum.weight leaves the tolerance (rtol 1e-05 / atol 1e-06) at step 1;")
+               for f in failures), failures
+    assert len(failures) == len(set(f.split(" ")[0] for f in failures))  # one line per tensor
+
+
+def test_side_by_side_suite_plots_the_difference_in_a_real_browser(tmp_path):
+    """The HTML report draws the per-step difference from the reference (headless Chromium runs its script)."""
+    need("1.9.2")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (ci/setup.sh installs it)")
+    scenario = tmp_path / "side.yaml"
+    scenario.write_text(open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
+                        .replace("steps: 10", "steps: 3").replace("world_size: [2, 3]", "world_size: [2]")
+                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [sgd]"))
+    p = dmpcheck("suite", str(scenario), "--out", str(tmp_path / "suite"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    report_dir = re.search(r"reports: (\S+)/junit.xml", p.stdout).group(1)
+    summary = open(os.path.join(report_dir, "summary.md")).read()
+    assert "### TorchRec against the reference DMP" in summary
+    assert "| fidelity-sharding [optimizers.sparse.type=sgd world_size=2] | real torchrec 1.9.2" in summary
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000", "--dump-dom",
+                          "file://" + os.path.join(report_dir, "report.html")], capture_output=True, text=True, timeout=120)
+    canvas = re.search(r'<canvas id="against-reference"[^>]*>', dom.stdout)
+    assert canvas, dom.stdout[:2000]
+    assert "box-sizing: border-box" in canvas.group(0), canvas.group(0)  # Chart.js drew it
+    assert 'id="broadcast-cost"' not in dom.stdout  # no broadcast in this suite: no empty plot
 
 
 def test_missing_release_is_skipped_with_the_install_command(tmp_path):
