@@ -321,6 +321,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   if (!launched.ok) {
     check::RunResult failed = failed_result(scenario, spec, launched);
     failed.system = result.system;
+    failed.environment = result.environment;
     failed.timings.total_s = launched.seconds;
     write_report(failed);
     return failed;

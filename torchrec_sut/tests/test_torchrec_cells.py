@@ -8,8 +8,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -148,6 +150,84 @@ def test_release_that_fails_to_import_is_a_failed_rank(tmp_path):
     assert [p for p in exchange.iterdir() if p.name.startswith("dmpcheck-")] == []
     left = subprocess.run(["pgrep", "-f", "dmpcheck_torchrec.rank"], capture_output=True, text=True).stdout
     assert left == "", "TorchRec ranks left running: " + left
+
+
+LONG = """version: 1
+name: long-release-run
+system: torchrec==0.6.0
+world_size: 2
+steps: 3000
+batch_size: 4
+timeout_s: 5
+data: {seed: 3, ids_per_bag: [1, 2]}
+tables:
+  - {name: t0, rows: 16, dim: 4, features: [f0], sharding: {types: [data_parallel]}}
+  - {name: t1, rows: 16, dim: 4, features: [f1], sharding: {types: [table_wise]}}
+dense: {layers: [1]}
+optimizers: {sparse: {type: sgd, lr: 0.1}, dense: {type: sgd, lr: 0.1}}
+"""
+
+
+def _start_long_run(tmp_path):
+    """A long release run; returns (process, {rank: pid}) once rank 1 has finished its first step."""
+    scenario = tmp_path / "long.yaml"
+    scenario.write_text(LONG)
+    exchange = tmp_path / "tmp"
+    exchange.mkdir()
+    tag = "dmpcheck-test-%d" % os.getpid()
+    env = dict(os.environ, TMPDIR=str(exchange), DMPCHECK_TEST_TAG=tag)
+    proc = subprocess.Popen([DMPCHECK, "run", str(scenario), "--quiet", "--out", str(tmp_path / "reports")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and not glob.glob(str(exchange / "dmpcheck-torchrec-*" / "out" / "rank1" / "step1.json")):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.05)
+    ranks = {}
+    for pid in subprocess.run(["pgrep", "-f", "dmpcheck_torchrec.rank"], capture_output=True, text=True).stdout.split():
+        try:
+            environ = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if ("DMPCHECK_TEST_TAG=" + tag).encode() in environ:
+            rank = [e for e in environ if e.startswith(b"RANK=")][0][5:].decode()
+            ranks[int(rank)] = int(pid)
+    assert sorted(ranks) == [0, 1], ranks
+    return proc, ranks, exchange, tag
+
+
+def _assert_nothing_left(exchange, tag):
+    assert [p for p in exchange.iterdir() if p.name.startswith("dmpcheck-")] == []
+    for pid in subprocess.run(["pgrep", "-f", "dmpcheck_torchrec.rank"], capture_output=True, text=True).stdout.split():
+        try:
+            assert ("DMPCHECK_TEST_TAG=" + tag).encode() not in open("/proc/%s/environ" % pid, "rb").read(), pid
+        except OSError:
+            pass  # gone between pgrep and the read
+
+
+def test_release_rank_that_crashes_is_named(tmp_path):
+    """A TorchRec rank killed mid-run (a real SIGKILL to the real process): named rank, cause, exit 3, nothing left."""
+    need("0.6.0")
+    proc, ranks, exchange, tag = _start_long_run(tmp_path)
+    os.kill(ranks[1], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out
+    assert "ERROR - rank 1 killed by signal 9 (SIGKILL)" in out, out
+    _assert_nothing_left(exchange, tag)
+
+
+def test_release_rank_that_hangs_is_timed_out(tmp_path):
+    """A TorchRec rank stopped mid-run (SIGSTOP: it hangs): its peer's collective times out after timeout_s
+    and the cell fails with exit 3; the stopped rank is killed and reaped."""
+    need("0.6.0")
+    proc, ranks, exchange, tag = _start_long_run(tmp_path)
+    os.kill(ranks[1], signal.SIGSTOP)
+    start = time.time()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out
+    assert "ERROR - rank 0 exited with status 3: RuntimeError" in out, out
+    assert "imed out" in out or "imeout" in out, out
+    assert time.time() - start < 60, "the hang was not cut by timeout_s"
+    _assert_nothing_left(exchange, tag)
 
 
 def test_release_error_names_rank_and_cause(tmp_path):
