@@ -25,6 +25,7 @@ struct ScenarioRunOptions {
   // Internal (side-by-side TorchRec cells): run the cell on the reference whatever its system,
   // and have rank 0 dump its whole state at init and after every step into this directory.
   std::string full_state_dir;
+  std::string reference_profile;  // with full_state_dir: the profile the reference runs under
 };
 
 struct ScenarioOutcome {

@@ -292,6 +292,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     ScenarioRunOptions ref_options = options;
     ref_options.write_reports = false;
     ref_options.full_state_dir = reference_dir;
+    ref_options.reference_profile = spec.expect.reference_profile;
     const check::RunResult ref = run_cell(scenario, index, ref_options);
     if (ref.failure) {
       result.verdict = "error";
@@ -301,7 +302,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       return result;
     }
     from_state = reference_dir + "/init.json";
-    result.system.notes.push_back(fmt::format("compared with the reference DMP under profile '{}'", spec.profile.name));
+    result.system.notes.push_back(fmt::format(
+        "compared with the reference DMP under profile '{}'",
+        spec.expect.reference_profile.empty() ? spec.profile.name : spec.expect.reference_profile));
   }
   report::write_text_file_atomically(exchange.path() + "/spec.json", spec_json(spec, from_state).dump(2));
 

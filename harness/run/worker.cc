@@ -1,5 +1,7 @@
 #include "run/worker.h"
 
+#include "dmp/behaviour_profile.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -86,6 +88,7 @@ int worker_main(const WorkerOptions& options) {
         scenario::RunSpec& spec = scenario.runs.at(index);
         spec.system = scenario::kReferenceSystem;
         spec.expect = scenario::Expectation{};
+        if (auto profile = store->try_get("as_reference_profile")) spec.profile = *dmp::find_behaviour_profile(*profile);
       }
       const check::RunResult result = run_one(scenario, index, *store, env, options);
       if (env.rank == 0) store->set("result", nlohmann::json(result).dump());

@@ -534,7 +534,16 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     return t;
   };
   if (YAML::Node g = node["global_model"]) e.global_model = tolerance(g, path + ".global_model");
-  if (YAML::Node g = node["reference"]) e.reference = tolerance(g, path + ".reference");
+  if (YAML::Node g = node["reference"]) {
+    if (g.IsMap() && g["profile"]) {
+      e.reference_profile = r.choice(g["profile"], path + ".reference.profile", dmp::behaviour_profile_names());
+      YAML::Node rest = YAML::Clone(g);
+      rest.remove("profile");
+      e.reference = rest.size() == 0 ? Tolerance{} : tolerance(rest, path + ".reference");
+    } else {
+      e.reference = tolerance(g, path + ".reference");
+    }
+  }
   if (node["error"]) e.error = r.string(node["error"], path + ".error");
   if (node["max_broadcast_seconds"]) {
     e.max_broadcast_seconds = r.number(node["max_broadcast_seconds"], path + ".max_broadcast_seconds", 0.0);
@@ -578,7 +587,11 @@ std::string Expectation::describe() const {
     text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
                         global_model->rtol, global_model->atol);
   }
-  if (reference) text += fmt::format("; matches the reference DMP (rtol {}, atol {})", reference->rtol, reference->atol);
+  if (reference) {
+    text += fmt::format("; matches the reference DMP{} (rtol {}, atol {})",
+                        reference_profile.empty() ? std::string() : " under profile " + reference_profile, reference->rtol,
+                        reference->atol);
+  }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
   if (error) text = fmt::format("the run fails with an error containing '{}'", *error);
   return text;
@@ -619,13 +632,27 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
   s.name = r.string(r.required(root, "", "name"), "name");
   if (root["description"]) s.description = r.string(root["description"], "description");
   if (YAML::Node rep = root["reproduces"]) {
-    r.check_keys(rep, "reproduces", {"url", "affected", "fixed_in", "bug_profile", "fix_profile"});
+    r.check_keys(rep, "reproduces", {"url", "affected", "fixed_in", "bug_profile", "fix_profile", "releases"});
     Reproduces out;
     out.url = r.string(r.required(rep, "reproduces", "url"), "reproduces.url");
     if (rep["affected"]) out.affected = r.string(rep["affected"], "reproduces.affected");
     if (rep["fixed_in"]) out.fixed_in = r.string(rep["fixed_in"], "reproduces.fixed_in");
     out.bug_profile = r.choice(r.required(rep, "reproduces", "bug_profile"), "reproduces.bug_profile", dmp::behaviour_profile_names());
     out.fix_profile = r.choice(r.required(rep, "reproduces", "fix_profile"), "reproduces.fix_profile", dmp::behaviour_profile_names());
+    if (YAML::Node releases = rep["releases"]) {
+      r.require_map(releases, "reproduces.releases");
+      static const std::regex release(R"(torchrec==[0-9]+\.[0-9]+\.[0-9]+)");
+      for (const auto& kv : releases) {
+        const std::string key = kv.first.as<std::string>();
+        const std::string field = "reproduces.releases." + key;
+        if (!std::regex_match(key, release)) r.expected(kv.first, field, "a release key as 'torchrec==X.Y.Z'");
+        const std::string value = r.string(kv.second, field);
+        if (value != "bug" && value != "fixed" && value != "absent" && value.rfind("not runnable: ", 0) != 0) {
+          r.expected(kv.second, field, "bug, fixed, absent, or 'not runnable: <why>'");
+        }
+        out.releases.emplace_back(key, value);
+      }
+    }
     s.reproduces = out;
   }
 
@@ -762,6 +789,15 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
       }
     }
     s.runs.push_back(run);
+  }
+  if (s.reproduces) {
+    for (const auto& [release, status] : s.reproduces->releases) {
+      if (status.rfind("not runnable: ", 0) == 0) continue;
+      if (std::none_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& run) { return run.system == release; })) {
+        r.fail(root["reproduces"]["releases"][release], "reproduces.releases." + release,
+               fmt::format("says '{}' but no run of the scenario runs on {} (add it to the matrix's system axis)", status, release));
+      }
+    }
   }
   return s;
 }

@@ -73,6 +73,7 @@ struct Expectation {
   // TorchRec cells: run the reference DMP on the same work, start TorchRec from its initial
   // weights, and compare every tensor after every step within this tolerance.
   std::optional<Tolerance> reference;
+  std::string reference_profile;  // the profile the reference half runs under; empty: the run's own
   std::optional<double> max_broadcast_seconds;
   // The run is expected to fail, with an error whose message contains this text.
   std::optional<std::string> error;
@@ -86,6 +87,10 @@ struct Reproduces {
   std::string fixed_in;
   std::string bug_profile;
   std::string fix_profile;
+  // What real TorchRec showed, by release ("torchrec==0.6.0"): "bug" (it shows), "fixed", "absent"
+  // (the release never had it), or "not runnable: <why>".  Releases marked bug, fixed or absent
+  // have cells in the scenario whose expectations check it on every run.
+  std::vector<std::pair<std::string, std::string>> releases;
 };
 
 // Mid-run checkpoint and resume: after `after_step` steps the full state is taken (as a
