@@ -790,7 +790,10 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
     }
     s.runs.push_back(run);
   }
-  if (s.reproduces) {
+  // (Not when an override replaces every run's system, as `dmpcheck bisect` does.)
+  const bool system_overridden =
+      std::any_of(overrides.begin(), overrides.end(), [](const auto& o) { return o.first == "system"; });
+  if (s.reproduces && !system_overridden) {
     for (const auto& [release, status] : s.reproduces->releases) {
       if (status.rfind("not runnable: ", 0) == 0) continue;
       if (std::none_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& run) { return run.system == release; })) {

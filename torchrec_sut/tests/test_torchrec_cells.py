@@ -67,6 +67,25 @@ def test_seed_on_real_releases(tmp_path):
     assert [p for p in exchange.iterdir() if p.name.startswith("dmpcheck-")] == []
 
 
+def test_the_regression_library_on_real_releases(tmp_path):
+    """Every release cell of scenarios/regressions/ holds: what each release showed, checked again."""
+    need("0.6.0", "1.9.2")
+    p = dmpcheck("suite", os.path.join(ROOT, "scenarios", "regressions"), "--filter", "system=torchrec", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    counted = re.search(r"dmpcheck suite: (\d+) of (\d+) run\(s\) met their expectations", p.stdout)
+    assert counted and counted.group(1) == counted.group(2) and int(counted.group(2)) >= 18, p.stdout
+
+
+def test_every_regression_says_what_each_release_showed():
+    """Each scenario either has release cells or says in reproduces.releases why a release cannot run it."""
+    for path in sorted(glob.glob(os.path.join(ROOT, "scenarios", "regressions", "*.yaml"))):
+        text = open(path).read()
+        for release in ("torchrec==0.6.0", "torchrec==1.9.2"):
+            has_cell = re.search(r"^  system: \[.*%s" % re.escape(release), text, re.M)
+            said = re.search(r"^    %s: " % re.escape(release), text, re.M)
+            assert has_cell or said, "%s says nothing about %s" % (os.path.basename(path), release)
+
+
 def test_bisect_names_the_release_that_changed(tmp_path):
     need("0.6.0", "1.9.2")
     releases = "0.6.0,0.7.0,0.8.0,1.9.2" if all(

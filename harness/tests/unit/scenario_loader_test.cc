@@ -159,3 +159,56 @@ TEST(ScenarioLoader, TheSeedScenarioIsValid) {
 
 }  // namespace
 }  // namespace dmpcheck::scenario
+
+namespace dmpcheck::scenario {
+namespace {
+
+TEST(ScenarioLoaderSystem, AReleaseCellDropsTheProfileAxisAndIsNamedBySystem) {
+  const std::string text = std::string(kMinimal) +
+                           "matrix:\n  profile: [torchrec-0.6, current]\n  system: [reference, torchrec==1.9.2]\n"
+                           "expect:\n  - when: {system: torchrec==1.9.2}\n    reference: {profile: current, rtol: 0, atol: 0}\n"
+                           "  - replicas: equal\n";
+  const Scenario s = load_scenario_text(text, "s.yaml");
+  ASSERT_EQ(s.runs.size(), 3u);  // two reference cells, one release cell
+  EXPECT_EQ(s.runs[0].name, "profile=torchrec-0.6");
+  EXPECT_EQ(s.runs[1].name, "system=torchrec==1.9.2");
+  EXPECT_EQ(s.runs[1].slug, "torchrec__1.9.2");
+  EXPECT_TRUE(s.runs[1].on_torchrec());
+  ASSERT_TRUE(s.runs[1].expect.reference.has_value());
+  EXPECT_EQ(s.runs[1].expect.reference_profile, "current");
+  EXPECT_EQ(s.runs[1].expect.reference->rtol, 0.0);
+  EXPECT_FALSE(s.runs[0].expect.reference.has_value());
+}
+
+TEST(ScenarioLoaderSystem, WhatAReleaseCellCannotRunIsRefusedAtLoad) {
+  EXPECT_NE(error_of(std::string(kMinimal) + "system: torchrec-1.9.2\n")
+                .find("field 'system': expected 'reference' or a TorchRec release as 'torchrec==X.Y.Z'"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "system: torchrec==1.9.2\nbackend: nccl\n")
+                .find("field 'backend': not available on torchrec==1.9.2 (TorchRec cells run on CPU with Gloo)"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "system: torchrec==1.9.2\nexpect:\n  - global_model: true\n")
+                .find("the unsharded-model check runs on the reference only"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "expect:\n  - reference: true\n").find("compares a TorchRec release with the reference"),
+            std::string::npos);
+}
+
+TEST(ScenarioLoaderSystem, ReleasesSaidToShowABugNeedACell) {
+  const std::string reproduces =
+      "reproduces:\n  url: u\n  bug_profile: torchrec-0.6\n  fix_profile: current\n  releases:\n    torchrec==0.6.0: bug\n";
+  EXPECT_NE(error_of(std::string(kMinimal) + reproduces)
+                .find("field 'reproduces.releases.torchrec==0.6.0': says 'bug' but no run of the scenario runs on torchrec==0.6.0"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + replace(reproduces, ": bug", ": maybe"))
+                .find("expected bug, fixed, absent, or 'not runnable: <why>'"),
+            std::string::npos);
+  const Scenario s = load_scenario_text(std::string(kMinimal) + replace(reproduces, ": bug", ": 'not runnable: resume'"), "s.yaml");
+  ASSERT_EQ(s.reproduces->releases.size(), 1u);
+  EXPECT_EQ(s.reproduces->releases[0].second, "not runnable: resume");
+  // With the release in the matrix it loads.
+  EXPECT_NO_THROW(load_scenario_text(std::string(kMinimal) + reproduces + "matrix:\n  system: [reference, torchrec==0.6.0]\n", "s.yaml"));
+}
+
+}  // namespace
+}  // namespace dmpcheck::scenario
