@@ -11,7 +11,10 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
 #include <ATen/core/ivalue.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include "common/error.h"
 
@@ -37,6 +40,43 @@ void write_atomically(const std::string& path, const std::vector<char>& bytes) {
     std::remove(temporary.c_str());
     throw_error(ErrorKind::kInvalidInput, fmt::format("cannot move the checkpoint into place at {}: {}", path, ec.message()));
   }
+}
+
+// torch.save's zip format with a plain pickle: dicts, lists, strings, ints and tensors only, with
+// no type tags (torch::jit::pickle_save tags every dict and list with
+// torch.jit._pickle.restore_type_tag and writes int lists through build_intlist, which
+// torch.load's weights_only unpickler, the default since torch 2.6, refuses).  Lists must be
+// generic (c10::AnyType elements), never c10::List<int64_t>.
+std::vector<char> plain_pickle_save(const c10::IValue& value) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* bytes, size_t size) { pickle.insert(pickle.end(), bytes, bytes + size); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> out;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    const char* bytes = static_cast<const char*>(data);
+    out.insert(out.end(), bytes, bytes + size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return out;
+}
+
+c10::impl::GenericList int_list(const std::vector<int64_t>& values) {
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (int64_t v : values) list.push_back(v);
+  return list;
+}
+
+// Lists of ints as either kind of list: generic (this format) or typed (files written before it).
+std::vector<int64_t> ints_of(const c10::IValue& value) {
+  std::vector<int64_t> out;
+  for (const auto& v : value.toListRef()) out.push_back(v.toInt());
+  return out;
 }
 
 c10::IValue read_pickle(const std::string& path) {
@@ -89,12 +129,12 @@ void save_sharded_checkpoint(const std::string& directory, const DistributedMode
     piece.insert("rows", s.placement.rows);
     piece.insert("col_offset", s.placement.col_offset);
     piece.insert("cols", s.placement.cols);
-    piece.insert("full_sizes", c10::List<int64_t>(s.full_sizes));
+    piece.insert("full_sizes", int_list(s.full_sizes));
     piece.insert("tensor", s.tensor.detach().clone());
     pieces.push_back(piece);
   }
   top.insert("pieces", pieces);
-  write_atomically(fmt::format("{}/rank{}.pt", directory, rank), torch::jit::pickle_save(top));
+  write_atomically(fmt::format("{}/rank{}.pt", directory, rank), plain_pickle_save(top));
 }
 
 FullState load_sharded_checkpoint(const std::string& directory) {
@@ -118,7 +158,7 @@ FullState load_sharded_checkpoint(const std::string& directory) {
                             field(piece, "col_offset", path).toInt(), field(piece, "cols", path).toInt(), 0};
       auto it = state.tensors.find(name);
       if (it == state.tensors.end()) {
-        const auto sizes = field(piece, "full_sizes", path).toIntVector();
+        const auto sizes = ints_of(field(piece, "full_sizes", path));
         it = state.tensors.emplace(name, at::zeros(sizes, tensor.scalar_type())).first;
       } else if (sharding == "dense" || sharding == "data_parallel") {
         continue;  // replicated: rank 0's copy is the one kept
@@ -137,10 +177,10 @@ void save_unsharded_checkpoint(const std::string& path, const FullState& state) 
   GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("format", std::string("dmpcheck-unsharded-v1"));
   top.insert("steps", state.steps);
-  c10::Dict<std::string, at::Tensor> tensors;
+  GenericDict tensors(c10::StringType::get(), c10::AnyType::get());
   for (const auto& [name, t] : state.tensors) tensors.insert(name, t);
   top.insert("state_dict", tensors);
-  write_atomically(path, torch::jit::pickle_save(top));
+  write_atomically(path, plain_pickle_save(top));
 }
 
 FullState load_checkpoint(const std::string& path) {
@@ -159,12 +199,14 @@ FullState load_checkpoint(const std::string& path) {
 
 void save_batch(const std::string& path, const KeyedJaggedTensor& batch) {
   GenericDict top(c10::StringType::get(), c10::AnyType::get());
-  top.insert("keys", c10::List<std::string>(batch.keys()));
+  c10::impl::GenericList keys(c10::AnyType::get());
+  for (const auto& k : batch.keys()) keys.push_back(k);
+  top.insert("keys", keys);
   top.insert("values", batch.values());
   top.insert("lengths", batch.lengths());
   if (batch.weights()) top.insert("weights", *batch.weights());
   top.insert("stride", batch.stride());
-  write_atomically(path, torch::jit::pickle_save(top));
+  write_atomically(path, plain_pickle_save(top));
 }
 
 }  // namespace dmpcheck::dmp

@@ -146,6 +146,51 @@ def test_side_by_side_suite_plots_the_difference_in_a_real_browser(tmp_path):
     assert 'id="broadcast-cost"' not in dom.stdout  # no broadcast in this suite: no empty plot
 
 
+LOAD_CHECK = r"""
+import sys, torch
+rank0, full, batch = sys.argv[1:4]
+for path in (rank0, full, batch):
+    plain = torch.load(path)  # the default: weights_only=True from torch 2.6 on
+    strict = torch.load(path, weights_only=True)
+    assert type(plain) is dict and sorted(plain) == sorted(strict), path
+ck = torch.load(rank0)
+assert ck["format"] == "dmpcheck-sharded-v1" and ck["rank"] == 0
+for piece in ck["pieces"]:
+    assert isinstance(piece["tensor"], torch.Tensor) and all(isinstance(n, int) for n in piece["full_sizes"])
+state = torch.load(full)["state_dict"]
+# A shard of rank 0, read back by torch, sits where its offsets say in the gathered tensor.
+for piece in ck["pieces"]:
+    if piece["sharding"] != "column_wise" or piece["tensor"].dim() != 2:
+        continue
+    r, c = piece["row_offset"], piece["col_offset"]
+    rows, cols = piece["tensor"].shape
+    assert torch.equal(state[piece["name"]][r:r + rows, c:c + cols], piece["tensor"]), piece["name"]
+b = torch.load(batch)
+assert int(b["lengths"].sum()) == b["values"].numel() and all(isinstance(k, str) for k in b["keys"])
+print("ok", torch.__version__)
+"""
+
+
+def test_artifacts_open_with_plain_torch_load(tmp_path):
+    """Checkpoints, gathered checkpoints and batch dumps open with plain torch.load(path) in the
+    releases' own torch (2.2 and 2.14: weights_only=True is the default from 2.6 on)."""
+    need("0.6.0", "1.9.2")
+    scenario = os.path.join(ROOT, "scenarios", "examples", "column_wise.yaml")
+    p = dmpcheck("run", scenario, "--quiet", "--out", str(tmp_path / "r"), "--checkpoint-dir", str(tmp_path / "c"),
+                 "--dump-batches", str(tmp_path / "b"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_dir = sorted(glob.glob(str(tmp_path / "c" / "*" / "*")))[0]
+    full = str(tmp_path / "full.pt")
+    p = dmpcheck("checkpoint", "gather", run_dir, full)
+    assert p.returncode == 0, p.stdout + p.stderr
+    batch = sorted(glob.glob(str(tmp_path / "b" / "*" / "*" / "batch0.pt")))[0]
+    for release, torch_version in (("0.6.0", "2.2."), ("1.9.2", "2.14.")):
+        python = os.path.join(ENVS, "torchrec-" + release, "bin", "python")
+        out = subprocess.run([python, "-c", LOAD_CHECK, run_dir + "/rank0.pt", full, batch], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.startswith("ok " + torch_version), out.stdout
+
+
 def test_missing_release_is_skipped_with_the_install_command(tmp_path):
     p = dmpcheck("run", SEED, "--quiet", "--out", str(tmp_path), env={"DMPCHECK_TORCHREC_ENVS": str(tmp_path / "none")})
     assert p.returncode == 0, p.stdout + p.stderr
