@@ -17,5 +17,5 @@ grep -v DEPRECATION "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log" | grep -E "ready
 [ "$env_status" -eq 0 ] || { echo "ci/test.sh: installing the TorchRec environments failed (log above)"; exit "$env_status"; }
 build_dir=${DMPCHECK_BUILD_DIR:-build}
 start=$(date +%s)
-DMPCHECK_REQUIRE_TORCHREC=1 ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" "$@"
+DMPCHECK_REQUIRE_TORCHREC=1 DMPCHECK_REQUIRE_MULTIHOST=$([ "$(id -u)" -eq 0 ] && echo 1 || echo 0) ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" "$@"
 echo "ci/test.sh: tests ran in $(( $(date +%s) - start )) s"

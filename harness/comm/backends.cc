@@ -23,6 +23,7 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Stor
     GlooOptions gloo;
     gloo.timeout = options.timeout;
     gloo.hostname = options.hostname;
+    gloo.interface = options.interface;
     return make_gloo_communicator(store, rank, world_size, gloo);
   }
   if (backend == "nccl") {

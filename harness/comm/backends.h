@@ -24,6 +24,7 @@ struct BackendOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   int local_rank = 0;
   std::string hostname = "127.0.0.1";  // Gloo: the address its pairs listen on
+  std::string interface;               // Gloo: listen on this interface instead (GLOO_SOCKET_IFNAME)
 };
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, int rank, int world_size,

@@ -17,7 +17,20 @@ struct RankEnvironment {
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 0;
   std::string launcher;  // whose variables were read: torchrun, slurm, openmpi, pmi
+  // torchrun's agent already hosts a TCPStore on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True).
+  // A Debian libtorch 1.13 client cannot speak to torch 2.x's store, so rank 0 hosts dmpcheck's
+  // own store on store_port instead: $DMPCHECK_STORE_PORT, else MASTER_PORT + 1.
+  bool agent_store = false;
+  uint16_t store_port = 0;  // where rank 0 hosts (or the launcher hosts) dmpcheck's store
+  // GLOO_SOCKET_IFNAME, as PyTorch reads it: the interface Gloo listens on.
+  std::string gloo_interface;
 };
+
+// The address this rank's Gloo pairs listen on, chosen as PyTorch does: GLOO_SOCKET_IFNAME wins
+// (empty result: use the interface); a world on one host listens on loopback; a world that spans
+// hosts listens on the local address that routes to MASTER_ADDR, never a loopback address.
+// Error(kInvalidInput) when MASTER_ADDR does not resolve or no route leads there.
+std::string gloo_listen_address(const RankEnvironment& env);
 
 // Reads the variables through `lookup` (std::getenv in production, a map in tests), in order:
 // torchrun's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE; Slurm's SLURM_PROCID/SLURM_NTASKS/

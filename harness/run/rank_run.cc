@@ -262,10 +262,13 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
                         spec.world_size, cores, threads};
 
   // Plan.
+  // The hosts the launcher really gives (LOCAL_WORLD_SIZE) plan the run; a scenario that names
+  // its topology must agree with them.
   const int scenario_local = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
   const int local_world_size = options.local_world_size > 0 ? options.local_world_size : scenario_local;
-  DMP_CHECK(local_world_size == scenario_local, ErrorKind::kInvalidInput,
-            "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size, scenario_local);
+  DMP_CHECK(spec.local_world_size == 0 || local_world_size == spec.local_world_size, ErrorKind::kInvalidInput,
+            "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size,
+            spec.local_world_size);
   const dmp::PlannerInput planner = scenario::planner_input(spec, local_world_size);
   const dmp::ShardingPlan plan = collective_plan(comm, planner, spec.profile.plan_on_every_rank);
   for (const auto& t : plan.tables) {

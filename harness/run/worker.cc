@@ -35,6 +35,10 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
   comm::BackendOptions backend;
   backend.timeout = millis(spec.timeout_s);
   backend.local_rank = env.local_rank;
+  // dmpcheck's own launcher runs every rank on this host (its "hosts" are simulated topology).
+  const char* launched = std::getenv("DMPCHECK_LAUNCHED");
+  backend.hostname = launched != nullptr && std::string(launched) == "1" ? "127.0.0.1" : comm::gloo_listen_address(env);
+  backend.interface = env.gloo_interface;
   std::unique_ptr<comm::Communicator> comm =
       comm::make_communicator(spec.backend, run_store, env.rank, env.world_size, backend);
   if (spec.fingerprint) comm = comm::make_fingerprinting_communicator(std::move(comm));
@@ -98,7 +102,8 @@ int worker_main(const WorkerOptions& options) {
     // Under an external launcher.
     DMP_CHECK(options.scenario_path.has_value(), ErrorKind::kInvalidInput,
               "`dmpcheck worker` outside `dmpcheck run` needs the scenario file as its argument");
-    store = comm::Store::for_rank(env.master_addr, env.master_port, env.rank, env.world_size, store_timeout);
+    // Under torchrun's agent store, dmpcheck's own store lives on env.store_port (rendezvous.h).
+    store = comm::Store::for_rank(env.master_addr, env.store_port, env.rank, env.world_size, store_timeout);
     if (env.rank == 0) {
       const scenario::Scenario loaded = scenario::load_scenario_file(*options.scenario_path);
       store->set("scenario_file", loaded.file);

@@ -27,7 +27,9 @@ class GlooCommunicator final : public Communicator {
       : rank_(rank), world_size_(world_size), timeout_(options.timeout) {
     try {
       auto pg_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-      pg_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
+      pg_options->devices.push_back(options.interface.empty()
+                                        ? c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname)
+                                        : c10d::ProcessGroupGloo::createDeviceForInterface(options.interface));
       pg_options->threads = options.threads;
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store.impl().store, rank, world_size, pg_options);
     } catch (const std::exception& e) {

@@ -14,6 +14,7 @@ class Store;
 
 struct GlooOptions {
   std::string hostname = "127.0.0.1";  // the address this rank's Gloo pairs listen on
+  std::string interface;               // set: listen on this interface instead (GLOO_SOCKET_IFNAME)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   int threads = 2;                     // Gloo's own worker threads
 };

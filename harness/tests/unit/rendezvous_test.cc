@@ -73,3 +73,62 @@ TEST(Rendezvous, MissingAndMalformedVariablesAreNamed) {
 
 }  // namespace
 }  // namespace dmpcheck::comm
+
+namespace dmpcheck::comm {
+namespace {
+
+std::map<std::string, std::string> two_hosts(std::map<std::string, std::string> extra = {}) {
+  std::map<std::string, std::string> vars = {{"RANK", "1"},        {"WORLD_SIZE", "2"},      {"LOCAL_RANK", "0"},
+                                             {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  for (const auto& [k, v] : extra) vars[k] = v;
+  return vars;
+}
+
+std::map<std::string, std::string> with(std::map<std::string, std::string> vars, const std::string& k, const std::string& v) {
+  vars[k] = v;
+  return vars;
+}
+
+TEST(RendezvousStore, UnderTorchrunsAgentStoreDmpchecksStoreMovesToTheNextPort) {
+  EXPECT_EQ(from(two_hosts()).store_port, 29500);
+  const RankEnvironment agent = from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  EXPECT_TRUE(agent.agent_store);
+  EXPECT_EQ(agent.store_port, 29501);
+  EXPECT_EQ(from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"DMPCHECK_STORE_PORT", "40000"}})).store_port, 40000);
+  EXPECT_FALSE(from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "False"}})).agent_store);
+  try {
+    from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"MASTER_PORT", "65535"}}));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("set DMPCHECK_STORE_PORT"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RendezvousGloo, OneHostListensOnLoopbackAndAnInterfaceWins) {
+  EXPECT_EQ(gloo_listen_address(from(with(two_hosts(), "LOCAL_WORLD_SIZE", "2"))), "127.0.0.1");
+  const RankEnvironment named = from(two_hosts({{"GLOO_SOCKET_IFNAME", "eth7"}}));
+  EXPECT_EQ(named.gloo_interface, "eth7");
+  EXPECT_EQ(gloo_listen_address(named), "");  // the communicator uses the interface instead
+}
+
+TEST(RendezvousGloo, AcrossHostsNeverListensOnLoopback) {
+  // MASTER_ADDR on this host routes through loopback: the host name's address is used instead,
+  // or, where that is loopback too, the error says what to set.
+  try {
+    const std::string address = gloo_listen_address(from(two_hosts()));
+    EXPECT_NE(address.rfind("127.", 0), 0u) << address;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("set MASTER_ADDR to an address the other hosts reach, or GLOO_SOCKET_IFNAME"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    gloo_listen_address(from(with(two_hosts(), "MASTER_ADDR", "no-such-host.invalid")));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR 'no-such-host.invalid' does not resolve"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dmpcheck::comm

@@ -1,0 +1,169 @@
+"""Ranks on different "hosts": network namespaces joined by a veth pair, made and removed here.
+
+Each namespace is a host with its own address (10.77.N.1 and 10.77.N.2); ranks in one cannot
+reach the other's loopback.  The seed scenario and a table_row_wise scenario of two hosts x two
+ranks run through `dmpcheck worker` under the real launchers: torchrun (torch 2.14, from the
+torchrec 1.9.2 environment) with one node and with two nodes (c10d rendezvous), Open MPI's
+mpirun (Debian's openmpi-bin, its rsh agent entering the other namespace), and by hand with
+torchrun's variables.  Needs root (CI is root); skips otherwise unless DMPCHECK_REQUIRE_MULTIHOST=1.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+BUILD = os.environ.get("DMPCHECK_BUILD_DIR", os.path.join(ROOT, "build"))
+DMPCHECK = os.environ.get("DMPCHECK_BIN", os.path.join(BUILD, "harness", "dmpcheck"))
+SEED = os.path.join(ROOT, "scenarios", "regressions", "torchrec-1739-dp-tables-not-broadcast.yaml")
+TWRW = os.path.join(os.path.dirname(__file__), "table_row_wise_2x2.yaml")
+ENVS = os.environ.get("DMPCHECK_TORCHREC_ENVS",
+                      os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dmpcheck", "torchrec"))
+TORCHRUN = os.path.join(ENVS, "torchrec-1.9.2", "bin", "torchrun")
+
+
+def unavailable(why):
+    if os.environ.get("DMPCHECK_REQUIRE_MULTIHOST") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def sh(*args, check=True):
+    return subprocess.run(list(args), capture_output=True, text=True, check=check)
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    """Two namespaces joined by a veth pair; removed whatever happens."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        unavailable("needs root and iproute2 to make network namespaces")
+    n = os.getpid() % 200 + 20
+    names = ("dmpA%d" % os.getpid(), "dmpB%d" % os.getpid())
+    addrs = ("10.77.%d.1" % n, "10.77.%d.2" % n)
+    veth = ("dva%d" % os.getpid(), "dvb%d" % os.getpid())
+    try:
+        for ns in names:
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
+        for ns, dev, addr in zip(names, veth, addrs):
+            sh("ip", "link", "set", dev, "netns", ns)
+            sh("ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        agent = tmp_path_factory.mktemp("bin") / "netns-rsh"
+        agent.write_text("#!/bin/sh\n# mpirun's rsh agent: a host address is a namespace.\nhost=$1; shift\n"
+                         "case \"$host\" in %s) ns=%s ;; %s) ns=%s ;; *) echo \"unknown host $host\" >&2; exit 1 ;; esac\n"
+                         "exec ip netns exec \"$ns\" sh -c \"$*\"\n" % (addrs[0], names[0], addrs[1], names[1]))
+        agent.chmod(0o755)
+        yield {"ns": names, "addr": addrs, "agent": str(agent)}
+    finally:
+        for ns in names:
+            sh("ip", "netns", "pids", ns, check=False)
+            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
+                subprocess.run(["kill", "-9", pid])
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def in_ns(ns, args, env=None, log=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.Popen(["ip", "netns", "exec", ns] + args, env=e, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def wait_all(procs, logs, timeout=300):
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=timeout))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError("timed out:\n" + "\n".join(open(l).read()[-3000:] for l in logs))
+    return codes
+
+
+def reports(out, name):
+    return {os.path.basename(f)[:-5]: json.load(open(f)) for f in glob.glob(os.path.join(out, name, "*.json"))}
+
+
+def assert_seed(out):
+    got = reports(out, "torchrec-1739-dp-tables-not-broadcast")
+    assert sorted(got) == ["seeded_current", "seeded_torchrec-0.6", "unseeded_current", "unseeded_torchrec-0.6"], sorted(got)
+    for slug, r in got.items():
+        assert r["verdict"] == "pass", (slug, r["expectation"], r["failure"])
+        assert r["environment"]["world_size"] == 2
+    assert sum(not c["equal"] for c in got["unseeded_torchrec-0.6"]["replicas"]) == 8
+
+
+def assert_twrw(out):
+    got = reports(out, "multihost-table-row-wise-2x2")
+    assert len(got) == 2, sorted(got)
+    for slug, r in got.items():
+        assert r["verdict"] == "pass", (slug, r["expectation"], r["failure"])
+        # Each table_row_wise table lives on one host: its shards on ranks {0,1} or {2,3}.
+        for table in r["plan"]:
+            if table["sharding"] == "table_row_wise":
+                ranks = {s["rank"] for s in table["shards"] if s["rows"] > 0}
+                assert ranks <= {0, 1} or ranks <= {2, 3}, table
+
+
+def test_workers_by_hand_with_torchruns_variables(hosts, tmp_path):
+    out, logs, procs = str(tmp_path / "out"), [], []
+    for rank, ns in enumerate(hosts["ns"]):
+        logs.append(str(tmp_path / ("rank%d.log" % rank)))
+        procs.append(in_ns(ns, [DMPCHECK, "worker", SEED, "--out", out],
+                           {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                            "MASTER_ADDR": hosts["addr"][0], "MASTER_PORT": "29710"}, logs[-1]))
+    assert wait_all(procs, logs) == [0, 0], open(logs[0]).read()[-3000:]
+    assert_seed(out)
+
+
+def need_torchrun():
+    if not os.path.exists(TORCHRUN):
+        unavailable("torchrun comes from the torchrec 1.9.2 environment: bash ci/torchrec-env.sh 1.9.2")
+
+
+def test_real_torchrun_one_node(hosts, tmp_path):
+    """torchrun's agent hosts its own store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE)."""
+    need_torchrun()
+    out, log = str(tmp_path / "out"), str(tmp_path / "torchrun.log")
+    p = in_ns(hosts["ns"][0], [TORCHRUN, "--nproc-per-node=2", "--master-addr=127.0.0.1", "--master-port=29711", "--no-python",
+                               DMPCHECK, "worker", SEED, "--out", out], log=log)
+    assert wait_all([p], [log]) == [0], open(log).read()[-3000:]
+    assert_seed(out)
+
+
+@pytest.mark.parametrize("scenario,per_node", [(SEED, 1), (TWRW, 2)], ids=["seed", "table_row_wise_2x2"])
+def test_real_torchrun_two_nodes(hosts, tmp_path, scenario, per_node):
+    """--nnodes=2 with the c10d rendezvous: the agent on the first host hosts it; --local-addr gives
+    each agent its host's address (the namespaces share one host name)."""
+    need_torchrun()
+    out, logs, procs = str(tmp_path / "out"), [], []
+    endpoint = hosts["addr"][0] + ":29712"
+    for i, ns in enumerate(hosts["ns"]):
+        logs.append(str(tmp_path / ("node%d.log" % i)))
+        procs.append(in_ns(ns, [TORCHRUN, "--nnodes=2", "--nproc-per-node=%d" % per_node, "--rdzv-backend=c10d",
+                                "--rdzv-endpoint=" + endpoint, "--rdzv-id=dmpcheck-test",
+                                "--rdzv-conf=is_host=%d" % (1 if i == 0 else 0), "--local-addr=" + hosts["addr"][i],
+                                "--no-python", DMPCHECK, "worker", scenario, "--out", out], log=logs[-1]))
+    assert wait_all(procs, logs) == [0, 0], "\n".join(open(l).read()[-3000:] for l in logs)
+    (assert_seed if scenario == SEED else assert_twrw)(out)
+
+
+@pytest.mark.parametrize("scenario,per_node", [(SEED, 1), (TWRW, 2)], ids=["seed", "table_row_wise_2x2"])
+def test_real_mpirun_two_hosts(hosts, tmp_path, scenario, per_node):
+    if shutil.which("mpirun") is None:
+        unavailable("mpirun is not installed (Debian: apt-get install openmpi-bin; ci/setup.sh installs it)")
+    out, log = str(tmp_path / "out"), str(tmp_path / "mpirun.log")
+    a, b = hosts["addr"]
+    p = in_ns(hosts["ns"][0], ["mpirun", "--allow-run-as-root", "-np", str(2 * per_node), "--host",
+                               "%s:%d,%s:%d" % (a, per_node, b, per_node), "--mca", "plm_rsh_agent", hosts["agent"],
+                               "--mca", "oob_tcp_if_include", a.rsplit(".", 1)[0] + ".0/24",
+                               "--mca", "btl_tcp_if_include", a.rsplit(".", 1)[0] + ".0/24",
+                               "-x", "MASTER_ADDR=" + a, "-x", "MASTER_PORT=29713", "-x", "PATH",
+                               DMPCHECK, "worker", scenario, "--out", out], log=log)
+    assert wait_all([p], [log]) == [0], open(log).read()[-3000:]
+    (assert_seed if scenario == SEED else assert_twrw)(out)
