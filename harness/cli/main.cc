@@ -12,6 +12,7 @@
 #include "run/scenario_runner.h"
 #include "run/suite.h"
 #include "run/launcher.h"
+#include "run/preflight.h"
 #include "run/releases.h"
 #include "run/worker.h"
 #include "scenario/scenario.h"
@@ -48,12 +49,15 @@ std::string profiles_help() {
 int command_validate(const std::vector<std::string>& files) {
   for (const auto& file : files) {
     const auto s = scenario::load_scenario_file(file);
+    run::preflight(s);  // every plan, and the memory against this host's
     std::cout << fmt::format("{}: valid (scenario '{}', {} run(s))\n", file, s.name, s.runs.size());
-    for (const auto& run : s.runs) {
-      std::cout << fmt::format("  - {} : {} ranks, {} steps, {}, init {}; expect {}\n", run.name,
-                               run.world_size, run.steps,
-                               run.on_torchrec() ? "on " + run.system : "profile " + run.profile.name, scenario::init_mode_name(run.init.mode),
-                               run.expect.describe());
+    for (const auto& spec : s.runs) {
+      const run::RunMemory memory = run::estimate_run_memory(spec);
+      std::cout << fmt::format("  - {} : {} ranks, {} steps, {}, init {}; expect {}; peak memory about {} on this host\n",
+                               spec.name, spec.world_size, spec.steps,
+                               spec.on_torchrec() ? "on " + spec.system : "profile " + spec.profile.name,
+                               scenario::init_mode_name(spec.init.mode), spec.expect.describe(),
+                               run::human_bytes(static_cast<double>(memory.host_bytes)));
     }
   }
   return 0;
@@ -102,7 +106,10 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
   std::vector<scenario::Scenario> scenarios;
   scenario::Overrides overrides;
   if (flags.timeout_s) overrides.emplace_back("timeout_s", fmt::format("{}", *flags.timeout_s));
-  for (const auto& file : files) scenarios.push_back(scenario::load_scenario_file(file, overrides));
+  for (const auto& file : files) {
+    scenarios.push_back(scenario::load_scenario_file(file, overrides));
+    run::preflight(scenarios.back());  // plans and memory, before any rank starts
+  }
   std::vector<check::RunResult> all;
   bool deterministic = true;
   for (const auto& s : scenarios) {

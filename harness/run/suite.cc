@@ -17,6 +17,7 @@
 #include "report/json.h"
 #include "report/suite_reports.h"
 #include "run/launcher.h"
+#include "run/preflight.h"
 #include "run/rank_run.h"
 #include "run/scenario_runner.h"
 #include "scenario/scenario.h"
@@ -83,11 +84,17 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
   report::SuiteSummary summary;
   summary.started_at = utc_now("%Y-%m-%dT%H:%M:%SZ");
 
+  const std::regex filter(options.filter.empty() ? std::string(".*") : options.filter);
   std::vector<scenario::Scenario> scenarios;
   for (const auto& file : collect_scenario_files(options.paths)) {
     try {
-      scenarios.push_back(scenario::load_scenario_file(file));
+      scenario::Scenario loaded = scenario::load_scenario_file(file);
+      preflight(loaded);
+      scenarios.push_back(std::move(loaded));
     } catch (const Error& e) {
+      // A file the filter does not select is not judged, valid or not: its cells would be
+      // "<name> [...]", and it is named by its file's stem while it does not load.
+      if (!options.filter.empty() && !std::regex_search(fs::path(file).stem().string() + " [load]", filter)) continue;
       outcome.invalid.push_back(e.what());
       check::RunResult r;
       r.scenario = fs::path(file).stem().string();
@@ -105,7 +112,6 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
     size_t run;
   };
   std::vector<Cell> cells;
-  const std::regex filter(options.filter.empty() ? std::string(".*") : options.filter);
   for (size_t s = 0; s < scenarios.size(); ++s) {
     for (size_t r = 0; r < scenarios[s].runs.size(); ++r) {
       const std::string label = fmt::format("{} [{}]", scenarios[s].name, scenarios[s].runs[r].name);

@@ -47,6 +47,26 @@ class Reader {
     throw_error(ErrorKind::kInvalidScenario,
                 fmt::format("{}: field '{}': {}", SourceLocation{file_, line}.to_string(), path, message));
   }
+  // Runs one part of the file.  An invalid-scenario error there is recorded and reading goes on,
+  // so that one pass reports every error in the file (throw_recorded), not only the first.
+  template <typename F>
+  void section(F&& part) const {
+    try {
+      part();
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kInvalidScenario) throw;
+      if (std::find(errors_.begin(), errors_.end(), e.what()) == errors_.end()) errors_.push_back(e.what());
+    }
+  }
+  // The recorded errors as one Error(kInvalidScenario): the first alone, or all of them.
+  void throw_recorded() const {
+    if (errors_.empty()) return;
+    if (errors_.size() == 1) throw_error(ErrorKind::kInvalidScenario, errors_.front());
+    std::string text = fmt::format("{}: {} errors:", file_, errors_.size());
+    for (const auto& e : errors_) text += "\n  " + e;
+    throw_error(ErrorKind::kInvalidScenario, text);
+  }
+
   [[noreturn]] void expected(const YAML::Node& node, const std::string& path, const std::string& what) const {
     fail(node, path, fmt::format("expected {}, got {}", what, scalar_text(node)));
   }
@@ -158,6 +178,7 @@ class Reader {
 
  private:
   std::string file_;
+  mutable std::vector<std::string> errors_;
 };
 
 const std::vector<std::string> kTopLevelKeys = {
@@ -256,74 +277,100 @@ std::pair<int64_t, int64_t> parse_ids_per_bag(const Reader& r, const YAML::Node&
 
 RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   RunSpec run;
-  if (root["world_size"]) run.world_size = static_cast<int>(r.integer(root["world_size"], "world_size", 1, 64));
-  if (root["backend"]) run.backend = r.choice(root["backend"], "backend", {"gloo", "nccl"});
-  if (root["system"]) {
-    run.system = r.string(root["system"], "system");
-    static const std::regex release(R"(torchrec==[0-9]+\.[0-9]+\.[0-9]+)");
-    if (run.system != kReferenceSystem && !std::regex_match(run.system, release)) {
-      r.expected(root["system"], "system", "'reference' or a TorchRec release as 'torchrec==X.Y.Z' (e.g. torchrec==1.9.2)");
-    }
-  }
-  if (root["steps"]) run.steps = static_cast<int>(r.integer(root["steps"], "steps", 0, 1000000));
-  if (root["batch_size"]) run.batch_size = r.integer(root["batch_size"], "batch_size", 1, 1 << 24);
-  if (root["timeout_s"]) run.timeout_s = r.number(root["timeout_s"], "timeout_s", 0.0);
-  if (root["threads_per_rank"]) {
-    const YAML::Node t = root["threads_per_rank"];
-    run.threads_per_rank = (t.IsScalar() && t.Scalar() == "auto")
-                               ? 0
-                               : static_cast<int>(r.integer(t, "threads_per_rank", 1, 1024));
-  }
-
-  if (root["fingerprint"]) run.fingerprint = r.choice(root["fingerprint"], "fingerprint", {"true", "false"}) == "true";
-  if (YAML::Node probe = root["broadcast_probe"]) {
-    if (probe.IsScalar()) {
-      run.broadcast_probe.enabled = r.choice(probe, "broadcast_probe", {"true", "false"}) == "true";
-    } else {
-      r.check_keys(probe, "broadcast_probe", {"warmup", "iterations"});
-      if (probe["warmup"]) run.broadcast_probe.warmup = static_cast<int>(r.integer(probe["warmup"], "broadcast_probe.warmup", 0, 1000));
-      if (probe["iterations"]) {
-        run.broadcast_probe.iterations = static_cast<int>(r.integer(probe["iterations"], "broadcast_probe.iterations", 1, 100000));
+  r.section([&] {
+    if (root["world_size"]) run.world_size = static_cast<int>(r.integer(root["world_size"], "world_size", 1, 64));
+  });
+  r.section([&] {
+    if (root["backend"]) run.backend = r.choice(root["backend"], "backend", {"gloo", "nccl"});
+  });
+  r.section([&] {
+    if (root["system"]) {
+      run.system = r.string(root["system"], "system");
+      static const std::regex release(R"(torchrec==[0-9]+\.[0-9]+\.[0-9]+)");
+      if (run.system != kReferenceSystem && !std::regex_match(run.system, release)) {
+        r.expected(root["system"], "system", "'reference' or a TorchRec release as 'torchrec==X.Y.Z' (e.g. torchrec==1.9.2)");
       }
     }
-  }
-  if (YAML::Node topology = root["topology"]) {
-    r.check_keys(topology, "topology", {"local_world_size", "memory_per_rank"});
-    if (topology["local_world_size"]) {
-      run.local_world_size = static_cast<int>(r.integer(topology["local_world_size"], "topology.local_world_size", 1, run.world_size));
-      if (run.world_size % run.local_world_size != 0) {
-        r.fail(topology["local_world_size"], "topology.local_world_size",
-               fmt::format("must divide world_size {} (hosts of equal size)", run.world_size));
+  });
+  r.section([&] {
+    if (root["steps"]) run.steps = static_cast<int>(r.integer(root["steps"], "steps", 0, 1000000));
+  });
+  r.section([&] {
+    if (root["batch_size"]) run.batch_size = r.integer(root["batch_size"], "batch_size", 1, 1 << 24);
+  });
+  r.section([&] {
+    if (root["timeout_s"]) run.timeout_s = r.number(root["timeout_s"], "timeout_s", 0.0);
+  });
+  r.section([&] {
+    if (root["threads_per_rank"]) {
+      const YAML::Node t = root["threads_per_rank"];
+      run.threads_per_rank = (t.IsScalar() && t.Scalar() == "auto")
+                                 ? 0
+                                 : static_cast<int>(r.integer(t, "threads_per_rank", 1, 1024));
+    }
+  });
+
+  r.section([&] {
+    if (root["fingerprint"]) run.fingerprint = r.choice(root["fingerprint"], "fingerprint", {"true", "false"}) == "true";
+  });
+  r.section([&] {
+    if (YAML::Node probe = root["broadcast_probe"]) {
+      if (probe.IsScalar()) {
+        run.broadcast_probe.enabled = r.choice(probe, "broadcast_probe", {"true", "false"}) == "true";
+      } else {
+        r.check_keys(probe, "broadcast_probe", {"warmup", "iterations"});
+        if (probe["warmup"]) run.broadcast_probe.warmup = static_cast<int>(r.integer(probe["warmup"], "broadcast_probe.warmup", 0, 1000));
+        if (probe["iterations"]) {
+          run.broadcast_probe.iterations = static_cast<int>(r.integer(probe["iterations"], "broadcast_probe.iterations", 1, 100000));
+        }
       }
     }
-    if (topology["memory_per_rank"]) {
-      run.memory_per_rank = r.integer(topology["memory_per_rank"], "topology.memory_per_rank", 1, INT64_MAX);
+  });
+  r.section([&] {
+    if (YAML::Node topology = root["topology"]) {
+      r.check_keys(topology, "topology", {"local_world_size", "memory_per_rank"});
+      if (topology["local_world_size"]) {
+        run.local_world_size = static_cast<int>(r.integer(topology["local_world_size"], "topology.local_world_size", 1, run.world_size));
+        if (run.world_size % run.local_world_size != 0) {
+          r.fail(topology["local_world_size"], "topology.local_world_size",
+                 fmt::format("must divide world_size {} (hosts of equal size)", run.world_size));
+        }
+      }
+      if (topology["memory_per_rank"]) {
+        run.memory_per_rank = r.integer(topology["memory_per_rank"], "topology.memory_per_rank", 1, INT64_MAX);
+      }
     }
-  }
+  });
 
-  if (YAML::Node init = root["init"]) {
-    r.check_keys(init, "init", {"mode", "seed", "from"});
-    if (init["from"]) {
-      const std::string from = r.string(init["from"], "init.from");
-      const std::filesystem::path base = std::filesystem::path(r.file()).parent_path();
-      run.init.from = std::filesystem::path(from).is_absolute() || base.empty() ? from : (base / from).string();
+  r.section([&] {
+    if (YAML::Node init = root["init"]) {
+      r.check_keys(init, "init", {"mode", "seed", "from"});
+      if (init["from"]) {
+        const std::string from = r.string(init["from"], "init.from");
+        const std::filesystem::path base = std::filesystem::path(r.file()).parent_path();
+        run.init.from = std::filesystem::path(from).is_absolute() || base.empty() ? from : (base / from).string();
+      }
+      if (init["mode"]) {
+        run.init.mode = r.choice(init["mode"], "init.mode", {"seeded", "unseeded"}) == "seeded" ? InitMode::kSeeded
+                                                                                            : InitMode::kUnseeded;
+      }
+      if (init["seed"]) run.init.seed = static_cast<uint64_t>(r.integer(init["seed"], "init.seed", 0, INT64_MAX));
     }
-    if (init["mode"]) {
-      run.init.mode = r.choice(init["mode"], "init.mode", {"seeded", "unseeded"}) == "seeded" ? InitMode::kSeeded
-                                                                                          : InitMode::kUnseeded;
-    }
-    if (init["seed"]) run.init.seed = static_cast<uint64_t>(r.integer(init["seed"], "init.seed", 0, INT64_MAX));
-  }
+  });
 
-  const std::string profile = root["profile"] ? r.choice(root["profile"], "profile", dmp::behaviour_profile_names())
-                                              : std::string("current");
-  run.profile = *dmp::find_behaviour_profile(profile);
+  run.profile = *dmp::find_behaviour_profile("current");
+  r.section([&] {
+    if (root["profile"]) run.profile = *dmp::find_behaviour_profile(r.choice(root["profile"], "profile", dmp::behaviour_profile_names()));
+  });
 
   // Tables.
-  const YAML::Node tables = r.required(root, "", "tables");
-  if (!tables.IsSequence() || tables.size() == 0) r.expected(tables, "tables", "a non-empty list of tables");
+  const YAML::Node tables = root["tables"];
+  r.section([&] {
+    r.required(root, "", "tables");
+    if (!tables.IsSequence() || tables.size() == 0) r.expected(tables, "tables", "a non-empty list of tables");
+  });
   std::set<std::string> names, features;
-  for (size_t i = 0; i < tables.size(); ++i) {
+  for (size_t i = 0; tables.IsSequence() && i < tables.size(); ++i) r.section([&] {
     const std::string path = fmt::format("tables[{}]", i);
     const YAML::Node t = tables[i];
     r.check_keys(t, path, {"name", "rows", "dim", "features", "pooling", "weighted", "sharding"});
@@ -355,136 +402,148 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
     if (t["sharding"]) run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);
     run.model.tables.push_back(c);
-  }
+  });
 
   // Dense MLP.
-  if (YAML::Node dense = root["dense"]) {
-    r.check_keys(dense, "dense", {"layers"});
-    const YAML::Node layers = r.required(dense, "dense", "layers");
-    if (!layers.IsSequence() || layers.size() == 0) r.expected(layers, "dense.layers", "a non-empty list of layer sizes");
-    for (size_t i = 0; i < layers.size(); ++i) {
-      run.model.dense_layers.push_back(r.integer(layers[i], fmt::format("dense.layers[{}]", i), 1, 1 << 20));
+  r.section([&] {
+    if (YAML::Node dense = root["dense"]) {
+      r.check_keys(dense, "dense", {"layers"});
+      const YAML::Node layers = r.required(dense, "dense", "layers");
+      if (!layers.IsSequence() || layers.size() == 0) r.expected(layers, "dense.layers", "a non-empty list of layer sizes");
+      for (size_t i = 0; i < layers.size(); ++i) {
+        run.model.dense_layers.push_back(r.integer(layers[i], fmt::format("dense.layers[{}]", i), 1, 1 << 20));
+      }
+    } else {
+      run.model.dense_layers = {1};
     }
-  } else {
-    run.model.dense_layers = {1};
-  }
+  });
 
   // Optimizers.
-  if (YAML::Node opts = root["optimizers"]) {
-    r.check_keys(opts, "optimizers", {"sparse", "dense"});
-    if (YAML::Node s = opts["sparse"]) {
-      r.check_keys(s, "optimizers.sparse", {"type", "lr", "eps", "beta1", "beta2", "weight_decay", "weight_decay_mode"});
-      auto& o = run.sparse_optimizer;
-      const std::string type = r.choice(r.required(s, "optimizers.sparse", "type"), "optimizers.sparse.type", dmp::fused_optimizer_names());
-      o.type = type == "sgd" ? dmp::FusedOptimizerType::kSgd
-               : type == "adagrad" ? dmp::FusedOptimizerType::kAdagrad
-               : type == "rowwise_adagrad" ? dmp::FusedOptimizerType::kRowWiseAdagrad
-                                           : dmp::FusedOptimizerType::kAdam;
-      if (s["lr"]) o.learning_rate = r.number(s["lr"], "optimizers.sparse.lr", 0.0);
-      if (s["eps"]) o.eps = r.number(s["eps"], "optimizers.sparse.eps", 0.0);
-      if (s["beta1"]) o.beta1 = r.non_negative(s["beta1"], "optimizers.sparse.beta1");
-      if (s["beta2"]) o.beta2 = r.non_negative(s["beta2"], "optimizers.sparse.beta2");
-      if (s["weight_decay"]) o.weight_decay = r.non_negative(s["weight_decay"], "optimizers.sparse.weight_decay");
-      if (s["weight_decay_mode"]) {
-        const std::string mode = r.choice(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode", {"none", "l2", "decoupled"});
-        o.weight_decay_mode = mode == "none" ? dmp::WeightDecayMode::kNone
-                              : mode == "l2" ? dmp::WeightDecayMode::kL2
-                                             : dmp::WeightDecayMode::kDecoupled;
-        if (o.weight_decay_mode != dmp::WeightDecayMode::kNone && o.type != dmp::FusedOptimizerType::kRowWiseAdagrad) {
-          r.fail(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode",
-                 fmt::format("FBGEMM's {} has no weight decay modes; only rowwise_adagrad does (adam decays by weight_decay alone)", type));
+  r.section([&] {
+    if (YAML::Node opts = root["optimizers"]) {
+      r.check_keys(opts, "optimizers", {"sparse", "dense"});
+      if (YAML::Node s = opts["sparse"]) {
+        r.check_keys(s, "optimizers.sparse", {"type", "lr", "eps", "beta1", "beta2", "weight_decay", "weight_decay_mode"});
+        auto& o = run.sparse_optimizer;
+        const std::string type = r.choice(r.required(s, "optimizers.sparse", "type"), "optimizers.sparse.type", dmp::fused_optimizer_names());
+        o.type = type == "sgd" ? dmp::FusedOptimizerType::kSgd
+                 : type == "adagrad" ? dmp::FusedOptimizerType::kAdagrad
+                 : type == "rowwise_adagrad" ? dmp::FusedOptimizerType::kRowWiseAdagrad
+                                             : dmp::FusedOptimizerType::kAdam;
+        if (s["lr"]) o.learning_rate = r.number(s["lr"], "optimizers.sparse.lr", 0.0);
+        if (s["eps"]) o.eps = r.number(s["eps"], "optimizers.sparse.eps", 0.0);
+        if (s["beta1"]) o.beta1 = r.non_negative(s["beta1"], "optimizers.sparse.beta1");
+        if (s["beta2"]) o.beta2 = r.non_negative(s["beta2"], "optimizers.sparse.beta2");
+        if (s["weight_decay"]) o.weight_decay = r.non_negative(s["weight_decay"], "optimizers.sparse.weight_decay");
+        if (s["weight_decay_mode"]) {
+          const std::string mode = r.choice(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode", {"none", "l2", "decoupled"});
+          o.weight_decay_mode = mode == "none" ? dmp::WeightDecayMode::kNone
+                                : mode == "l2" ? dmp::WeightDecayMode::kL2
+                                               : dmp::WeightDecayMode::kDecoupled;
+          if (o.weight_decay_mode != dmp::WeightDecayMode::kNone && o.type != dmp::FusedOptimizerType::kRowWiseAdagrad) {
+            r.fail(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode",
+                   fmt::format("FBGEMM's {} has no weight decay modes; only rowwise_adagrad does (adam decays by weight_decay alone)", type));
+          }
+        }
+        if (o.weight_decay > 0 && (o.type == dmp::FusedOptimizerType::kSgd || o.type == dmp::FusedOptimizerType::kAdagrad)) {
+          r.fail(s["weight_decay"], "optimizers.sparse.weight_decay", fmt::format("FBGEMM's exact {} has no weight decay", type));
         }
       }
-      if (o.weight_decay > 0 && (o.type == dmp::FusedOptimizerType::kSgd || o.type == dmp::FusedOptimizerType::kAdagrad)) {
-        r.fail(s["weight_decay"], "optimizers.sparse.weight_decay", fmt::format("FBGEMM's exact {} has no weight decay", type));
+      if (YAML::Node d = opts["dense"]) {
+        r.check_keys(d, "optimizers.dense", {"type", "lr", "eps", "momentum", "beta1", "beta2", "weight_decay"});
+        const std::string type =
+            r.choice(r.required(d, "optimizers.dense", "type"), "optimizers.dense.type", {"sgd", "adagrad", "adam"});
+        auto& o = run.dense_optimizer;
+        o.type = type == "sgd" ? dmp::DenseOptimizerType::kSgd
+                 : type == "adagrad" ? dmp::DenseOptimizerType::kAdagrad
+                                     : dmp::DenseOptimizerType::kAdam;
+        if (o.type == dmp::DenseOptimizerType::kAdagrad) o.eps = 1e-10;  // torch.optim.Adagrad's default
+        if (d["lr"]) o.learning_rate = r.number(d["lr"], "optimizers.dense.lr", 0.0);
+        if (d["eps"]) o.eps = r.number(d["eps"], "optimizers.dense.eps", 0.0);
+        if (d["momentum"]) o.momentum = r.non_negative(d["momentum"], "optimizers.dense.momentum");
+        if (d["beta1"]) o.beta1 = r.non_negative(d["beta1"], "optimizers.dense.beta1");
+        if (d["beta2"]) o.beta2 = r.non_negative(d["beta2"], "optimizers.dense.beta2");
+        if (d["weight_decay"]) o.weight_decay = r.non_negative(d["weight_decay"], "optimizers.dense.weight_decay");
       }
     }
-    if (YAML::Node d = opts["dense"]) {
-      r.check_keys(d, "optimizers.dense", {"type", "lr", "eps", "momentum", "beta1", "beta2", "weight_decay"});
-      const std::string type =
-          r.choice(r.required(d, "optimizers.dense", "type"), "optimizers.dense.type", {"sgd", "adagrad", "adam"});
-      auto& o = run.dense_optimizer;
-      o.type = type == "sgd" ? dmp::DenseOptimizerType::kSgd
-               : type == "adagrad" ? dmp::DenseOptimizerType::kAdagrad
-                                   : dmp::DenseOptimizerType::kAdam;
-      if (o.type == dmp::DenseOptimizerType::kAdagrad) o.eps = 1e-10;  // torch.optim.Adagrad's default
-      if (d["lr"]) o.learning_rate = r.number(d["lr"], "optimizers.dense.lr", 0.0);
-      if (d["eps"]) o.eps = r.number(d["eps"], "optimizers.dense.eps", 0.0);
-      if (d["momentum"]) o.momentum = r.non_negative(d["momentum"], "optimizers.dense.momentum");
-      if (d["beta1"]) o.beta1 = r.non_negative(d["beta1"], "optimizers.dense.beta1");
-      if (d["beta2"]) o.beta2 = r.non_negative(d["beta2"], "optimizers.dense.beta2");
-      if (d["weight_decay"]) o.weight_decay = r.non_negative(d["weight_decay"], "optimizers.dense.weight_decay");
-    }
-  }
+  });
 
   // Data.
-  if (YAML::Node data = root["data"]) {
-    r.check_keys(data, "data", {"seed", "ids_per_bag", "features"});
-    if (data["seed"]) run.data.seed = static_cast<uint64_t>(r.integer(data["seed"], "data.seed", 0, INT64_MAX));
-    if (data["ids_per_bag"]) {
-      std::tie(run.data.min_ids_per_bag, run.data.max_ids_per_bag) = parse_ids_per_bag(r, data["ids_per_bag"], "data.ids_per_bag");
-    }
-    if (YAML::Node per = data["features"]) {
-      r.require_map(per, "data.features");
-      for (const auto& kv : per) {
-        const std::string feature = kv.first.as<std::string>();
-        const std::string path = "data.features." + feature;
-        if (!features.count(feature)) {
-          r.fail(kv.first, path, fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(features, ", ")));
+  r.section([&] {
+    if (YAML::Node data = root["data"]) {
+      r.check_keys(data, "data", {"seed", "ids_per_bag", "features"});
+      if (data["seed"]) run.data.seed = static_cast<uint64_t>(r.integer(data["seed"], "data.seed", 0, INT64_MAX));
+      if (data["ids_per_bag"]) {
+        std::tie(run.data.min_ids_per_bag, run.data.max_ids_per_bag) = parse_ids_per_bag(r, data["ids_per_bag"], "data.ids_per_bag");
+      }
+      if (YAML::Node per = data["features"]) {
+        r.require_map(per, "data.features");
+        for (const auto& kv : per) {
+          const std::string feature = kv.first.as<std::string>();
+          const std::string path = "data.features." + feature;
+          if (!features.count(feature)) {
+            r.fail(kv.first, path, fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(features, ", ")));
+          }
+          r.check_keys(kv.second, path, {"ids_per_bag"});
+          run.data.per_feature[feature] = parse_ids_per_bag(r, r.required(kv.second, path, "ids_per_bag"), path + ".ids_per_bag");
         }
-        r.check_keys(kv.second, path, {"ids_per_bag"});
-        run.data.per_feature[feature] = parse_ids_per_bag(r, r.required(kv.second, path, "ids_per_bag"), path + ".ids_per_bag");
       }
     }
-  }
-  if (YAML::Node resume = root["resume"]) {
-    r.check_keys(resume, "resume", {"after_step", "sharding"});
-    ResumeSpec spec;
-    spec.after_step = static_cast<int>(r.integer(r.required(resume, "resume", "after_step"), "resume.after_step", 1, run.steps));
-    if (YAML::Node sharding = resume["sharding"]) {
-      r.require_map(sharding, "resume.sharding");
-      for (const auto& kv : sharding) {
-        const std::string table = kv.first.as<std::string>();
-        if (!names.count(table)) {
-          r.fail(kv.first, "resume.sharding." + table, fmt::format("no table '{}' (tables: {})", table, fmt::join(names, ", ")));
+  });
+  r.section([&] {
+    if (YAML::Node resume = root["resume"]) {
+      r.check_keys(resume, "resume", {"after_step", "sharding"});
+      ResumeSpec spec;
+      spec.after_step = static_cast<int>(r.integer(r.required(resume, "resume", "after_step"), "resume.after_step", 1, run.steps));
+      if (YAML::Node sharding = resume["sharding"]) {
+        r.require_map(sharding, "resume.sharding");
+        for (const auto& kv : sharding) {
+          const std::string table = kv.first.as<std::string>();
+          if (!names.count(table)) {
+            r.fail(kv.first, "resume.sharding." + table, fmt::format("no table '{}' (tables: {})", table, fmt::join(names, ", ")));
+          }
+          spec.constraints[table] = parse_constraints(r, kv.second, "resume.sharding." + table, run.world_size);
         }
-        spec.constraints[table] = parse_constraints(r, kv.second, "resume.sharding." + table, run.world_size);
+      }
+      run.resume = spec;
+    }
+  });
+  r.section([&] {
+    if (YAML::Node faults = root["faults"]) {
+      if (!faults.IsSequence()) r.expected(faults, "faults", "a list of faults");
+      const std::vector<std::string> kinds = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan", "desync"};
+      for (size_t i = 0; i < faults.size(); ++i) {
+        const std::string path = fmt::format("faults[{}]", i);
+        r.check_keys(faults[i], path, {"kind", "rank", "step", "exit_code", "tensor"});
+        FaultSpec f;
+        const std::string kind = r.choice(r.required(faults[i], path, "kind"), path + ".kind", kinds);
+        f.kind = static_cast<FaultKind>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
+        f.rank = static_cast<int>(r.integer(r.required(faults[i], path, "rank"), path + ".rank", 0, run.world_size - 1));
+        if (faults[i]["step"]) f.step = static_cast<int>(r.integer(faults[i]["step"], path + ".step", 0, run.steps));
+        if (faults[i]["exit_code"]) f.exit_code = static_cast<int>(r.integer(faults[i]["exit_code"], path + ".exit_code", 1, 255));
+        if (faults[i]["tensor"]) f.tensor = r.string(faults[i]["tensor"], path + ".tensor");
+        run.faults.push_back(f);
       }
     }
-    run.resume = spec;
-  }
-  if (YAML::Node faults = root["faults"]) {
-    if (!faults.IsSequence()) r.expected(faults, "faults", "a list of faults");
-    const std::vector<std::string> kinds = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan", "desync"};
-    for (size_t i = 0; i < faults.size(); ++i) {
-      const std::string path = fmt::format("faults[{}]", i);
-      r.check_keys(faults[i], path, {"kind", "rank", "step", "exit_code", "tensor"});
-      FaultSpec f;
-      const std::string kind = r.choice(r.required(faults[i], path, "kind"), path + ".kind", kinds);
-      f.kind = static_cast<FaultKind>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
-      f.rank = static_cast<int>(r.integer(r.required(faults[i], path, "rank"), path + ".rank", 0, run.world_size - 1));
-      if (faults[i]["step"]) f.step = static_cast<int>(r.integer(faults[i]["step"], path + ".step", 0, run.steps));
-      if (faults[i]["exit_code"]) f.exit_code = static_cast<int>(r.integer(faults[i]["exit_code"], path + ".exit_code", 1, 255));
-      if (faults[i]["tensor"]) f.tensor = r.string(faults[i]["tensor"], path + ".tensor");
-      run.faults.push_back(f);
+  });
+  r.section([&] {
+    if (run.on_torchrec()) {
+      // What the TorchRec rank program (torchrec_sut/) cannot do is refused here, before any rank starts.
+      auto refuse = [&](const char* key, const std::string& why) {
+        r.fail(root[key], key, fmt::format("not available on {} ({}); run it on the reference", run.system, why));
+      };
+      if (run.backend != "gloo") refuse("backend", "TorchRec cells run on CPU with Gloo");
+      if (run.resume) refuse("resume", "mid-run resume is reference-only");
+      if (!run.faults.empty()) refuse("faults", "faults are injected by the reference's ranks");
+      if (!run.init.from.empty()) r.fail(root["init"]["from"], "init.from", fmt::format("not available on {} (checkpoints are the reference's format); run it on the reference", run.system));
+      if (run.fingerprint) refuse("fingerprint", "collective fingerprints are the reference's");
+      size_t weighted = 0;
+      for (const auto& t : run.model.tables) weighted += t.weighted ? 1 : 0;
+      if (weighted != 0 && weighted != run.model.tables.size()) {
+        refuse("tables", "TorchRec's EmbeddingBagCollection is weighted or not as a whole; make every table weighted or none");
+      }
     }
-  }
-  if (run.on_torchrec()) {
-    // What the TorchRec rank program (torchrec_sut/) cannot do is refused here, before any rank starts.
-    auto refuse = [&](const char* key, const std::string& why) {
-      r.fail(root[key], key, fmt::format("not available on {} ({}); run it on the reference", run.system, why));
-    };
-    if (run.backend != "gloo") refuse("backend", "TorchRec cells run on CPU with Gloo");
-    if (run.resume) refuse("resume", "mid-run resume is reference-only");
-    if (!run.faults.empty()) refuse("faults", "faults are injected by the reference's ranks");
-    if (!run.init.from.empty()) r.fail(root["init"]["from"], "init.from", fmt::format("not available on {} (checkpoints are the reference's format); run it on the reference", run.system));
-    if (run.fingerprint) refuse("fingerprint", "collective fingerprints are the reference's");
-    size_t weighted = 0;
-    for (const auto& t : run.model.tables) weighted += t.weighted ? 1 : 0;
-    if (weighted != 0 && weighted != run.model.tables.size()) {
-      refuse("tables", "TorchRec's EmbeddingBagCollection is weighted or not as a whole; make every table weighted or none");
-    }
-  }
+  });
   // By move, not by NRVO: with the return slot elided, a validation error unwinding out of here
   // drew an ASan bad-free in ~RunSpec under clang (docs/reliability.md, Fuzzing).
   return RunSpec(std::move(run));
@@ -749,6 +808,7 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
     for (const auto& t : run.model.tables) table_names.insert(t.name);
 
     // Expectations: the first entry whose `when` matches this cell.
+    r.section([&] {
     if (YAML::Node expect = root["expect"]) {
       if (!expect.IsSequence()) r.expected(expect, "expect", "a list of expectations (each with an optional 'when')");
       bool found = false;
@@ -788,6 +848,9 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
         r.fail(expect, "expect", fmt::format("no entry applies to run '{}'; add one without 'when' as the default", run.name));
       }
     }
+    });
+    // Every error of the file so far, at once (the first cell meets all that are not the matrix's).
+    r.throw_recorded();
     s.runs.push_back(run);
   }
   // (Not when an override replaces every run's system, as `dmpcheck bisect` does.)

@@ -212,3 +212,61 @@ TEST(ScenarioLoaderSystem, ReleasesSaidToShowABugNeedACell) {
 
 }  // namespace
 }  // namespace dmpcheck::scenario
+
+#include "run/preflight.h"
+
+namespace dmpcheck::scenario {
+namespace {
+
+TEST(ScenarioLoaderErrors, EveryErrorOfTheFileIsReportedAtOnce) {
+  const std::string text =
+      "version: 1\nname: bad\nworld_size: 0\nsteps: -1\ntables:\n  - {name: t, rows: 0, dim: 4, features: [f]}\n"
+      "optimizers: {sparse: {type: adamw}}\n";
+  const std::string e = error_of(text);
+  EXPECT_NE(e.find("s.yaml: 4 errors:"), std::string::npos) << e;
+  EXPECT_NE(e.find("s.yaml:3: field 'world_size'"), std::string::npos) << e;
+  EXPECT_NE(e.find("s.yaml:4: field 'steps'"), std::string::npos) << e;
+  EXPECT_NE(e.find("s.yaml:6: field 'tables[0].rows'"), std::string::npos) << e;
+  EXPECT_NE(e.find("s.yaml:7: field 'optimizers.sparse.type'"), std::string::npos) << e;
+  // One error alone reads as before.
+  EXPECT_EQ(error_of(std::string(kMinimal) + "steps: -1\n").rfind("s.yaml:", 0), 0u);
+}
+
+TEST(Preflight, APlanThatFailsIsRefusedBeforeAnyRankStarts) {
+  const Scenario s = load_scenario_text(
+      "version: 1\nname: cw\ntables:\n  - {name: t, rows: 10, dim: 10, features: [f], sharding: {types: [column_wise], "
+      "column_shards: 3}}\n",
+      "cw.yaml");
+  try {
+    run::preflight(s, int64_t{1} << 40);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidScenario);
+    EXPECT_NE(std::string(e.what()).find("run 'default': the plan fails: table 't': dim 10 cannot be split into 3 column "
+                                         "shards; shard counts that divide it: 1, 2, 5, 10"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Preflight, AModelOverTheHostsMemoryIsRefusedWithTheNumbers) {
+  const Scenario s = load_scenario_text(
+      "version: 1\nname: big\nworld_size: 2\ntables:\n  - {name: t, rows: 1048576, dim: 64, features: [f], sharding: "
+      "{types: [data_parallel]}}\noptimizers: {sparse: {type: adagrad}}\n",
+      "big.yaml");
+  // Per rank: shards + state 512 MiB, the full draw 256 MiB, the gradient buffer 256 MiB.
+  const run::RunMemory m = run::estimate_run_memory(s.runs[0]);
+  EXPECT_EQ(m.ranks_on_host, 2);
+  EXPECT_GT(m.host_bytes, int64_t{2} << 30);
+  EXPECT_NO_THROW(run::preflight(s, int64_t{16} << 30));
+  try {
+    run::preflight(s, int64_t{1} << 30);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("its 2 rank(s) on this host would hold about 2.0 GiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("but this host has 1.0 GiB available"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dmpcheck::scenario

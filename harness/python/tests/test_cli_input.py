@@ -1,0 +1,64 @@
+"""Bad input is stopped before a rank starts, through the real CLI."""
+import os
+import re
+import subprocess
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+GOOD = """version: 1
+name: small-good
+world_size: 2
+tables:
+  - {name: t, rows: 8, dim: 4, features: [f], sharding: {types: [table_wise]}}
+"""
+
+
+def cli(dmpcheck_bin, *args, cwd=None):
+    return subprocess.run([dmpcheck_bin, *args], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_validate_reports_every_error_of_a_file(dmpcheck_bin, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nname: bad\nworld_size: 0\nsteps: -1\ntables:\n  - {name: t, rows: 0, dim: 4, features: [f]}\n")
+    p = cli(dmpcheck_bin, "validate", str(bad))
+    assert p.returncode == 2
+    assert "3 errors:" in p.stderr, p.stderr
+    for line in (3, 4, 6):
+        assert "%s:%d: field" % (bad, line) in p.stderr, p.stderr
+
+
+def test_a_model_over_the_hosts_memory_never_starts_a_rank(dmpcheck_bin, tmp_path):
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("version: 1\nname: huge\ntables:\n"
+                    "  - {name: t, rows: 1000000000000, dim: 1024, features: [f], sharding: {types: [data_parallel]}}\n")
+    for command in ("validate", "run"):
+        p = cli(dmpcheck_bin, command, str(huge), cwd=str(tmp_path))
+        assert p.returncode == 2, (command, p.stdout, p.stderr)
+        assert re.search(r"would hold about [0-9.]+ PiB at their peak .* but this host has [0-9.]+ [GMT]iB available", p.stderr), p.stderr
+        assert "[rank" not in p.stdout  # no rank started
+        assert "Exception raised from" not in p.stderr  # no libtorch backtrace
+
+
+def test_a_column_split_that_does_not_divide_is_invalid_for_validate(dmpcheck_bin, tmp_path):
+    cw = tmp_path / "cw.yaml"
+    cw.write_text("version: 1\nname: cw\ntables:\n"
+                  "  - {name: t, rows: 10, dim: 10, features: [f], sharding: {types: [column_wise], column_shards: 3}}\n")
+    p = cli(dmpcheck_bin, "validate", str(cw))
+    assert p.returncode == 2
+    assert "dim 10 cannot be split into 3 column shards; shard counts that divide it: 1, 2, 5, 10" in p.stderr, p.stderr
+
+
+def test_suite_filter_judges_only_what_it_selected(dmpcheck_bin, tmp_path):
+    d = tmp_path / "scenarios"
+    d.mkdir()
+    (d / "good.yaml").write_text(GOOD)
+    (d / "broken.yaml").write_text("version: 1\nname: broken\ntables: 3\n")
+    selected = cli(dmpcheck_bin, "suite", str(d), "--filter", "small-good", "--out", str(tmp_path / "a"))
+    assert selected.returncode == 0, selected.stdout + selected.stderr
+    assert "1 of 1 run(s) met their expectations" in selected.stdout, selected.stdout
+    assert "invalid scenario" not in selected.stdout
+    everything = cli(dmpcheck_bin, "suite", str(d), "--out", str(tmp_path / "b"))
+    assert everything.returncode == 2, everything.stdout
+    assert "invalid scenario: " in everything.stdout and "broken.yaml:3" in everything.stdout
+    named = cli(dmpcheck_bin, "suite", str(d), "--filter", "broken", "--out", str(tmp_path / "c"))
+    assert named.returncode == 2, named.stdout

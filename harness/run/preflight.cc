@@ -1,0 +1,141 @@
+#include "run/preflight.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "dmp/optim/fused_optimizer.h"
+#include "dmp/planner.h"
+
+namespace dmpcheck::run {
+namespace {
+
+int64_t state_bytes(const dmp::FusedOptimizerConfig& o, int64_t rows, int64_t cols) {
+  int64_t total = 0;
+  for (const auto& s : dmp::FusedOptimizer::state_specs(o, rows, cols)) {
+    int64_t n = 4;
+    for (int64_t d : s.sizes) n *= d;
+    total += n;
+  }
+  return total;
+}
+
+}  // namespace
+
+std::string human_bytes(double bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 6) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.1f} {}", bytes, units[u]);
+}
+
+RunMemory estimate_run_memory(const scenario::RunSpec& spec, int ranks_on_host) {
+  RunMemory m;
+  m.run = spec.name;
+  dmp::ShardingPlan plan;
+  try {
+    plan = dmp::plan_sharding(scenario::planner_input(spec));
+  } catch (const Error& e) {
+    throw_error(ErrorKind::kInvalidScenario, fmt::format("run '{}': the plan fails: {}", spec.name, e.what()));
+  }
+  // What every rank holds at its peak (the reference DMP; a release holds less: no full draw).
+  int64_t full_tables = 0, full_state = 0, dp_gradients = 0;
+  for (const auto& t : spec.model.tables) {
+    full_tables += t.num_embeddings * t.embedding_dim * 4;
+    full_state += state_bytes(spec.sparse_optimizer, t.num_embeddings, t.embedding_dim);
+  }
+  for (const auto& t : plan.tables) {
+    if (t.type != dmp::ShardingType::kDataParallel) continue;
+    const auto& c = *std::find_if(spec.model.tables.begin(), spec.model.tables.end(),
+                                  [&](const dmp::EmbeddingBagConfig& x) { return x.name == t.table; });
+    dp_gradients += c.num_embeddings * c.embedding_dim * 4;  // the persistent gradient buffer
+  }
+  int64_t dense = 0;
+  int64_t fan_in = spec.model.pooled_width();
+  for (int64_t out : spec.model.dense_layers) {
+    dense += (fan_in * out + out) * 4 * 4;  // weights, gradient, two optimizer states
+    fan_in = out;
+  }
+  const auto shards = plan.bytes_per_rank();  // weights + optimizer state of each rank's shards
+  const bool gathers = spec.expect.global_model.has_value() || spec.expect.reference.has_value();
+  const int on_host = ranks_on_host > 0 ? ranks_on_host : spec.world_size;
+  for (int r = 0; r < std::min<int>(on_host, spec.world_size); ++r) {
+    // The full draw of every table exists while the shards are cut from it (reset_parameters).
+    int64_t peak = shards[static_cast<size_t>(r)] + full_tables + dense;
+    std::string why = fmt::format("its shards with optimizer state {}, the full draw of every table {}",
+                                  human_bytes(static_cast<double>(shards[static_cast<size_t>(r)])),
+                                  human_bytes(static_cast<double>(full_tables)));
+    if (dp_gradients > 0) {
+      peak += dp_gradients;
+      why += fmt::format(", data-parallel gradient buffers {}", human_bytes(static_cast<double>(dp_gradients)));
+    }
+    if (r == 0 && gathers) {
+      // Rank 0 gathers every tensor whole and steps the unsharded model beside it.
+      peak += 2 * (full_tables + full_state);
+      why += fmt::format(", the gathered state and the unsharded model {}",
+                         human_bytes(static_cast<double>(2 * (full_tables + full_state))));
+    }
+    m.host_bytes += peak;
+    if (peak > m.largest_rank) {
+      m.largest_rank = peak;
+      m.breakdown = fmt::format("rank {}: {}", r, why);
+    }
+  }
+  m.ranks_on_host = std::min(on_host, spec.world_size);
+  return m;
+}
+
+int64_t host_available_memory() {
+  if (const char* v = std::getenv("DMPCHECK_MEMORY_AVAILABLE")) {
+    try {
+      return std::stoll(v);
+    } catch (const std::exception&) {
+      throw_error(ErrorKind::kInvalidInput, fmt::format("DMPCHECK_MEMORY_AVAILABLE='{}': expected a number of bytes", v));
+    }
+  }
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    int64_t kib = 0;
+    fields >> kib;
+    return kib * 1024;
+  }
+  return 0;  // unknown: no memory check
+}
+
+void preflight(const scenario::Scenario& scenario, int64_t available) {
+  if (available == 0) available = host_available_memory();
+  std::vector<std::string> problems;
+  for (const auto& spec : scenario.runs) {
+    try {
+      const RunMemory m = estimate_run_memory(spec);
+      if (available > 0 && m.host_bytes > available) {
+        problems.push_back(fmt::format(
+            "run '{}': its {} rank(s) on this host would hold about {} at their peak ({}), but this host has {} "
+            "available (MemAvailable); shrink the tables or spread the ranks over more hosts",
+            spec.name, m.ranks_on_host, human_bytes(static_cast<double>(m.host_bytes)), m.breakdown,
+            human_bytes(static_cast<double>(available))));
+      }
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kInvalidScenario) throw;
+      problems.push_back(e.what());
+    }
+  }
+  problems.erase(std::unique(problems.begin(), problems.end()), problems.end());
+  if (problems.empty()) return;
+  std::string text = problems.size() == 1 ? fmt::format("{}: {}", scenario.file, problems.front())
+                                          : fmt::format("{}: {} runs cannot start:", scenario.file, problems.size());
+  if (problems.size() > 1) {
+    for (const auto& p : problems) text += "\n  " + p;
+  }
+  throw_error(ErrorKind::kInvalidScenario, text);
+}
+
+}  // namespace dmpcheck::run
