@@ -68,8 +68,11 @@ RankEnvironment rank_environment_from(
   env.launcher = names->launcher;
   env.world_size = static_cast<int>(parse_int(names->size, required(names->size), 1, 1 << 20));
   env.rank = static_cast<int>(parse_int(names->rank, required(names->rank), 0, env.world_size - 1));
-  env.master_addr = required("MASTER_ADDR");
-  env.master_port = static_cast<uint16_t>(parse_int("MASTER_PORT", required("MASTER_PORT"), 1, 65535));
+  if (auto file = lookup("DMPCHECK_STORE_FILE")) env.store_file = *file;
+  if (env.store_file.empty() || lookup("MASTER_ADDR")) env.master_addr = required("MASTER_ADDR");
+  if (env.store_file.empty() || lookup("MASTER_PORT")) {
+    env.master_port = static_cast<uint16_t>(parse_int("MASTER_PORT", required("MASTER_PORT"), 1, 65535));
+  }
   env.local_rank = env.rank;
   env.local_world_size = env.world_size;
   if (auto v = lookup(names->local_size)) {

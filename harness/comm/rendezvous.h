@@ -22,6 +22,9 @@ struct RankEnvironment {
   // own store on store_port instead: $DMPCHECK_STORE_PORT, else MASTER_PORT + 1.
   bool agent_store = false;
   uint16_t store_port = 0;  // where rank 0 hosts (or the launcher hosts) dmpcheck's store
+  // DMPCHECK_STORE_FILE: dmpcheck's own launcher hands its ranks a private file store instead of
+  // a TCP address (then MASTER_ADDR/MASTER_PORT are not needed).
+  std::string store_file;
   // GLOO_SOCKET_IFNAME, as PyTorch reads it: the interface Gloo listens on.
   std::string gloo_interface;
 };

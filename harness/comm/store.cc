@@ -1,5 +1,6 @@
 #include "comm/store.h"
 
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -43,6 +44,29 @@ Store Store::host(const std::string& host, std::chrono::milliseconds timeout) {
   return Store(make_tcp_store(host, 0, /*server=*/true, timeout));
 }
 
+Store Store::host_file(const std::string& directory, std::chrono::milliseconds timeout) {
+  Store store = open_file(directory + "/store", timeout);
+  // c10d's FileStore makes its file on the first write, and check() waits for the file until the
+  // timeout: a store nobody writes to (a launch of programs with a rendezvous of their own) would
+  // cost every try_get a full timeout.
+  store.set("dmpcheck/store", "1");
+  return store;
+}
+
+Store Store::open_file(const std::string& path, std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<StoreImpl>();
+  try {
+    // numWorkers -1: the file is never removed by the store; the launcher removes its directory.
+    auto file = c10::make_intrusive<c10d::FileStore>(path, -1);
+    file->setTimeout(timeout);
+    impl->store = file;
+    impl->path = path;
+  } catch (const std::exception& e) {
+    throw_error(ErrorKind::kCommunication, fmt::format("cannot open the rendezvous store {}: {}", path, e.what()));
+  }
+  return Store(std::move(impl));
+}
+
 Store Store::connect(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
   return Store(make_tcp_store(host, port, /*server=*/false, timeout));
 }
@@ -53,6 +77,7 @@ Store Store::for_rank(const std::string& host, uint16_t port, int rank, int worl
 }
 
 uint16_t Store::port() const { return impl_->port; }
+const std::string& Store::path() const { return impl_->path; }
 
 void Store::set(const std::string& key, const std::string& value) {
   try {
@@ -93,6 +118,7 @@ int64_t Store::add(const std::string& key, int64_t amount) {
 Store Store::with_prefix(const std::string& prefix) const {
   auto impl = std::make_unique<StoreImpl>();
   impl->port = impl_->port;
+  impl->path = impl_->path;
   impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
   return Store(std::move(impl));
 }

@@ -17,6 +17,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace dmpcheck::dmp {
 namespace {
@@ -25,21 +26,7 @@ namespace fs = std::filesystem;
 using GenericDict = c10::Dict<c10::IValue, c10::IValue>;
 
 void write_atomically(const std::string& path, const std::vector<char>& bytes) {
-  const fs::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
-  const std::string temporary = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "cannot write the checkpoint {}", temporary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "writing the checkpoint {} failed", temporary);
-  }
-  fs::rename(temporary, target, ec);
-  if (ec) {
-    std::remove(temporary.c_str());
-    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot move the checkpoint into place at {}: {}", path, ec.message()));
-  }
+  write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 // torch.save's zip format with a plain pickle: dicts, lists, strings, ints and tensors only, with

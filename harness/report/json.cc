@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/file_io.h"
 
 namespace dmpcheck::check {
 
@@ -140,26 +141,6 @@ void write_json_file(const check::RunResult& result, const std::string& path) {
   write_text_file_atomically(path, nlohmann::json(result).dump(2) + "\n");
 }
 
-void write_text_file_atomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
-  DMP_CHECK(!ec, ErrorKind::kInvalidInput, "cannot create the report directory {}: {}",
-            target.parent_path().string(), ec.message());
-  const std::string temporary = path + fmt::format(".tmp.{}", ::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "cannot write the report {}", temporary);
-    out << text;
-    out.flush();
-    DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "writing the report {} failed", temporary);
-  }
-  fs::rename(temporary, target, ec);
-  if (ec) {
-    std::remove(temporary.c_str());
-    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot move the report into place at {}: {}", path, ec.message()));
-  }
-}
+void write_text_file_atomically(const std::string& path, const std::string& text) { write_file_atomically(path, text); }
 
 }  // namespace dmpcheck::report

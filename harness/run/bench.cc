@@ -15,6 +15,7 @@
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "report/json.h"
+#include "run/handover.h"
 #include "run/launcher.h"
 #include "run/rank_run.h"
 #include "scenario/scenario.h"
@@ -392,7 +393,8 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
   return interrupt_requested() ? 130 : code;
 }
 
-void bench_worker(comm::Store& store, const comm::RankEnvironment& env) {
+void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const std::string& secret,
+                  const std::map<std::string, std::string>& handed) {
   // Rank 0's lines go to the launcher marked, so that it can print them as the table.
   auto line = [&](const std::string& text) {
     if (env.rank != 0) return;
@@ -405,24 +407,24 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env) {
     std::fflush(stdout);
   };
   comm::Store group_store = store.with_prefix("bench");
-  const std::string kind = store.get("bench/kind");
+  const std::string kind = handed.at("bench/kind");
   if (kind == "sweep") {
-    const BenchSpec spec = nlohmann::json::parse(store.get("bench/spec")).get<BenchSpec>();
+    const BenchSpec spec = nlohmann::json::parse(handed.at("bench/spec")).get<BenchSpec>();
     at::set_num_threads(std::max(1, spec.threads_per_rank));
     comm::BackendOptions backend;
     backend.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000.0));
     backend.local_rank = env.local_rank;
-    auto comm = comm::make_communicator(store.get("bench/backend"), group_store, env.rank, env.world_size, backend);
+    auto comm = comm::make_communicator(handed.at("bench/backend"), group_store, env.rank, env.world_size, backend);
     const std::vector<BenchRow> rows = bench_on_rank(*comm, spec, line);
-    if (env.rank == 0) store.set("result", nlohmann::json(rows).dump());
+    if (env.rank == 0) set_signed(store, "result", nlohmann::json(rows).dump(), secret);
     return;
   }
   DMP_INTERNAL_ASSERT(kind == "scenario", "unknown benchmark kind '{}'", kind);
-  const auto overrides = nlohmann::json::parse(store.get("overrides")).get<scenario::Overrides>();
+  const auto overrides = nlohmann::json::parse(handed.at("overrides")).get<scenario::Overrides>();
   const scenario::Scenario scenario =
-      scenario::load_scenario_text(store.get("scenario_text"), store.get("scenario_file"), overrides);
-  const scenario::RunSpec& spec = scenario.runs.at(std::stoul(store.get("run_index")));
-  const auto probe_json = nlohmann::json::parse(store.get("bench/probe"));
+      scenario::load_scenario_text(handed.at("scenario_text"), handed.at("scenario_file"), overrides);
+  const scenario::RunSpec& spec = scenario.runs.at(std::stoul(handed.at("run_index")));
+  const auto probe_json = nlohmann::json::parse(handed.at("bench/probe"));
   check::ProbeOptions probe;
   probe_json.at("warmup").get_to(probe.warmup);
   probe_json.at("iterations").get_to(probe.iterations);
@@ -430,12 +432,12 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env) {
   comm::BackendOptions backend;
   backend.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000.0));
   backend.local_rank = env.local_rank;
-  auto comm = comm::make_communicator(store.try_get("bench/backend").value_or(spec.backend), group_store, env.rank,
+  auto comm = comm::make_communicator((handed.count("bench/backend") ? handed.at("bench/backend") : spec.backend), group_store, env.rank,
                                       env.world_size, backend);
   RankRunOptions run_options;
   run_options.progress = line;
   const check::BroadcastProbe result = probe_scenario_on_rank(scenario, spec, *comm, probe, run_options);
-  if (env.rank == 0) store.set("result", nlohmann::json(result).dump());
+  if (env.rank == 0) set_signed(store, "result", nlohmann::json(result).dump(), secret);
 }
 
 int run_scenario_bench(const ScenarioBenchOptions& options) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <ostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,8 @@ int run_scenario_bench(const ScenarioBenchOptions& options);
 
 // A rank of either benchmark, started by run_bench or run_scenario_bench (the store says which
 // and with what); rank 0 leaves its result in the store under "result".
-void bench_worker(comm::Store& store, const comm::RankEnvironment& env);
+// `handed`: the launcher's entries, checked (run/handover.h); `store`: the run's view of the store.
+void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const std::string& secret,
+                  const std::map<std::string, std::string>& handed);
 
 }  // namespace dmpcheck::run

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <thread>
@@ -19,6 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/store.h"
+#include "common/digest.h"
+#include "run/handover.h"
 #include "common/error.h"
 
 extern char** environ;
@@ -52,26 +56,31 @@ struct ChildImage {
   std::vector<char*> envp;
 };
 
-ChildImage make_image(const LaunchRequest& request, int rank, uint16_t port) {
+ChildImage make_image(const LaunchRequest& request, int rank, const std::string& store_file, const std::string& secret) {
   ChildImage image;
   // One machine stands in for several hosts of local_world_size ranks each.
   const int local_world_size = request.local_world_size > 0 ? request.local_world_size : request.world_size;
   image.argv_storage.push_back(request.executable);
   image.argv_storage.insert(image.argv_storage.end(), request.arguments.begin(), request.arguments.end());
-  const std::map<std::string, std::string> ours = {
+  std::map<std::string, std::string> ours = {
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(request.world_size)},
       {"LOCAL_RANK", std::to_string(rank % local_world_size)},
       {"LOCAL_WORLD_SIZE", std::to_string(local_world_size)},
       {"MASTER_ADDR", "127.0.0.1"},
-      {"MASTER_PORT", std::to_string(request.master_port > 0 ? request.master_port : port)},
+      {"DMPCHECK_STORE_FILE", store_file},
+      {kSecretVariable, secret},
       {"OMP_NUM_THREADS", std::to_string(request.threads_per_rank)},
       {"DMPCHECK_LAUNCHED", "1"},
   };
+  // Programs with a rendezvous of their own (a TorchRec rank) get its port; dmpcheck's ranks need
+  // none: their store is a file.
+  if (request.master_port > 0) ours["MASTER_PORT"] = std::to_string(request.master_port);
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);
     const std::string key = entry.substr(0, entry.find('='));
-    if (!ours.count(key) && !request.environment.count(key)) image.env_storage.push_back(entry);
+    // A MASTER_PORT inherited from whatever started dmpcheck is not the run's.
+    if (!ours.count(key) && !request.environment.count(key) && key != "MASTER_PORT") image.env_storage.push_back(entry);
   }
   for (const auto& [k, v] : ours) image.env_storage.push_back(k + "=" + v);
   for (const auto& [k, v] : request.environment) image.env_storage.push_back(k + "=" + v);
@@ -81,6 +90,29 @@ ChildImage make_image(const LaunchRequest& request, int rank, uint16_t port) {
   image.envp.push_back(nullptr);
   return image;
 }
+
+// mkdtemp under $TMPDIR (0700, an unpredictable name), removed with its contents when the
+// launch ends, however it ends.
+class PrivateDir {
+ public:
+  PrivateDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/dmpcheck-run-XXXXXX";
+    DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kRankFailed, "cannot create a private directory from {}: {}",
+              pattern, std::strerror(errno));
+    path_ = pattern;
+  }
+  ~PrivateDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  PrivateDir(const PrivateDir&) = delete;
+  PrivateDir& operator=(const PrivateDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 void take_output(Rank& r, const char* data, size_t size, const LaunchRequest& request) {
   r.partial.append(data, size);
@@ -149,15 +181,20 @@ std::string describe_wait_status(int status) {
 
 LaunchOutcome launch(const LaunchRequest& request) {
   const auto start = Clock::now();
-  comm::Store store = comm::Store::host("127.0.0.1", request.store_timeout);
-  for (const auto& [key, value] : request.store_entries) store.set(key, value);
+  // The run's store is a file in a directory only this user can enter (mkdtemp: 0700): a
+  // single-host run opens no socket for its rendezvous, so nobody else can join it or read it.
+  PrivateDir store_dir;
+  comm::Store file_store = comm::Store::host_file(store_dir.path(), request.store_timeout);
+  const std::string secret = random_secret();
+  comm::Store store = secret_view(file_store, secret);
+  hand_over(store, request.store_entries, secret);
 
   std::vector<Rank> ranks(static_cast<size_t>(request.world_size));
   pid_t group = 0;
   const pid_t parent = ::getpid();
   LaunchOutcome outcome;
   for (int r = 0; r < request.world_size; ++r) {
-    ChildImage image = make_image(request, r, store.port());
+    ChildImage image = make_image(request, r, file_store.path(), secret);
     int fds[2];
     DMP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, ErrorKind::kRankFailed, "pipe2 failed: {}", std::strerror(errno));
     const pid_t pid = ::fork();
@@ -224,11 +261,13 @@ LaunchOutcome launch(const LaunchRequest& request) {
     f.rank = r.rank;
     f.kind = kind;
     f.cause = cause;
-    std::optional<std::string> error = store.try_get("error/" + std::to_string(r.rank));
+    std::string refused;
+    std::optional<std::string> error = get_signed(store, "error/" + std::to_string(r.rank), secret, &refused);
     if (!error && !request.error_dir.empty()) {
       std::ifstream in(fmt::format("{}/rank{}/error.json", request.error_dir, r.rank));
       if (in.good()) error = std::string(std::istreambuf_iterator<char>(in), {});
     }
+    if (!error && !refused.empty()) f.message = refused;
     if (error) {
       try {
         const auto j = nlohmann::json::parse(*error);
@@ -335,7 +374,18 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (outcome.failure->message.empty() && !lines.empty()) outcome.failure->message = lines.back();
   } else {
     outcome.ok = true;
-    outcome.result = store.try_get("result");
+    std::string refused;
+    outcome.result = get_signed(store, "result", secret, &refused);
+    if (!outcome.result && !refused.empty()) {
+      // Every rank exited 0 but the result is not the run's: believe nothing of it.
+      outcome.ok = false;
+      check::RankFailure f;
+      f.rank = 0;
+      f.kind = "communication";
+      f.cause = "exited with status 0";
+      f.message = refused;
+      outcome.failure = f;
+    }
   }
   outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return outcome;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/file_io.h"
 #include <nlohmann/json.hpp>
 
 #include "report/console.h"
@@ -49,15 +50,7 @@ std::string make_report_dir(const std::string& root) {
   }
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    DMP_CHECK(out.good(), ErrorKind::kInvalidInput, "cannot write {}", temporary);
-    out << text;
-  }
-  fs::rename(temporary, path);
-}
+void write_text(const std::string& path, const std::string& text) { write_file_atomically(path, text); }
 
 }  // namespace
 

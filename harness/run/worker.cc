@@ -1,6 +1,7 @@
 #include "run/worker.h"
 
 #include "dmp/behaviour_profile.h"
+#include "run/handover.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -29,7 +30,12 @@ std::chrono::milliseconds millis(double seconds) {
 }
 
 check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm::Store& store,
-                         const comm::RankEnvironment& env, const WorkerOptions& worker) {
+                         const comm::RankEnvironment& env, const WorkerOptions& worker,
+                         const std::map<std::string, std::string>& handed) {
+  auto entry = [&](const std::string& key, const std::string& fallback) {
+    auto it = handed.find(key);
+    return it == handed.end() ? fallback : it->second;
+  };
   const scenario::RunSpec& spec = scenario.runs.at(index);
   comm::Store run_store = store.with_prefix(fmt::format("run{}", index));
   comm::BackendOptions backend;
@@ -44,9 +50,9 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
   if (spec.fingerprint) comm = comm::make_fingerprinting_communicator(std::move(comm));
   RankRunOptions options;
   options.local_world_size = env.local_world_size;
-  options.checkpoint_dir = store.try_get("checkpoint_dir").value_or(worker.checkpoint_dir);
-  options.dump_batches_dir = store.try_get("dump_batches_dir").value_or(worker.dump_batches_dir);
-  options.full_state_dir = store.try_get("full_state_dir").value_or("");
+  options.checkpoint_dir = entry("checkpoint_dir", worker.checkpoint_dir);
+  options.dump_batches_dir = entry("dump_batches_dir", worker.dump_batches_dir);
+  options.full_state_dir = entry("full_state_dir", "");
   options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
   return run_on_rank(scenario, spec, *comm, options);
 }
@@ -69,47 +75,60 @@ void write_torchelastic_error_file(const std::string& kind, const std::string& m
 
 int worker_main(const WorkerOptions& options) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  std::optional<comm::Store> store;
+  std::optional<comm::Store> store;  // the run's view: keys under the secret's prefix
+  std::string secret;
   int rank = -1;
   try {
     const comm::RankEnvironment env = comm::rank_environment_from_process();
     rank = env.rank;
+    if (const char* s = std::getenv(kSecretVariable)) secret = s;
     const char* launched = std::getenv("DMPCHECK_LAUNCHED");
     const auto store_timeout = std::chrono::seconds(120);
     if (launched != nullptr && std::string(launched) == "1") {
-      store = comm::Store::connect(env.master_addr, env.master_port, store_timeout);
-      if (store->try_get("bench/kind")) {
-        bench_worker(*store, env);
+      DMP_CHECK(!secret.empty(), ErrorKind::kInvalidInput, "started as dmpcheck's rank without {}", kSecretVariable);
+      comm::Store raw = env.store_file.empty() ? comm::Store::connect(env.master_addr, env.master_port, store_timeout)
+                                               : comm::Store::open_file(env.store_file, store_timeout);
+      store = secret_view(raw, secret);
+      const std::map<std::string, std::string> handed = take_over(*store, secret);
+      if (handed.count("bench/kind")) {
+        bench_worker(*store, env, secret, handed);
         return 0;
       }
-      const auto overrides = nlohmann::json::parse(store->get("overrides")).get<scenario::Overrides>();
+      const auto overrides = nlohmann::json::parse(handed.at("overrides")).get<scenario::Overrides>();
       scenario::Scenario scenario =
-          scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"), overrides);
-      const size_t index = std::stoul(store->get("run_index"));
-      if (store->try_get("as_reference")) {
+          scenario::load_scenario_text(handed.at("scenario_text"), handed.at("scenario_file"), overrides);
+      const size_t index = std::stoul(handed.at("run_index"));
+      if (handed.count("as_reference")) {
         // The reference half of a side-by-side TorchRec cell: the same run on the reference DMP;
         // its verdict is not used, only the state it dumps.
         scenario::RunSpec& spec = scenario.runs.at(index);
         spec.system = scenario::kReferenceSystem;
         spec.expect = scenario::Expectation{};
-        if (auto profile = store->try_get("as_reference_profile")) spec.profile = *dmp::find_behaviour_profile(*profile);
+        if (handed.count("as_reference_profile")) spec.profile = *dmp::find_behaviour_profile(handed.at("as_reference_profile"));
       }
-      const check::RunResult result = run_one(scenario, index, *store, env, options);
-      if (env.rank == 0) store->set("result", nlohmann::json(result).dump());
+      const check::RunResult result = run_one(scenario, index, *store, env, options, handed);
+      if (env.rank == 0) set_signed(*store, "result", nlohmann::json(result).dump(), secret);
       return 0;
     }
 
-    // Under an external launcher.
+    // Under an external launcher: rank 0 hosts the store; the secret, when the user set the same
+    // one on every rank, keeps everyone else out of the run's keys.
     DMP_CHECK(options.scenario_path.has_value(), ErrorKind::kInvalidInput,
               "`dmpcheck worker` outside `dmpcheck run` needs the scenario file as its argument");
     // Under torchrun's agent store, dmpcheck's own store lives on env.store_port (rendezvous.h).
-    store = comm::Store::for_rank(env.master_addr, env.store_port, env.rank, env.world_size, store_timeout);
+    comm::Store raw = comm::Store::for_rank(env.master_addr, env.store_port, env.rank, env.world_size, store_timeout);
+    store = secret_view(raw, secret);
     if (env.rank == 0) {
+      if (secret.empty()) {
+        std::printf("dmpcheck: %s is not set: the run's store on port %u is open to anyone who can reach it; set the "
+                    "same secret for every rank (e.g. %s=$(openssl rand -hex 32))\n",
+                    kSecretVariable, static_cast<unsigned>(env.store_port), kSecretVariable);
+      }
       const scenario::Scenario loaded = scenario::load_scenario_file(*options.scenario_path);
-      store->set("scenario_file", loaded.file);
-      store->set("scenario_text", loaded.source_text);
+      hand_over(*store, {{"scenario_file", loaded.file}, {"scenario_text", loaded.source_text}}, secret);
     }
-    const scenario::Scenario scenario = scenario::load_scenario_text(store->get("scenario_text"), store->get("scenario_file"));
+    const std::map<std::string, std::string> handed = take_over(*store, secret);
+    const scenario::Scenario scenario = scenario::load_scenario_text(handed.at("scenario_text"), handed.at("scenario_file"));
     int exit_code = 0;
     for (size_t i = 0; i < scenario.runs.size(); ++i) {
       if (scenario.runs[i].on_torchrec()) {
@@ -120,7 +139,7 @@ int worker_main(const WorkerOptions& options) {
         }
         continue;
       }
-      check::RunResult result = run_one(scenario, i, *store, env, options);
+      check::RunResult result = run_one(scenario, i, *store, env, options, {});
       if (env.rank != 0) continue;
       report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
       std::printf("%s%s\n", report::render_run_table(result).c_str(), report::render_verdict_line(result).c_str());
@@ -132,8 +151,8 @@ int worker_main(const WorkerOptions& options) {
     write_torchelastic_error_file(std::string(error_kind_name(e.kind())), e.what());
     if (store) {
       try {
-        store->set(fmt::format("error/{}", rank),
-                   nlohmann::json{{"kind", std::string(error_kind_name(e.kind()))}, {"message", e.what()}}.dump());
+        set_signed(*store, fmt::format("error/{}", rank),
+                   nlohmann::json{{"kind", std::string(error_kind_name(e.kind()))}, {"message", e.what()}}.dump(), secret);
       } catch (const std::exception&) {
         // The launcher may already be gone; the message above is on stderr regardless.
       }
@@ -144,7 +163,8 @@ int worker_main(const WorkerOptions& options) {
     write_torchelastic_error_file("internal", e.what());
     if (store) {
       try {
-        store->set(fmt::format("error/{}", rank), nlohmann::json{{"kind", "internal"}, {"message", e.what()}}.dump());
+        set_signed(*store, fmt::format("error/{}", rank), nlohmann::json{{"kind", "internal"}, {"message", e.what()}}.dump(),
+                   secret);
       } catch (const std::exception&) {
       }
     }

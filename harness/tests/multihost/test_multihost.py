@@ -67,8 +67,13 @@ def hosts(tmp_path_factory):
             sh("ip", "netns", "del", ns, check=False)
 
 
+# The same secret on every rank, as a user of an external launcher sets it (docs/reliability.md).
+SECRET = "multihost-test-secret-%d" % os.getpid()
+
+
 def in_ns(ns, args, env=None, log=None):
     e = dict(os.environ)
+    e["DMPCHECK_RUN_SECRET"] = SECRET
     e.update(env or {})
     return subprocess.Popen(["ip", "netns", "exec", ns] + args, env=e, stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
@@ -118,6 +123,63 @@ def test_plain_run_inside_a_host_needs_nothing_but_its_loopback(hosts, tmp_path)
     assert_seed(out)  # the release cells are skipped here (no environments): the reference's four remain
 
 
+LONG = """version: 1
+name: long-reference-run
+world_size: 2
+steps: 100000
+batch_size: 4
+timeout_s: 30
+tables:
+  - {name: t0, rows: 16, dim: 4, features: [f0], sharding: {types: [data_parallel]}}
+  - {name: t1, rows: 16, dim: 4, features: [f1], sharding: {types: [table_wise]}}
+"""
+
+
+def sockets(ns):
+    """(state, local address, local port, line) of every TCP socket of a dmpcheck process in the namespace."""
+    out = sh("ip", "netns", "exec", ns, "ss", "-tanpH").stdout
+    found = []
+    for line in out.splitlines():
+        if "dmpcheck" not in line:
+            continue
+        fields = line.split()
+        address, port = fields[3].rsplit(":", 1)
+        found.append((fields[0], address.strip("[]"), int(port), line))
+    return found
+
+
+def test_a_single_host_run_uses_loopback_only_and_refuses_other_hosts(hosts, tmp_path):
+    """From its start to its training, every TCP socket of a `dmpcheck run` (launcher and ranks) is
+    a loopback one: its store is a file in a private directory, Gloo's pairs listen on 127.0.0.1.
+    Another host connecting to any port it used is refused."""
+    import time
+
+    scenario = tmp_path / "long.yaml"
+    scenario.write_text(LONG)
+    log = str(tmp_path / "run.log")
+    p = in_ns(hosts["ns"][0], [DMPCHECK, "run", str(scenario), "--out", str(tmp_path / "out")], log=log)
+    seen = {}
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and "step 2/" not in open(log).read():
+            assert p.poll() is None, open(log).read()
+            for state, address, port, line in sockets(hosts["ns"][0]):
+                seen[(state, address, port)] = line
+        assert any(state == "LISTEN" for state, _, _ in seen), "no listener seen while Gloo connected: %s" % seen
+        for (state, address, port), line in seen.items():
+            assert address in ("127.0.0.1", "::1"), line
+        probe = ("import socket, sys\nfor port in map(int, sys.argv[2:]):\n"
+                 "    s = socket.socket(); s.settimeout(3)\n"
+                 "    try:\n        s.connect((sys.argv[1], port)); print('OPEN', port)\n"
+                 "    except OSError as e:\n        print('REFUSED', port, e.errno)\n")
+        ports = sorted({port for _, _, port in seen})
+        out = sh("ip", "netns", "exec", hosts["ns"][1], "python3", "-c", probe, hosts["addr"][0], *map(str, ports)).stdout
+        assert "OPEN" not in out and out.count("REFUSED") == len(ports), out
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
 def test_workers_by_hand_with_torchruns_variables(hosts, tmp_path):
     out, logs, procs = str(tmp_path / "out"), [], []
     for rank, ns in enumerate(hosts["ns"]):
@@ -159,6 +221,7 @@ def test_real_torchrun_two_nodes(hosts, tmp_path, scenario, per_node):
                                 "--no-python", DMPCHECK, "worker", scenario, "--out", out], log=logs[-1]))
     assert wait_all(procs, logs) == [0, 0], "\n".join(open(l).read()[-3000:] for l in logs)
     (assert_seed if scenario == SEED else assert_twrw)(out)
+    assert "is not set: the run's store" not in open(logs[0]).read()  # the secret reached every rank
 
 
 @pytest.mark.parametrize("scenario,per_node", [(SEED, 1), (TWRW, 2)], ids=["seed", "table_row_wise_2x2"])
@@ -171,7 +234,7 @@ def test_real_mpirun_two_hosts(hosts, tmp_path, scenario, per_node):
                                "%s:%d,%s:%d" % (a, per_node, b, per_node), "--mca", "plm_rsh_agent", hosts["agent"],
                                "--mca", "oob_tcp_if_include", a.rsplit(".", 1)[0] + ".0/24",
                                "--mca", "btl_tcp_if_include", a.rsplit(".", 1)[0] + ".0/24",
-                               "-x", "MASTER_ADDR=" + a, "-x", "MASTER_PORT=29713", "-x", "PATH",
+                               "-x", "MASTER_ADDR=" + a, "-x", "MASTER_PORT=29713", "-x", "PATH", "-x", "DMPCHECK_RUN_SECRET",
                                DMPCHECK, "worker", scenario, "--out", out], log=log)
     assert wait_all([p], [log]) == [0], open(log).read()[-3000:]
     (assert_seed if scenario == SEED else assert_twrw)(out)

@@ -14,7 +14,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "comm/store.h"
+#include "common/error.h"
 #include "multiproc/multiproc_util.h"
+#include "run/handover.h"
 
 namespace dmpcheck {
 namespace {
@@ -134,6 +137,69 @@ TEST_F(Reliability, AFailingRankWritesTorchrunsErrorFile) {
   const auto error = nlohmann::json::parse(testing::read_file(error_file));
   EXPECT_NE(error["message"]["message"].get<std::string>().find("injected fault: rank 0 throws at step 1"), std::string::npos);
   EXPECT_TRUE(error["message"]["extraInfo"].contains("timestamp"));
+}
+
+TEST_F(Reliability, AProcessWithoutTheSecretCannotReadOrWriteTheRunsKeys) {
+  // Long enough (a few seconds) for the intruder to be on the store while the run goes on.
+  const std::string seed = write("secret-run.yaml",
+                                 "version: 1\nname: secret-run\nworld_size: 2\nsteps: 1500\nbatch_size: 4\ntables:\n"
+                                 "  - {name: t0, rows: 16, dim: 4, features: [f0], sharding: {types: [data_parallel]}}\n"
+                                 "  - {name: t1, rows: 16, dim: 4, features: [f1], sharding: {types: [table_wise]}}\n");
+  const int port = free_port();
+  std::vector<pid_t> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(spawn({DMPCHECK_CLI_PATH, "worker", seed, "--out", dir_ + "/reports"},
+                          {"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=2",
+                           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port), "DMPCHECK_RUN_SECRET=the-run-secret"},
+                          dir_ + "/rank" + std::to_string(r) + ".log"));
+  }
+  // An intruder on the same store: it knows dmpcheck's key names, not the secret.
+  comm::Store intruder = comm::Store::connect("127.0.0.1", static_cast<uint16_t>(port), std::chrono::seconds(30));
+  comm::Store wrong = run::secret_view(intruder, "a-guessed-secret");
+  comm::Store right = run::secret_view(intruder, "the-run-secret");  // the control: the keys are there
+  bool seen = false;
+  for (int i = 0; i < 400 && !seen; ++i) {
+    seen = right.try_get("entries#mac").has_value();
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(seen) << testing::read_file(dir_ + "/rank0.log");
+  for (const char* key : {"entries#mac", "entries", "entry/scenario_text", "scenario_text"}) {
+    EXPECT_FALSE(intruder.try_get(key).has_value()) << key;
+    EXPECT_FALSE(wrong.try_get(key).has_value()) << key;
+  }
+  // Forged writes under every name it can think of change nothing.
+  const std::string forged = "version: 1\nname: forged\ntables:\n  - {name: x, rows: 1, dim: 1, features: [x]}\n";
+  for (comm::Store* s : {&intruder, &wrong}) {
+    s->set("entry/scenario_text", forged);
+    s->set("scenario_text", forged);
+    s->set("result", "{}");
+  }
+  EXPECT_EQ(wait_for(ranks[0]), 0) << testing::read_file(dir_ + "/rank0.log");
+  EXPECT_EQ(wait_for(ranks[1]), 0) << testing::read_file(dir_ + "/rank1.log");
+  const auto report = nlohmann::json::parse(testing::read_file(dir_ + "/reports/secret-run/default.json"));
+  EXPECT_EQ(report["verdict"], "pass");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/reports/forged"));
+}
+
+TEST(Handover, AnEntryChangedInTheStoreIsRefusedByTheRank) {
+  comm::Store host = comm::Store::host("127.0.0.1", std::chrono::seconds(5));
+  comm::Store view = run::secret_view(host, "s3cret");
+  run::hand_over(view, {{"scenario_text", "version: 1"}, {"run_index", "0"}}, "s3cret");
+  EXPECT_EQ(run::take_over(view, "s3cret").at("run_index"), "0");
+  // Someone who learned where the keys are but not the secret rewrites one.
+  view.set("entry/run_index", "3");
+  try {
+    run::take_over(view, "s3cret");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not carry the run's MAC"), std::string::npos) << e.what();
+  }
+  run::set_signed(view, "result", "{\"verdict\": \"pass\"}", "s3cret");
+  EXPECT_TRUE(run::get_signed(view, "result", "s3cret").has_value());
+  view.set("result", "{\"verdict\": \"forged\"}");
+  std::string problem;
+  EXPECT_FALSE(run::get_signed(view, "result", "s3cret", &problem).has_value());
+  EXPECT_NE(problem.find("does not carry the run's MAC"), std::string::npos) << problem;
 }
 
 TEST_F(Reliability, RanksStartedWithSrunsVariablesJoin) {

@@ -62,3 +62,63 @@ TEST(Checkpoint, AFileOfAnotherKindIsACleanError) {
 
 }  // namespace
 }  // namespace dmpcheck::dmp
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "common/file_io.h"
+
+namespace dmpcheck {
+namespace {
+
+TEST(FileIo, APlantedSymlinkCannotRedirectAWrite) {
+  char pattern[] = "/tmp/dmpcheck-fileio-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const std::string victim = dir + "/victim";
+  { std::ofstream(victim) << "untouched"; }
+  const std::string target = dir + "/report.json";
+  // Every name the old writers used next to their target: <path>.tmp, <path>.tmp.<pid>.
+  for (const std::string& planted : {target + ".tmp", target + ".tmp." + std::to_string(::getpid())}) {
+    ASSERT_EQ(::symlink(victim.c_str(), planted.c_str()), 0);
+  }
+  write_file_atomically(target, "the report");
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(text, "untouched");
+  std::ifstream written(target);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(written)), {}), "the report");
+  // A symlink at the target itself is replaced, not followed.
+  ASSERT_EQ(::unlink(target.c_str()), 0);
+  ASSERT_EQ(::symlink(victim.c_str(), target.c_str()), 0);
+  write_file_atomically(target, "again");
+  std::ifstream still(victim);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(still)), {}), "untouched");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dmpcheck
+
+#include "common/digest.h"
+
+namespace dmpcheck {
+namespace {
+
+TEST(Digest, Sha256AndHmacMatchTheirPublishedVectors) {
+  const auto abc = sha256("abc");
+  EXPECT_EQ(to_hex(abc.data(), abc.size()), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const auto empty = sha256("");
+  EXPECT_EQ(to_hex(empty.data(), empty.size()), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  const auto two_blocks = sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq");
+  EXPECT_EQ(to_hex(two_blocks.data(), two_blocks.size()), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(hmac_hex("key", "The quick brown fox jumps over the lazy dog"),
+            "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8");
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_NE(random_secret(), random_secret());
+  EXPECT_EQ(random_secret().size(), 64u);
+}
+
+}  // namespace
+}  // namespace dmpcheck

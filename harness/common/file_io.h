@@ -1,0 +1,16 @@
+// Writing a file so that a reader never sees half of it and nobody can redirect the write: the
+// bytes go to a new file made with mkstemp (O_EXCL, an unpredictable name, 0600) in the target's
+// directory, which is then renamed over the target.  A file or symlink planted at any name the
+// writer might use cannot catch the bytes.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace dmpcheck {
+
+// Creates the parent directories.  Error(kInvalidInput) naming the path on failure; the
+// temporary file is removed.  The target ends with the usual permissions (0666 & ~umask).
+void write_file_atomically(const std::string& path, std::string_view bytes);
+
+}  // namespace dmpcheck
