@@ -41,7 +41,7 @@ at::Tensor pooled_forward(const at::Tensor& weight, const Bags& bags, PoolingTyp
   const int64_t batch = bags.lengths.numel();
   if (bags.ids.numel() == 0) return at::zeros({batch, weight.size(1)}, weight.options());
   DMP_CHECK(!(bags.weights && pooling == PoolingType::kMean), ErrorKind::kInvalidInput,
-            "weighted features cannot use mean pooling (FBGEMM rejects per-sample weights with mean)");
+            "weighted features with mean pooling are not modelled by the reference DMP (TorchRec accepts them)");
   const int64_t mode = pooling == PoolingType::kSum ? 0 : 1;
   at::Tensor per_sample = bags.weights ? bags.weights->to(weight.scalar_type()) : at::Tensor();
   auto result = at::embedding_bag(weight, bags.ids, bag_offsets(bags.lengths), /*scale_grad_by_freq=*/false,

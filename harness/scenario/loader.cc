@@ -394,8 +394,11 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
     if (t["weighted"]) {
       const bool weighted = r.choice(t["weighted"], path + ".weighted", {"true", "false"}) == "true";
-      if (weighted && c.pooling == dmp::PoolingType::kMean) {
-        r.fail(t["weighted"], path + ".weighted", "weighted features cannot use mean pooling (FBGEMM rejects it)");
+      if (weighted && c.pooling == dmp::PoolingType::kMean && !run.on_torchrec()) {
+        // Not FBGEMM's limit (TorchRec 1.9.2 accepts weighted mean pooling on CPU, and trains
+        // differently from a weighted sum): the reference does not model it yet.
+        r.fail(t["weighted"], path + ".weighted",
+               "weighted features with mean pooling are not modelled by the reference DMP (TorchRec accepts them); use sum");
       }
       c.weighted = weighted;
       if (weighted) run.data.weighted_features.insert(run.data.weighted_features.end(), c.feature_names.begin(), c.feature_names.end());

@@ -270,3 +270,17 @@ TEST(Preflight, AModelOverTheHostsMemoryIsRefusedWithTheNumbers) {
 
 }  // namespace
 }  // namespace dmpcheck::scenario
+
+namespace dmpcheck::scenario {
+namespace {
+
+TEST(ScenarioLoaderSystem, WeightedMeanPoolingRunsOnAReleaseNotOnTheReference) {
+  const std::string table = "tables:\n  - {name: t, rows: 8, dim: 4, features: [f], pooling: mean, weighted: true}\n";
+  EXPECT_NO_THROW(load_scenario_text("version: 1\nname: w\nsystem: torchrec==1.9.2\n" + table, "w.yaml"));
+  EXPECT_NE(error_of("version: 1\nname: w\n" + table).find("weighted features with mean pooling are not modelled by the "
+                                                             "reference DMP (TorchRec accepts them); use sum"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace dmpcheck::scenario
