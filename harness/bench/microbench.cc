@@ -211,7 +211,7 @@ struct StepFixture {
 
 void train_step_dmp(benchmark::State& state) {
   StepFixture f;
-  comm::Store store = comm::Store::host("127.0.0.1", std::chrono::seconds(30));
+  comm::Store store = comm::Store::host("127.0.0.1", "microbench", std::chrono::seconds(30));
   comm::GlooOptions gloo;
   auto communicator = comm::make_gloo_communicator(store, 0, 1, gloo);
   const dmp::ShardingPlan plan = dmp::plan_sharding(scenario::planner_input(f.spec, 1));

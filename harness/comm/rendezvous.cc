@@ -98,6 +98,10 @@ RankEnvironment rank_environment_from(
   return env;
 }
 
+std::string store_address(const RankEnvironment& env) {
+  return env.local_world_size >= env.world_size ? "127.0.0.1" : env.master_addr;
+}
+
 std::string gloo_listen_address(const RankEnvironment& env) {
   if (!env.gloo_interface.empty()) return {};
   if (env.local_world_size >= env.world_size) return "127.0.0.1";  // one host

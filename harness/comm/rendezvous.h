@@ -35,6 +35,11 @@ struct RankEnvironment {
 // Error(kInvalidInput) when MASTER_ADDR does not resolve or no route leads there.
 std::string gloo_listen_address(const RankEnvironment& env);
 
+// Where dmpcheck's store listens under an external launcher, and where ranks reach it: 127.0.0.1
+// when the world is on one host (no other host can connect at all), MASTER_ADDR when it spans
+// hosts (rank 0 binds that address only, not every interface).
+std::string store_address(const RankEnvironment& env);
+
 // Reads the variables through `lookup` (std::getenv in production, a map in tests), in order:
 // torchrun's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE; Slurm's SLURM_PROCID/SLURM_NTASKS/
 // SLURM_LOCALID/SLURM_NTASKS_PER_NODE; Open MPI's OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/

@@ -1,35 +1,17 @@
 #include "comm/store.h"
 
+#include <cstdio>
+
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "comm/auth_store.h"
+#include "comm/rendezvous.h"
 #include "comm/store_impl.h"
 #include "common/error.h"
 
 namespace dmpcheck::comm {
 namespace {
-
-std::unique_ptr<StoreImpl> make_tcp_store(const std::string& host, uint16_t port, bool server,
-                                          std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions options;
-  options.port = port;
-  options.isServer = server;
-  options.waitWorkers = false;
-  options.numWorkers = c10::nullopt;
-  options.timeout = timeout;
-  auto impl = std::make_unique<StoreImpl>();
-  try {
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(host, options);
-    impl->port = tcp->getPort();
-    impl->store = tcp;
-  } catch (const std::exception& e) {
-    throw_error(ErrorKind::kCommunication,
-                fmt::format("cannot {} the rendezvous store at {}:{}: {}",
-                            server ? "host" : "connect to", host, port, e.what()));
-  }
-  return impl;
-}
 
 std::string to_string(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
@@ -40,8 +22,15 @@ Store::~Store() = default;
 Store::Store(Store&&) noexcept = default;
 Store& Store::operator=(Store&&) noexcept = default;
 
-Store Store::host(const std::string& host, std::chrono::milliseconds timeout) {
-  return Store(make_tcp_store(host, 0, /*server=*/true, timeout));
+Store Store::host(const std::string& address, const std::string& secret, std::chrono::milliseconds timeout,
+                  uint16_t port) {
+  auto impl = std::make_unique<StoreImpl>();
+  impl->server = std::make_shared<AuthStoreServer>(address, port, secret, [](const std::string& message) {
+    std::fprintf(stderr, "dmpcheck: %s\n", message.c_str());
+  });
+  impl->port = impl->server->port();
+  impl->store = c10::make_intrusive<AuthStoreClient>(address, impl->port, secret, timeout);
+  return Store(std::move(impl));
 }
 
 Store Store::host_file(const std::string& directory, std::chrono::milliseconds timeout) {
@@ -67,14 +56,21 @@ Store Store::open_file(const std::string& path, std::chrono::milliseconds timeou
   return Store(std::move(impl));
 }
 
-Store Store::connect(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
-  return Store(make_tcp_store(host, port, /*server=*/false, timeout));
+Store Store::connect(const std::string& host, uint16_t port, const std::string& secret,
+                     std::chrono::milliseconds timeout) {
+  auto impl = std::make_unique<StoreImpl>();
+  impl->port = port;
+  impl->store = c10::make_intrusive<AuthStoreClient>(host, port, secret, timeout);
+  return Store(std::move(impl));
 }
 
-Store Store::for_rank(const std::string& host, uint16_t port, int rank, int world_size,
-                      std::chrono::milliseconds timeout) {
-  return Store(make_tcp_store(host, port, /*server=*/rank == 0, timeout));
+Store Store::for_rank(const RankEnvironment& env, const std::string& secret, std::chrono::milliseconds timeout) {
+  const std::string address = store_address(env);
+  if (env.rank == 0) return host(address, secret, timeout, env.store_port);
+  return connect(address, env.store_port, secret, timeout);
 }
+
+int Store::refused_count() const { return impl_->server ? impl_->server->refused_count() : 0; }
 
 uint16_t Store::port() const { return impl_->port; }
 const std::string& Store::path() const { return impl_->path; }
@@ -90,6 +86,8 @@ void Store::set(const std::string& key, const std::string& value) {
 std::string Store::get(const std::string& key) {
   try {
     return to_string(impl_->store->get(key));
+  } catch (const Error& e) {
+    throw_error(e.kind(), fmt::format("store get '{}' failed: {}", key, e.what()));
   } catch (const std::exception& e) {
     const std::string what = e.what();
     const bool timed_out = what.find("imeout") != std::string::npos;
@@ -110,6 +108,8 @@ std::optional<std::string> Store::try_get(const std::string& key) {
 int64_t Store::add(const std::string& key, int64_t amount) {
   try {
     return impl_->store->add(key, amount);
+  } catch (const Error& e) {
+    throw_error(e.kind(), fmt::format("store add '{}' failed: {}", key, e.what()));
   } catch (const std::exception& e) {
     throw_error(ErrorKind::kCommunication, fmt::format("store add '{}' failed: {}", key, e.what()));
   }
@@ -119,6 +119,7 @@ Store Store::with_prefix(const std::string& prefix) const {
   auto impl = std::make_unique<StoreImpl>();
   impl->port = impl_->port;
   impl->path = impl_->path;
+  impl->server = impl_->server;
   impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
   return Store(std::move(impl));
 }

@@ -1,5 +1,7 @@
-// A key-value store shared by the launcher and its ranks (a c10d TCPStore underneath).  The
-// launcher hosts the server; ranks connect as clients.  Values are byte strings.
+// A key-value store shared by a run's processes.  Values are byte strings.  Two kinds: a file in a
+// private directory (dmpcheck's own launcher, one host), or dmpcheck's authenticated TCP store
+// (auth_store.h: bound to one address, every connection proves the run's secret first), hosted by
+// rank 0 under external launchers.
 #pragma once
 
 #include <chrono>
@@ -11,6 +13,7 @@
 namespace dmpcheck::comm {
 
 class StoreImpl;
+struct RankEnvironment;
 
 class Store {
  public:
@@ -18,19 +21,23 @@ class Store {
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;
 
-  // Hosts a server on `host`, port 0: the operating system picks a free port, so two launchers
-  // on one machine never race for one.  port() says which.
-  static Store host(const std::string& host, std::chrono::milliseconds timeout);
+  // Hosts an authenticated server bound to `address` only (port 0: the operating system picks a
+  // free one; port() says which) and connects to it.  Refused connections are reported on stderr.
+  static Store host(const std::string& address, const std::string& secret, std::chrono::milliseconds timeout,
+                    uint16_t port = 0);
   // A store kept in a file inside `directory`, which the caller made private (mkdtemp: 0700):
   // no socket at all, and no other user can reach it.  What dmpcheck's own launcher uses for a
   // single-host run.  path() says where; ranks open_file() it.
   static Store host_file(const std::string& directory, std::chrono::milliseconds timeout);
   static Store open_file(const std::string& path, std::chrono::milliseconds timeout);
-  // Connects to a server started elsewhere (rank 0 under an external launcher).
-  static Store connect(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
-  // Under an external launcher: rank 0 hosts on MASTER_PORT, the other ranks connect.
-  static Store for_rank(const std::string& host, uint16_t port, int rank, int world_size,
-                        std::chrono::milliseconds timeout);
+  // Connects to a server started elsewhere and proves `secret` (Error(kCommunication) when refused).
+  static Store connect(const std::string& host, uint16_t port, const std::string& secret,
+                       std::chrono::milliseconds timeout);
+  // Under an external launcher: rank 0 hosts on env.store_port at store_address(env) (loopback
+  // for a world on one host, MASTER_ADDR for one that spans hosts); the other ranks connect there.
+  static Store for_rank(const RankEnvironment& env, const std::string& secret, std::chrono::milliseconds timeout);
+  // Connections this process's server refused (0 for a client or a file store).
+  int refused_count() const;
 
   uint16_t port() const;               // 0 for a file store
   const std::string& path() const;     // empty for a TCP store

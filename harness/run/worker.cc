@@ -86,7 +86,7 @@ int worker_main(const WorkerOptions& options) {
     const auto store_timeout = std::chrono::seconds(120);
     if (launched != nullptr && std::string(launched) == "1") {
       DMP_CHECK(!secret.empty(), ErrorKind::kInvalidInput, "started as dmpcheck's rank without {}", kSecretVariable);
-      comm::Store raw = env.store_file.empty() ? comm::Store::connect(env.master_addr, env.master_port, store_timeout)
+      comm::Store raw = env.store_file.empty() ? comm::Store::connect(env.master_addr, env.master_port, secret, store_timeout)
                                                : comm::Store::open_file(env.store_file, store_timeout);
       store = secret_view(raw, secret);
       const std::map<std::string, std::string> handed = take_over(*store, secret);
@@ -116,7 +116,7 @@ int worker_main(const WorkerOptions& options) {
     DMP_CHECK(options.scenario_path.has_value(), ErrorKind::kInvalidInput,
               "`dmpcheck worker` outside `dmpcheck run` needs the scenario file as its argument");
     // Under torchrun's agent store, dmpcheck's own store lives on env.store_port (rendezvous.h).
-    comm::Store raw = comm::Store::for_rank(env.master_addr, env.store_port, env.rank, env.world_size, store_timeout);
+    comm::Store raw = comm::Store::for_rank(env, secret, store_timeout);
     store = secret_view(raw, secret);
     if (env.rank == 0) {
       if (secret.empty()) {

@@ -191,6 +191,61 @@ def test_workers_by_hand_with_torchruns_variables(hosts, tmp_path):
     assert_seed(out)
 
 
+PROBE_WRONG_SECRET = """
+import hashlib, hmac, os, socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+greeting = b""
+while len(greeting) < 72:
+    chunk = s.recv(72 - len(greeting))
+    if not chunk:
+        break
+    greeting += chunk
+assert greeting[:8] == b"DMPSTOR1", greeting
+nonce_s, nonce_c = greeting[8:72], os.urandom(32).hex().encode()
+s.sendall(nonce_c + hmac.new(b"a-guessed-secret", b"client" + nonce_s + nonce_c, hashlib.sha256).hexdigest().encode())
+print("CLOSED" if s.recv(64) == b"" else "ANSWERED")
+"""
+
+
+def test_a_multi_host_runs_store_binds_master_addr_and_refuses_a_wrong_secret(hosts, tmp_path):
+    """Workers by hand on two hosts: rank 0's store listens on MASTER_ADDR only (not every
+    interface, not loopback); a process on the other host that cannot prove the secret is refused
+    and reported, and the run passes."""
+    import time
+
+    scenario = tmp_path / "long.yaml"
+    scenario.write_text(LONG.replace("steps: 100000", "steps: 3000"))
+    out, logs, procs = str(tmp_path / "out"), [], []
+    a, port = hosts["addr"][0], 29714
+    for rank, ns in enumerate(hosts["ns"]):
+        logs.append(str(tmp_path / ("rank%d.log" % rank)))
+        procs.append(in_ns(ns, [DMPCHECK, "worker", str(scenario), "--out", out],
+                           {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                            "MASTER_ADDR": a, "MASTER_PORT": str(port)}, logs[-1]))
+    try:
+        listeners = []
+        deadline = time.time() + 60
+        while time.time() < deadline and not any(p == port for _, _, p, _ in listeners):
+            listeners = [s for s in sockets(hosts["ns"][0]) if s[0] == "LISTEN"]
+            time.sleep(0.05)
+        assert any(p == port for _, _, p, _ in listeners), listeners
+        for state, address, p, line in listeners:
+            assert address == a, line  # the store and Gloo's pairs: MASTER_ADDR's interface only
+        probe = sh("ip", "netns", "exec", hosts["ns"][1], "python3", "-c", PROBE_WRONG_SECRET, a, str(port)).stdout
+        assert probe.strip() == "CLOSED", probe
+        on_loopback = sh("ip", "netns", "exec", hosts["ns"][0], "python3", "-c",
+                         "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=5); print('OPEN')\n"
+                         "except OSError:\n    print('REFUSED')\n" % port).stdout
+        assert on_loopback.strip() == "REFUSED", on_loopback
+    finally:
+        codes = wait_all(procs, logs)
+    assert codes == [0, 0], "\n".join(open(l).read()[-3000:] for l in logs)
+    log0 = open(logs[0]).read()
+    assert "refused a connection to the run's store from %s:" % hosts["addr"][1] in log0, log0[-3000:]
+    got = reports(out, "long-reference-run")
+    assert [r["verdict"] for r in got.values()] == ["pass"], got
+
+
 def need_torchrun():
     if not os.path.exists(TORCHRUN):
         unavailable("torchrun comes from the torchrec 1.9.2 environment: bash ci/torchrec-env.sh 1.9.2")

@@ -6,6 +6,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 
 #include <gtest/gtest.h>
 
@@ -19,6 +24,21 @@ inline std::string read_file(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// This host's IPv4 addresses outside 127.0.0.0/8 (empty on a host, or in a namespace, with none).
+inline std::vector<std::string> non_loopback_ipv4_addresses() {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+    if (std::string(text).rfind("127.", 0) != 0) out.push_back(text);
+  }
+  ::freeifaddrs(list);
+  return out;
 }
 
 inline std::string temporary_directory() {

@@ -18,13 +18,13 @@ namespace {
 
 // Runs `body(comm)` on `world` ranks of `backend`, one thread each; rethrows the first failure.
 void on_ranks(const std::string& backend, int world, const std::function<void(comm::Communicator&)>& body) {
-  comm::Store host = comm::Store::host("127.0.0.1", std::chrono::seconds(30));
+  comm::Store host = comm::Store::host("127.0.0.1", "collectives-test", std::chrono::seconds(30));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        comm::Store store = comm::Store::connect("127.0.0.1", host.port(), std::chrono::seconds(30));
+        comm::Store store = comm::Store::connect("127.0.0.1", host.port(), "collectives-test", std::chrono::seconds(30));
         comm::BackendOptions options;
         options.timeout = std::chrono::seconds(30);
         options.local_rank = r;
