@@ -80,6 +80,8 @@ struct RunFlags {
   std::optional<double> budget;
   std::string checkpoint_dir;
   std::string dump_batches_dir;
+  std::string ranks = "fork";
+  std::string filter;
 };
 
 int command_gather(const std::string& directory, const std::string& output) {
@@ -121,6 +123,8 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
     options.budget_s = flags.budget;
     options.checkpoint_dir = flags.checkpoint_dir;
     options.dump_batches_dir = flags.dump_batches_dir;
+    options.exec_ranks = flags.ranks == "exec";
+    options.filter = flags.filter;
     std::vector<check::RunResult> first;
     for (int attempt = 0; attempt < std::max(1, flags.repeat); ++attempt) {
       if (flags.repeat > 1) std::cout << fmt::format("== repetition {}/{} of {}\n", attempt + 1, flags.repeat, s.name);
@@ -143,6 +147,9 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
       }
     }
   }
+  DMP_CHECK(!all.empty() || flags.filter.empty(), ErrorKind::kInvalidInput,
+            "--filter '{}' matches no run of {} (runs are named '<scenario> [<run>]'; `dmpcheck validate` lists them)",
+            flags.filter, fmt::join(files, ", "));
   if (flags.repeat > 1) {
     std::cout << (deterministic ? fmt::format("dmpcheck: every digest identical over {} repetitions\n", flags.repeat)
                                 : std::string("dmpcheck: digests differ between repetitions\n"));
@@ -237,6 +244,12 @@ int main(int argc, char** argv) {
                       "After the last step every rank saves its shards to DIR/<scenario>/<run>/rank<r>.pt (torch.load reads them)");
   run_cmd->add_option("--dump-batches", flags.dump_batches_dir,
                       "Rank 0 writes every global batch to DIR/<scenario>/<run>/batch<step>.pt, to feed TorchRec the same data");
+  run_cmd->add_option("--filter", flags.filter, "Only the runs whose '<scenario> [<run>]' matches this regex (as suite --filter)");
+  run_cmd->add_option("--ranks", flags.ranks,
+                      "fork: ranks are forked from this warm process (no second libtorch start-up); exec: a fresh "
+                      "`dmpcheck worker` per rank (also DMPCHECK_RANKS=exec)")
+      ->check(CLI::IsMember({"fork", "exec"}))
+      ->capture_default_str();
 
   run::SuiteOptions suite;
   auto* suite_cmd = app.add_subcommand("suite", "Run every scenario and matrix cell under the given paths; write JSON, JUnit XML, Markdown and HTML reports");
@@ -245,6 +258,12 @@ int main(int argc, char** argv) {
   suite_cmd->add_option("--jobs,-j", suite.jobs, "Runs at once, while their ranks fit on the cores")->capture_default_str();
   suite_cmd->add_option("--out", suite.out_root, "Reports go to <out>/<timestamp>/")->capture_default_str();
   suite_cmd->add_option("--budget", suite.budget_s, "Seconds a run may take in all before its ranks are killed");
+  std::string suite_ranks = "fork";
+  suite_cmd->add_option("--ranks", suite_ranks,
+                        "fork: ranks are forked from this warm process (with --jobs 1); exec: a fresh `dmpcheck worker` per "
+                        "rank (also DMPCHECK_RANKS=exec)")
+      ->check(CLI::IsMember({"fork", "exec"}))
+      ->capture_default_str();
 
   std::string report_dir;
   auto* report_cmd = app.add_subcommand("report", "Render junit.xml, summary.md and report.html again from the run JSON files in a directory");
@@ -329,6 +348,7 @@ int main(int argc, char** argv) {
     }
     if (*gather_cmd) return command_gather(gather_dir, gather_out);
     if (*suite_cmd) {
+      suite.exec_ranks = suite_ranks == "exec";
       const int code = command_suite(suite);
       return run::interrupt_requested() ? 130 : code;
     }

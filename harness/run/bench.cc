@@ -17,6 +17,7 @@
 #include "report/json.h"
 #include "run/handover.h"
 #include "run/launcher.h"
+#include "run/worker.h"
 #include "run/rank_run.h"
 #include "scenario/scenario.h"
 
@@ -287,6 +288,7 @@ LaunchOutcome launch_bench(const std::string& executable, int world, int threads
   LaunchRequest request;
   request.executable = executable;
   request.arguments = {"worker"};
+  request.in_process = [] { return worker_main(WorkerOptions{}); };
   request.world_size = world;
   request.threads_per_rank = threads;
   request.store_entries = std::move(entries);

@@ -36,6 +36,13 @@ struct LaunchRequest {
   std::map<std::string, std::string> environment;
   int master_port = 0;
   std::string error_dir;
+  // The rank's program as a function of this very binary (dmpcheck's worker).  When set, ranks
+  // are forked from this process, already warm (libtorch loaded and initialised), and call it
+  // with the rank's environment in place of exec-ing `executable` -- unless `exec_ranks` is set,
+  // DMPCHECK_RANKS=exec is in the environment, or this process already has a second thread (a
+  // fork would copy a half-held lock), in which case `executable` is exec-ed as before.
+  std::function<int()> in_process;
+  bool exec_ranks = false;
 };
 
 struct LaunchOutcome {
@@ -44,6 +51,7 @@ struct LaunchOutcome {
   std::optional<std::string> result;  // the store's "result" key, if rank 0 set it
   std::vector<int> pids;              // of the ranks, for tests that check nothing survived
   double seconds = 0.0;
+  bool forked = false;                // ranks forked from this warm process, not exec-ed
 };
 
 // Keys a rank may set: "result" (the RunResult JSON, rank 0) and "error/<rank>" (a JSON
@@ -54,6 +62,9 @@ LaunchOutcome launch(const LaunchRequest& request);
 // return a failure of kind "interrupted" (the CLI then exits 130).  Call once from main().
 void install_interrupt_handlers();
 bool interrupt_requested();
+
+// How many threads this process has now (/proc/self/task).
+int thread_count();
 
 // "killed by signal 11 (SIGSEGV)" / "exited with status 3".
 std::string describe_wait_status(int status);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +14,7 @@
 #include "run/launcher.h"
 #include "run/rank_run.h"
 #include "run/torchrec_cell.h"
+#include "run/worker.h"
 
 namespace dmpcheck::run {
 
@@ -83,6 +86,8 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   LaunchRequest request;
   request.executable = options.worker_executable;
   request.arguments = {"worker"};
+  request.in_process = [] { return worker_main(WorkerOptions{}); };
+  request.exec_ranks = options.exec_ranks;
   request.world_size = spec.world_size;
   request.local_world_size = spec.local_world_size;
   request.threads_per_rank = threads_per_rank(spec, available_cores());
@@ -112,8 +117,17 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
 
 ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioRunOptions& options) {
   ScenarioOutcome outcome;
+  std::optional<std::regex> filter;
+  if (!options.filter.empty()) {
+    try {
+      filter.emplace(options.filter, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw_error(ErrorKind::kInvalidInput, fmt::format("--filter '{}' is not a regular expression: {}", options.filter, e.what()));
+    }
+  }
   for (size_t i = 0; i < scenario.runs.size() && !interrupt_requested(); ++i) {
     const scenario::RunSpec& spec = scenario.runs[i];
+    if (filter && !std::regex_search(fmt::format("{} [{}]", scenario.name, spec.name), *filter)) continue;
     if (options.out) {
       *options.out << fmt::format("-- run {}/{}: {} [{}] on {} ranks\n", i + 1, scenario.runs.size(), scenario.name,
                                   spec.name, spec.world_size)

@@ -26,6 +26,11 @@ struct ScenarioRunOptions {
   // and have rank 0 dump its whole state at init and after every step into this directory.
   std::string full_state_dir;
   std::string reference_profile;  // with full_state_dir: the profile the reference runs under
+  // Exec a fresh worker binary per rank instead of forking ranks from this warm process
+  // (launcher.h says when a fork is made).
+  bool exec_ranks = false;
+  // ECMAScript regex searched in "<scenario> [<run>]" (as suite --filter); empty: every run.
+  std::string filter;
 };
 
 struct ScenarioOutcome {

@@ -118,6 +118,7 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
   run_options.out_dir = outcome.report_dir;
   run_options.budget_s = options.budget_s;
   run_options.echo_rank_output = false;
+  run_options.exec_ranks = options.exec_ranks;
 
   // Scheduler: up to `jobs` runs at once while their ranks fit on the machine's cores (a run
   // larger than the machine runs alone).
@@ -139,7 +140,7 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
       ++running;
       ranks_busy += ranks;
     }
-    threads.emplace_back([&, i, ranks] {
+    auto cell = [&, i, ranks] {
       const auto& scenario = scenarios[cells[i].scenario];
       check::RunResult result = run_cell(scenario, cells[i].run, run_options);
       std::lock_guard<std::mutex> lock(mutex);
@@ -161,7 +162,14 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
         *options.out << std::flush;
       }
       changed.notify_all();
-    });
+    };
+    // One run at a time runs on this thread: the launcher then forks its ranks from this warm
+    // process (launcher.h), which it may only do while the process has a single thread.
+    if (options.jobs <= 1) {
+      cell();
+    } else {
+      threads.emplace_back(cell);
+    }
   }
   for (auto& t : threads) t.join();
 

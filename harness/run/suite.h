@@ -19,6 +19,7 @@ struct SuiteOptions {
   std::string worker_executable;
   std::optional<double> budget_s;
   std::ostream* out = nullptr;     // progress lines
+  bool exec_ranks = false;         // exec a worker per rank instead of forking (launcher.h)
 };
 
 struct SuiteOutcome {

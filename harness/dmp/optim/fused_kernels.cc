@@ -30,6 +30,20 @@ void adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64
   }
 }
 
+void rowwise_adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end,
+                          int64_t dim, const float* row_mean_square, float lr, float eps, float wd, int wd_mode,
+                          float decoupled_correction) {
+  for (int64_t i = begin; i < end; ++i) {
+    float* wr = w + rows[i] * dim;
+    const float* gr = g + i * dim;
+    const float momentum = m[rows[i]] + row_mean_square[i];
+    m[rows[i]] = momentum;
+    const float multiplier = lr / (std::sqrt(momentum) + eps);
+    const float correction = wd_mode == 1 ? 1.0f - multiplier * wd : wd_mode == 2 ? decoupled_correction : 1.0f;
+    for (int64_t j = 0; j < dim; ++j) wr[j] = wr[j] * correction - multiplier * gr[j];
+  }
+}
+
 void adam_rows(float* w, float* exp_avg, float* exp_avg_sq, const float* g, const int64_t* rows, int64_t begin,
                int64_t end, int64_t dim, const AdamScalars& s) {
   for (int64_t i = begin; i < end; ++i) {

@@ -103,19 +103,18 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
       return;
     }
     case FusedOptimizerType::kRowWiseAdagrad: {
-      // The row mean is a reduction, whose order ATen chooses: kept as tensor code.
-      const at::Tensor wrows = weight.index_select(0, rows);
-      at::Tensor& momentum = state_[0].tensor;
+      // The mean is a reduction whose order ATen chooses (fused_kernels.h says why it stays so);
+      // everything after it is one pass per row.
       const bool l2 = config_.weight_decay_mode == WeightDecayMode::kL2;
-      const double wd_d = config_.weight_decay;
-      const at::Tensor decayed = l2 ? g + wd_d * wrows : g;
-      const at::Tensor m = momentum.index_select(0, rows) + (decayed * decayed).mean(1);
-      momentum.index_copy_(0, rows, m);
-      const at::Tensor mult = (config_.learning_rate / (m.sqrt() + config_.eps)).unsqueeze(1);
-      at::Tensor corrected = wrows;
-      if (l2) corrected = wrows * (1.0 - mult * wd_d);
-      if (config_.weight_decay_mode == WeightDecayMode::kDecoupled) corrected = wrows * (1.0 - config_.learning_rate * wd_d);
-      weight.index_copy_(0, rows, corrected - mult * g);
+      const at::Tensor decayed = l2 ? g + config_.weight_decay * weight.index_select(0, rows) : g;
+      const at::Tensor mean_square = (decayed * decayed).mean(1).contiguous();
+      const float* ms = mean_square.data_ptr<float>();
+      float* m = state_[0].tensor.data_ptr<float>();
+      const int mode = l2 ? 1 : config_.weight_decay_mode == WeightDecayMode::kDecoupled ? 2 : 0;
+      const float decoupled = static_cast<float>(1.0 - config_.learning_rate * config_.weight_decay);
+      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+        kernels::rowwise_adagrad_rows(w, m, gp, rp, begin, end, dim, ms, lr, eps, wd, mode, decoupled);
+      });
       return;
     }
     case FusedOptimizerType::kAdam: {

@@ -4,7 +4,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <atomic>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <stdexcept>
+#include <thread>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -71,6 +79,84 @@ TEST(Launcher, CleanRanksAndTheirOutputLines) {
   EXPECT_FALSE(outcome.failure.has_value());
   std::sort(lines.begin(), lines.end());
   EXPECT_EQ(lines, (std::vector<std::string>{"0:hello from 0", "0:threads 1", "1:hello from 1", "1:threads 1"}));
+}
+
+// Ranks forked from this (warm, single-threaded) process: they see their own environment, their
+// output, crashes and exit codes are reported as an exec-ed rank's are, and the parent is untouched.
+LaunchRequest forked_ranks(std::function<int()> body, int world_size) {
+  auto request = shell_ranks("echo exec-ed rank $RANK", world_size);
+  request.in_process = std::move(body);
+  return request;
+}
+
+TEST(Launcher, ForkedRanksSeeTheirOwnEnvironmentAndOutput) {
+  ASSERT_EQ(thread_count(), 1);
+  int touched = 0;
+  auto request = forked_ranks([&] {
+    touched = 1;  // the child's copy; the parent's stays 0
+    std::printf("forked rank %s of %s, threads %s\n", std::getenv("RANK"), std::getenv("WORLD_SIZE"),
+                std::getenv("OMP_NUM_THREADS"));
+    return 0;
+  }, 3);
+  std::vector<std::string> lines;
+  request.on_line = [&](int rank, const std::string& line) { lines.push_back(std::to_string(rank) + ":" + line); };
+  const LaunchOutcome outcome = launch(request);
+  EXPECT_TRUE(outcome.ok);
+  EXPECT_TRUE(outcome.forked);
+  EXPECT_EQ(touched, 0);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"0:forked rank 0 of 3, threads 1", "1:forked rank 1 of 3, threads 1",
+                                             "2:forked rank 2 of 3, threads 1"}));
+  for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid));
+}
+
+TEST(Launcher, AForkedRankThatCrashesOrThrowsIsReportedAndThePeersAreReaped) {
+  auto crash = forked_ranks([] {
+    if (std::string(std::getenv("RANK")) == "1") std::raise(SIGSEGV);
+    ::pause();
+    return 0;
+  }, 2);
+  const LaunchOutcome crashed = launch(crash);
+  ASSERT_TRUE(crashed.failure.has_value());
+  EXPECT_EQ(crashed.failure->rank, 1);
+  EXPECT_EQ(crashed.failure->cause, "killed by signal 11 (SIGSEGV)");
+  for (pid_t pid : crashed.pids) EXPECT_FALSE(alive(pid));
+
+  const LaunchOutcome threw = launch(forked_ranks([]() -> int { throw std::runtime_error("the table is on fire"); }, 1));
+  ASSERT_TRUE(threw.failure.has_value());
+  EXPECT_EQ(threw.failure->cause, "exited with status 3");
+  EXPECT_EQ(threw.failure->message, "rank 0: error: the table is on fire");
+}
+
+TEST(Launcher, RanksAreExecedWhenAThreadExistsOrWhenAsked) {
+  std::vector<std::string> lines;
+  auto request = forked_ranks([] { return 0; }, 1);
+  request.on_line = [&](int, const std::string& line) { lines.push_back(line); };
+  {
+    // A second thread may hold a lock a forked copy would never see released.
+    std::atomic<bool> stop{false};
+    std::thread other([&] {
+      while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    const LaunchOutcome outcome = launch(request);
+    stop = true;
+    other.join();
+    EXPECT_TRUE(outcome.ok);
+    EXPECT_FALSE(outcome.forked);
+    EXPECT_EQ(lines, (std::vector<std::string>{"exec-ed rank 0"}));
+  }
+  lines.clear();
+  request.exec_ranks = true;
+  const LaunchOutcome asked = launch(request);
+  EXPECT_FALSE(asked.forked);
+  EXPECT_EQ(lines, (std::vector<std::string>{"exec-ed rank 0"}));
+  lines.clear();
+  request.exec_ranks = false;
+  ::setenv("DMPCHECK_RANKS", "exec", 1);
+  const LaunchOutcome by_variable = launch(request);
+  ::unsetenv("DMPCHECK_RANKS");
+  EXPECT_FALSE(by_variable.forked);
+  EXPECT_EQ(lines, (std::vector<std::string>{"exec-ed rank 0"}));
 }
 
 }  // namespace

@@ -112,6 +112,40 @@ TEST(FusedOptimizer, RowWiseAdagradWeightDecayModes) {
   }
 }
 
+// The one-pass row-wise kernel against the tensor expression it replaced, bit for bit, in every
+// weight-decay mode, on rows of several widths (a remainder after any vector width).
+TEST(FusedOptimizer, RowWiseAdagradKernelGivesTheBitsOfTheTensorExpression) {
+  at::manual_seed(7);
+  for (const auto mode : {WeightDecayMode::kNone, WeightDecayMode::kL2, WeightDecayMode::kDecoupled}) {
+    for (const int64_t dim : {1, 8, 37, 128}) {
+      const double lr = 0.03, eps = 1e-8, wd = mode == WeightDecayMode::kNone ? 0.0 : 0.01;
+      at::Tensor weight = at::randn({50, dim});
+      const at::Tensor rows = at::randperm(50, at::kLong).slice(0, 0, 20);
+      const at::Tensor g = at::randn({20, dim});
+      at::Tensor expected = weight.clone();
+      at::Tensor momentum = at::rand({50});
+      FusedOptimizer opt({FusedOptimizerType::kRowWiseAdagrad, lr, eps, 0.9, 0.999, wd, mode}, 50, dim);
+      opt.state()[0].tensor.copy_(momentum);  // state() shares the optimizer's tensors
+      // The tensor code, as it was.
+      const at::Tensor wrows = expected.index_select(0, rows);
+      const bool l2 = mode == WeightDecayMode::kL2;
+      const at::Tensor decayed = l2 ? g + wd * wrows : g;
+      const at::Tensor m = momentum.index_select(0, rows) + (decayed * decayed).mean(1);
+      momentum.index_copy_(0, rows, m);
+      const at::Tensor mult = (lr / (m.sqrt() + eps)).unsqueeze(1);
+      at::Tensor corrected = wrows;
+      if (l2) corrected = wrows * (1.0 - mult * wd);
+      if (mode == WeightDecayMode::kDecoupled) corrected = wrows * (1.0 - lr * wd);
+      expected.index_copy_(0, rows, corrected - mult * g);
+
+      opt.apply(weight, RowGradients{rows, g});
+      EXPECT_TRUE(weight.equal(expected)) << "mode " << weight_decay_mode_name(mode) << " dim " << dim
+                                          << " max diff " << (weight - expected).abs().max().item<float>();
+      EXPECT_TRUE(opt.state()[0].tensor.equal(momentum)) << "mode " << weight_decay_mode_name(mode) << " dim " << dim;
+    }
+  }
+}
+
 TEST(FusedOptimizer, AdamCountsEveryStepAndLeavesUntouchedRowsAlone) {
   OneRow t;
   FusedOptimizerConfig c;
