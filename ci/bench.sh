@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # The benchmarks behind docs/performance.md, all in one run, each printing its ratios measured
-# side by side.  Outputs (tables, JSON) go to reports/bench/<timestamp>/.  About 75 s once built on
-# 2 cores; the 1 GiB scenario needs several GiB of memory per rank.  Pass --quick to skip it.
+# side by side.  Outputs (tables, JSON) go to reports/bench/<timestamp>/.  About 4 minutes once built
+# on 2 cores (2 of them for section 5's paired runs); the 1 GiB scenario needs several GiB of memory
+# per rank.  Pass --quick to skip it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 [[ "${1:-}" == "--quick" ]] && quick=1
 bash ci/setup.sh
+# The reporter's script of the seed needs real torchrec 0.6.0 (section 5); it installs while the
+# build compiles.
+bash ci/torchrec-env.sh 0.6.0 > "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log" 2>&1 &
+env_pid=$!
 bash ci/build.sh
+env_status=0
+wait "$env_pid" || env_status=$?
 build=${DMPCHECK_BUILD_DIR:-build}
 dmpcheck=$build/harness/dmpcheck
 out=reports/bench/$(date +%Y%m%d-%H%M%S)
@@ -33,4 +40,11 @@ fi
 echo "== 4. bars: DMP step overhead at world 1; fused optimizers against memcpy (Google Benchmark)"
 "$build/harness/bench/dmpcheck_microbench" --benchmark_color=false --benchmark_out="$out/microbench.json" \
   --benchmark_out_format=json | tee "$out/microbench.txt"
+echo "== 5. bars: dmpcheck against the reporter's own script on real torchrec 0.6.0, and warm (forked) ranks"
+echo "      against exec-ed ones for the regression suite (benchmarks/vs_torchrec.py, 5 interleaved pairs)"
+if [[ $env_status == 0 ]]; then
+  /usr/bin/python3 benchmarks/vs_torchrec.py --dmpcheck "$dmpcheck" --json "$out/vs-torchrec.json" | tee "$out/vs-torchrec.txt"
+else
+  echo "skipped: the torchrec 0.6.0 environment did not install (${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log)"
+fi
 echo "== done: $out"

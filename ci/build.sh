@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Configures and builds dmpcheck into build/ (Ninja, ccache, precompiled ATen header).
+# With target names (e.g. `bash ci/build.sh dmpcheck`) only those are built: the main job builds
+# the CLI alone, the test job everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${DMPCHECK_BUILD_DIR:-build}
 start=$(date +%s)
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDMPCHECK_BUILD_TESTS=ON >/dev/null
-cmake --build "$build_dir" -- -j"$(nproc)"
-echo "ci/build.sh: built in $(( $(date +%s) - start )) s"
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build "$build_dir" "${targets[@]}" -- -j"$(nproc)"
+echo "ci/build.sh: built ${*:-everything} in $(( $(date +%s) - start )) s"

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 bash ci/setup.sh
 bash ci/torchrec-env.sh 0.6.0 1.9.2 > "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log" 2>&1 &
 env_pid=$!
-bash ci/build.sh
+bash ci/build.sh dmpcheck   # the CLI alone: the tests are built by ci/test.sh
 wait "$env_pid" || { cat "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log"; echo "ci/main.sh: the TorchRec environments failed to install; their cells will be skipped"; }
 dmpcheck=${DMPCHECK_BUILD_DIR:-build}/harness/dmpcheck
 status=0
