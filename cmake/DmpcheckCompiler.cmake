@@ -1,5 +1,11 @@
 # Compiler settings scoped to dmpcheck's own targets (no global flags).
-set(CMAKE_CXX_STANDARD 17)
+# C++17, the project's language; libtorch 2.x's headers (torch >= 2.10) demand C++20, so a build
+# against a torch wheel compiles the same code as C++20.
+if(DMPCHECK_TORCH_PYTHON)
+  set(CMAKE_CXX_STANDARD 20)
+else()
+  set(CMAKE_CXX_STANDARD 17)
+endif()
 set(CMAKE_CXX_STANDARD_REQUIRED ON)
 set(CMAKE_CXX_EXTENSIONS OFF)
 set(CMAKE_POSITION_INDEPENDENT_CODE ON)

@@ -15,6 +15,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 

@@ -11,6 +11,7 @@
 #include "comm/coalesced.h"
 #include "comm/communicator.h"
 #include "common/error.h"
+#include <ATen/core/grad_mode.h>
 
 namespace dmpcheck::check {
 namespace {

@@ -489,7 +489,7 @@ int connect_once(const std::string& host, uint16_t port, int* error) {
 
 AuthStoreClient::AuthStoreClient(const std::string& host, uint16_t port, const std::string& secret,
                                  std::chrono::milliseconds timeout)
-    : c10d::Store(timeout), where_(fmt::format("{}:{}", host, port)) {
+    : c10d::Store(timeout), host_(host), port_(port), secret_(secret), where_(fmt::format("{}:{}", host, port)) {
   const auto deadline = Clock::now() + timeout;
   int error = 0;
   while ((fd_ = connect_once(host, port, &error)) < 0) {
@@ -519,6 +519,12 @@ AuthStoreClient::AuthStoreClient(const std::string& host, uint16_t port, const s
     throw;
   }
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<c10d::Store> AuthStoreClient::clone() {
+  return c10::make_intrusive<AuthStoreClient>(host_, port_, secret_, timeout_);
+}
+#endif
 
 AuthStoreClient::~AuthStoreClient() {
   if (fd_ >= 0) close(fd_);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
 
 namespace dmpcheck::comm {
 
@@ -64,10 +65,17 @@ class AuthStoreClient : public c10d::Store {
   int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+#if TORCH_VERSION_MAJOR >= 2
+  // libtorch 2.x: another connection to the same store, proving the same secret.
+  c10::intrusive_ptr<c10d::Store> clone() override;
+#endif
 
  private:
   std::vector<std::string> call(uint8_t op, const std::vector<std::string>& args, std::chrono::milliseconds wait_for);
   int fd_ = -1;
+  std::string host_;
+  uint16_t port_ = 0;
+  std::string secret_;
   std::string where_;
   std::mutex mutex_;
 };

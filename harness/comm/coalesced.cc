@@ -7,6 +7,7 @@
 
 #include "comm/communicator.h"
 #include "common/error.h"
+#include <ATen/core/grad_mode.h>
 
 namespace dmpcheck::comm {
 namespace {

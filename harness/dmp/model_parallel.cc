@@ -10,6 +10,7 @@
 #include "dmp/embedding_bag_collection.h"
 #include "dmp/sharding/data_parallel.h"
 #include "dmp/sharding/model_parallel.h"
+#include <ATen/core/grad_mode.h>
 
 namespace dmpcheck::dmp {
 namespace {

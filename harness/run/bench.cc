@@ -20,6 +20,7 @@
 #include "run/worker.h"
 #include "run/rank_run.h"
 #include "scenario/scenario.h"
+#include <ATen/core/grad_mode.h>
 
 namespace dmpcheck::run {
 namespace {

@@ -27,6 +27,7 @@
 #include "dmp/model_parallel.h"
 #include "run/data_generator.h"
 #include "run/tensor_exchange.h"
+#include <ATen/core/grad_mode.h>
 
 
 namespace dmpcheck::run {

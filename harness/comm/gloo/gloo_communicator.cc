@@ -8,6 +8,8 @@
 #include "comm/store.h"
 #include "comm/store_impl.h"
 #include "common/error.h"
+#include <ATen/core/grad_mode.h>
+#include <torch/version.h>
 
 namespace dmpcheck::comm {
 namespace {
@@ -32,6 +34,13 @@ class GlooCommunicator final : public Communicator {
                                         : c10d::ProcessGroupGloo::createDeviceForInterface(options.interface));
       pg_options->threads = options.threads;
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store.impl().store, rank, world_size, pg_options);
+#if TORCH_VERSION_MAJOR >= 2
+      // libtorch 2.x: ProcessGroupGloo is a Backend; c10d::broadcast_coalesced wants the
+      // ProcessGroup that wraps it.
+      group_ = c10::make_intrusive<c10d::ProcessGroup>(store.impl().store, rank, world_size);
+      group_->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+      group_->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, pg_);
+#endif
     } catch (const std::exception& e) {
       throw_error(ErrorKind::kCommunication,
                   fmt::format("rank {}: Gloo process group of {} ranks could not be created: {}", rank,
@@ -99,13 +108,15 @@ class GlooCommunicator final : public Communicator {
   bool has_framework_broadcast_coalesced() const override { return true; }
   bool framework_broadcast_coalesced(const std::vector<at::Tensor>& tensors, int64_t bucket_cap_bytes,
                                      int root) override {
-    // libtorch 1.13 takes the Gloo group as a c10d::ProcessGroup; 2.x wants a ProcessGroup that
-    // wraps the backend (see notes/harness.md 6.3), which is the one line to change there.
     at::NoGradGuard no_grad;
     int64_t bytes = 0;
     for (const auto& t : tensors) bytes += t.numel() * static_cast<int64_t>(t.element_size());
     wait("c10d::broadcast_coalesced", fmt::format("{} tensors, {} bytes", tensors.size(), bytes), [&] {
+#if TORCH_VERSION_MAJOR >= 2
+      c10d::broadcast_coalesced(group_, tensors, static_cast<size_t>(bucket_cap_bytes), root);
+#else
       c10d::broadcast_coalesced(pg_, tensors, static_cast<size_t>(bucket_cap_bytes), root);
+#endif
       return c10::intrusive_ptr<c10d::Work>();
     });
     return true;
@@ -147,6 +158,9 @@ class GlooCommunicator final : public Communicator {
   std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+#endif
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
+#include <torch/version.h>
 
 #include "common/error.h"
 
@@ -44,9 +45,17 @@ class DenseOptimizer::Impl {
     }
   }
 
-  // torch::optim keys its state by the parameter's TensorImpl address.
+  // torch::optim keys its state by the parameter's TensorImpl address (as text in libtorch 1.x).
+  static auto state_key(const at::Tensor& p) {
+#if TORCH_VERSION_MAJOR >= 2
+    return static_cast<void*>(p.unsafeGetTensorImpl());
+#else
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+#endif
+  }
+
   torch::optim::OptimizerParamState* state_of(const at::Tensor& p) const {
-    auto it = optimizer->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = optimizer->state().find(state_key(p));
     return it == optimizer->state().end() ? nullptr : it->second.get();
   }
 
@@ -96,7 +105,7 @@ void DenseOptimizer::load_state(const std::map<std::string, at::Tensor>& state, 
     return it->second.clone();
   };
   for (const auto& p : impl_->parameters) {
-    const std::string key = c10::guts::to_string(p.tensor.unsafeGetTensorImpl());
+    const auto key = Impl::state_key(p.tensor);
     switch (impl_->config.type) {
       case DenseOptimizerType::kSgd: {
         auto buffer = get(p.name + ".momentum_buffer");

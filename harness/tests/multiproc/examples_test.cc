@@ -2,6 +2,7 @@
 // ranks, rows not divisible by the world size, weighted features, empty bags, mean pooling
 // across row shards, a rank that receives no ids) must meet its expectations, which compare
 // every tensor with the unsharded model after each of 3 steps.
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "multiproc/multiproc_util.h"

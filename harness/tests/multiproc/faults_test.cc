@@ -1,5 +1,6 @@
 // Fault injection through scenarios: each kind of rank failure is caught, named, and fast; a
 // single element that differs by one ulp on one rank is caught by the replica check.
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "multiproc/multiproc_util.h"

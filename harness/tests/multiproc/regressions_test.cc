@@ -2,6 +2,7 @@
 // the bug profile and shows the fix under the fix profile; both halves are expectations.
 #include <filesystem>
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "multiproc/multiproc_util.h"

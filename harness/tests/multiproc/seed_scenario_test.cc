@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "multiproc/multiproc_util.h"

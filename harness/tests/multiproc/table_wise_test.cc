@@ -1,5 +1,6 @@
 // table_wise (with a data_parallel table beside it) trained for several steps must end where
 // the unsharded model trained on the global batches ends, at every world size.
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "multiproc/multiproc_util.h"
