@@ -19,3 +19,5 @@ build_dir=${DMPCHECK_BUILD_DIR:-build}
 start=$(date +%s)
 DMPCHECK_REQUIRE_TORCHREC=1 DMPCHECK_REQUIRE_MULTIHOST=$([ "$(id -u)" -eq 0 ] && echo 1 || echo 0) ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" "$@"
 echo "ci/test.sh: tests ran in $(( $(date +%s) - start )) s"
+# The same tests against torch 2.14.1's libtorch, and `pip install .` in a fresh venv.
+bash ci/torch2.sh

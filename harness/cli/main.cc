@@ -46,10 +46,21 @@ std::string profiles_help() {
   return text;
 }
 
-int command_validate(const std::vector<std::string>& files) {
+// Every file (directories are searched for *.yaml), each error reported, none stopping the rest.
+int command_validate(const std::vector<std::string>& paths) {
+  int invalid = 0;
+  const std::vector<std::string> files = run::collect_scenario_files(paths);
+  DMP_CHECK(!files.empty(), ErrorKind::kInvalidInput, "no scenario files (*.yaml) in {}", fmt::join(paths, ", "));
   for (const auto& file : files) {
-    const auto s = scenario::load_scenario_file(file);
-    run::preflight(s);  // every plan, and the memory against this host's
+    scenario::Scenario s;
+    try {
+      s = scenario::load_scenario_file(file);
+      run::preflight(s);  // every plan, and the memory against this host's
+    } catch (const Error& e) {
+      std::cerr << "dmpcheck: " << e.what() << "\n";
+      ++invalid;
+      continue;
+    }
     std::cout << fmt::format("{}: valid (scenario '{}', {} run(s))\n", file, s.name, s.runs.size());
     for (const auto& spec : s.runs) {
       const run::RunMemory memory = run::estimate_run_memory(spec);
@@ -60,7 +71,8 @@ int command_validate(const std::vector<std::string>& files) {
                                run::human_bytes(static_cast<double>(memory.host_bytes)));
     }
   }
-  return 0;
+  if (invalid > 0) std::cerr << fmt::format("dmpcheck validate: {} of {} file(s) invalid\n", invalid, files.size());
+  return invalid > 0 ? 2 : 0;
 }
 
 int command_explain(const std::vector<std::string>& files) {
@@ -278,7 +290,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> validate_files;
   auto* validate_cmd = app.add_subcommand("validate", "Check scenario files without running them");
-  validate_cmd->add_option("scenario", validate_files, "Scenario YAML file(s)")->required();
+  validate_cmd->add_option("scenario", validate_files, "Scenario YAML files or directories (searched for *.yaml)")->required();
 
   std::vector<std::string> explain_files;
   auto* explain_cmd = app.add_subcommand("explain", "Print each run's sharding plan and the collectives a step issues");

@@ -19,10 +19,15 @@ using namespace dmpcheck;
 
 namespace {
 
-// The CLI binary the ranks run: DMPCHECK_BIN, else the one built beside this module.
+// The CLI binary ranks are exec-ed from (when they are not forked): DMPCHECK_BIN, else the one
+// built beside this module, else the one `pip install` put in this environment's bin/.
 std::string worker_executable() {
   if (const char* env = std::getenv("DMPCHECK_BIN")) return env;
-  return DMPCHECK_CLI_PATH;
+  if (std::filesystem::exists(DMPCHECK_CLI_PATH)) return DMPCHECK_CLI_PATH;
+  const std::string prefix = py::module_::import("sys").attr("prefix").cast<std::string>();
+  const std::string installed = prefix + "/bin/dmpcheck";
+  if (std::filesystem::exists(installed)) return installed;
+  return DMPCHECK_CLI_PATH;  // the error when a rank is exec-ed names the path that was tried
 }
 
 scenario::Overrides to_overrides(const py::object& overrides) {

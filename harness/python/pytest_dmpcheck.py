@@ -11,9 +11,11 @@ import pytest
 
 
 def _import_dmpcheck():
+    # In this repository: the module of the build tree ($DMPCHECK_BUILD_DIR, default build/).
+    # Installed (`pip install .`, which registers this plugin by entry point): the module next to it.
     build = os.environ.get("DMPCHECK_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
     module_dir = os.path.abspath(os.path.join(build, "harness", "python"))
-    if module_dir not in sys.path:
+    if os.path.isdir(module_dir) and module_dir not in sys.path:
         sys.path.insert(0, module_dir)
     import dmpcheck  # noqa: E402
 

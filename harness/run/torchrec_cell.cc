@@ -226,7 +226,20 @@ std::string torchrec_environments_root() {
   return env_or("DMPCHECK_TORCHREC_ENVS", cache + "/dmpcheck/torchrec");
 }
 
-std::string torchrec_sut_dir() { return env_or("DMPCHECK_TORCHREC_SUT", std::string(DMPCHECK_SOURCE_DIR) + "/torchrec_sut"); }
+// The TorchRec rank program: $DMPCHECK_TORCHREC_SUT, else the source tree this was built from,
+// else where `pip install` put it (<prefix>/share/dmpcheck/torchrec_sut, beside <prefix>/bin).
+std::string torchrec_sut_dir() {
+  if (const char* set = std::getenv("DMPCHECK_TORCHREC_SUT")) return set;
+  const std::string source = std::string(DMPCHECK_SOURCE_DIR) + "/torchrec_sut";
+  if (std::filesystem::exists(source)) return source;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share" / "dmpcheck" / "torchrec_sut";
+    if (std::filesystem::exists(installed)) return installed.string();
+  }
+  return source;
+}
 
 std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& version, std::string* why_not) {
   TorchRecEnvironment env;

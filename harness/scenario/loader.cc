@@ -699,8 +699,12 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
     out.url = r.string(r.required(rep, "reproduces", "url"), "reproduces.url");
     if (rep["affected"]) out.affected = r.string(rep["affected"], "reproduces.affected");
     if (rep["fixed_in"]) out.fixed_in = r.string(rep["fixed_in"], "reproduces.fixed_in");
-    out.bug_profile = r.choice(r.required(rep, "reproduces", "bug_profile"), "reproduces.bug_profile", dmp::behaviour_profile_names());
-    out.fix_profile = r.choice(r.required(rep, "reproduces", "fix_profile"), "reproduces.fix_profile", dmp::behaviour_profile_names());
+    // The profiles are there when the bug is modelled in the reference; a report confirmed only on
+    // real releases names the releases instead (at least one where it shows).
+    if (rep["bug_profile"] || rep["fix_profile"]) {
+      out.bug_profile = r.choice(r.required(rep, "reproduces", "bug_profile"), "reproduces.bug_profile", dmp::behaviour_profile_names());
+      out.fix_profile = r.choice(r.required(rep, "reproduces", "fix_profile"), "reproduces.fix_profile", dmp::behaviour_profile_names());
+    }
     if (YAML::Node releases = rep["releases"]) {
       r.require_map(releases, "reproduces.releases");
       static const std::regex release(R"(torchrec==[0-9]+\.[0-9]+\.[0-9]+)");
@@ -714,6 +718,13 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
         }
         out.releases.emplace_back(key, value);
       }
+    }
+    const bool shown_on_a_release = std::any_of(out.releases.begin(), out.releases.end(),
+                                                [](const auto& kv) { return kv.second == "bug"; });
+    if (out.bug_profile.empty() && !shown_on_a_release) {
+      r.fail(rep, "reproduces",
+             "say where the bug shows: bug_profile and fix_profile (modelled in the reference), or releases with at "
+             "least one 'torchrec==X.Y.Z: bug' (confirmed on a real release), or both");
     }
     s.reproduces = out;
   }

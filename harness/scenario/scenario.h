@@ -85,6 +85,8 @@ struct Reproduces {
   std::string url;
   std::string affected;
   std::string fixed_in;
+  // The behaviour profiles that show the bug and its fix in the reference; both empty for a
+  // report confirmed on real releases only (then `releases` has at least one "bug").
   std::string bug_profile;
   std::string fix_profile;
   // What real TorchRec showed, by release ("torchrec==0.6.0"): "bug" (it shows), "fixed", "absent"

@@ -208,6 +208,16 @@ TEST(ScenarioLoaderSystem, ReleasesSaidToShowABugNeedACell) {
   EXPECT_EQ(s.reproduces->releases[0].second, "not runnable: resume");
   // With the release in the matrix it loads.
   EXPECT_NO_THROW(load_scenario_text(std::string(kMinimal) + reproduces + "matrix:\n  system: [reference, torchrec==0.6.0]\n", "s.yaml"));
+  // Confirmed on a release, not modelled: no profiles, a release that shows it.
+  const std::string release_only = "reproduces:\n  url: u\n  releases:\n    torchrec==0.6.0: bug\n    torchrec==1.9.2: fixed\n";
+  const Scenario confirmed = load_scenario_text(std::string(kMinimal) + release_only +
+                                                    "matrix:\n  system: [torchrec==0.6.0, torchrec==1.9.2]\n", "s.yaml");
+  EXPECT_TRUE(confirmed.reproduces->bug_profile.empty());
+  // Neither: nothing says where it shows.
+  EXPECT_NE(error_of(std::string(kMinimal) + "reproduces:\n  url: u\n").find("say where the bug shows"), std::string::npos);
+  // One profile without the other.
+  EXPECT_NE(error_of(std::string(kMinimal) + "reproduces:\n  url: u\n  bug_profile: torchrec-0.6\n").find("fix_profile"),
+            std::string::npos);
 }
 
 }  // namespace
