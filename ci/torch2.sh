@@ -47,9 +47,9 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 make_venv "$scratch/venv"
 start=$(date +%s)
-# -C build-dir: pip's build reuses the objects of step 1 (same torch, same flags), to keep CI within
+# --config-settings build-dir: pip's build reuses the objects of step 1 (same torch, same flags), to keep CI within
 # its time; a build from nothing (what a newcomer's `pip install .` does) took 3 min 51 s here.
-"$scratch/venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation -C build-dir=build-torch2 .
+"$scratch/venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --config-settings=build-dir=build-torch2 .
 echo "ci/torch2.sh: pip install built and installed in $(( $(date +%s) - start )) s"
 cp -r scenarios "$scratch/scenarios"
 (cd "$scratch" &&
