@@ -7,11 +7,11 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <ATen/core/grad_mode.h>
 
 #include "comm/coalesced.h"
 #include "comm/communicator.h"
 #include "common/error.h"
-#include <ATen/core/grad_mode.h>
 
 namespace dmpcheck::check {
 namespace {

@@ -4,10 +4,10 @@
 #include <functional>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "comm/communicator.h"
 #include "common/error.h"
-#include <ATen/core/grad_mode.h>
 
 namespace dmpcheck::comm {
 namespace {

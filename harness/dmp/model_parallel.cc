@@ -4,13 +4,13 @@
 #include <tuple>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "dmp/embedding_bag_collection.h"
 #include "dmp/sharding/data_parallel.h"
 #include "dmp/sharding/model_parallel.h"
-#include <ATen/core/grad_mode.h>
 
 namespace dmpcheck::dmp {
 namespace {

@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 
 #include "comm/backends.h"
 #include "comm/rendezvous.h"
@@ -20,7 +21,6 @@
 #include "run/worker.h"
 #include "run/rank_run.h"
 #include "scenario/scenario.h"
-#include <ATen/core/grad_mode.h>
 
 namespace dmpcheck::run {
 namespace {

@@ -14,6 +14,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/version.h>
+#include <ATen/core/grad_mode.h>
 
 #include "check/broadcast_probe.h"
 #include "check/expectations.h"
@@ -27,7 +28,6 @@
 #include "dmp/model_parallel.h"
 #include "run/data_generator.h"
 #include "run/tensor_exchange.h"
-#include <ATen/core/grad_mode.h>
 
 
 namespace dmpcheck::run {

@@ -3,13 +3,13 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
+#include <ATen/core/grad_mode.h>
+#include <torch/version.h>
 
 #include "comm/collectives.h"
 #include "comm/store.h"
 #include "comm/store_impl.h"
 #include "common/error.h"
-#include <ATen/core/grad_mode.h>
-#include <torch/version.h>
 
 namespace dmpcheck::comm {
 namespace {
