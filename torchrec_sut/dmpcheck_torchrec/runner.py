@@ -70,9 +70,15 @@ def _sparse_optimizer(cfg):
             kwargs["weight_decay"] = cfg["weight_decay"]
         return RowWiseAdagrad, kwargs
     if kind == "adam":
+        # torch.optim.Adam would be built with these kwargs and takes no beta1/beta2, while
+        # FBGEMM's fused Adam takes no `betas` (TypeError from SplitTableBatchedEmbeddingBags-
+        # Codegen, measured on 1.9.2): TorchRec's placeholder Adam passes them through.
+        from torchrec.optim import optimizers
+
         kwargs["eps"] = cfg["eps"]
-        kwargs["betas"] = (cfg["beta1"], cfg["beta2"])
-        return torch.optim.Adam, kwargs
+        kwargs["beta1"] = cfg["beta1"]
+        kwargs["beta2"] = cfg["beta2"]
+        return optimizers.Adam, kwargs
     raise Unsupported(f"sparse optimizer '{kind}'")
 
 
