@@ -72,7 +72,7 @@ def _sparse_optimizer(cfg):
     if kind == "adam":
         # torch.optim.Adam would be built with these kwargs and takes no beta1/beta2, while
         # FBGEMM's fused Adam takes no `betas` (TypeError from SplitTableBatchedEmbeddingBags-
-        # Codegen, measured on 1.9.2): TorchRec's placeholder Adam passes them through.
+        # Codegen, measured on 1.9.2): TorchRec's own Adam class (optimizers.Adam) hands them to FBGEMM as given.
         from torchrec.optim import optimizers
 
         kwargs["eps"] = cfg["eps"]
