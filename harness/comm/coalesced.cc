@@ -80,9 +80,13 @@ CoalescedBroadcastStats broadcast_coalesced(Communicator& comm, const std::vecto
 
 void all_reduce_mean_coalesced(Communicator& comm, const std::vector<at::Tensor>& tensors,
                                int64_t bucket_cap_bytes) {
+  // DDP's arithmetic: each gradient times 1/world_size (rounded to the gradient's type) into the
+  // bucket, then the sum; dividing the sum instead differs in the last bit for world sizes that
+  // are not powers of two.
+  const double scale = 1.0 / comm.world_size();
   for_each_bucket(tensors, bucket_cap_bytes, [&](at::Tensor& flat) {
+    flat.mul_(scale);
     comm.all_reduce(flat, ReduceOp::kSum);
-    flat.div_(comm.world_size());
   });
 }
 

@@ -1,5 +1,7 @@
 #include "dmp/behaviour_profile.h"
 
+#include <cstdio>
+
 namespace dmpcheck::dmp {
 
 const std::vector<BehaviourProfile>& behaviour_profiles() {
@@ -9,23 +11,32 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     old.name = "torchrec-0.6";
     old.description =
         "TorchRec 0.6/0.7: data-parallel tables are re-initialised by each rank's RNG in "
-        "reset_parameters and never broadcast (issue #1739)";
+        "reset_parameters and never broadcast (issue #1739); the dense optimizer trains them";
     old.broadcast_data_parallel_tables_at_init = false;
+    old.data_parallel_tables_use_dense_optimizer = true;
     all.push_back(old);
 
     BehaviourProfile fix;
     fix.name = "torchrec-0.8";
     fix.description =
         "TorchRec 0.8 (commit cc482f8a): each data-parallel table is broadcast from rank 0 after "
-        "reset_parameters, one broadcast per table";
+        "reset_parameters, one broadcast per table; the dense optimizer trains them";
     fix.init_broadcast_bucket_cap_bytes = 0;
+    fix.data_parallel_tables_use_dense_optimizer = true;
     all.push_back(fix);
+
+    BehaviourProfile latest = fix;
+    latest.name = "torchrec-1.9";
+    latest.description =
+        "TorchRec 1.9 as measured against 1.9.2: data-parallel tables broadcast from rank 0 one by one, and "
+        "trained by the dense optimizer after DDP averages their gradient (the in-backward optimizer is dropped)";
+    all.push_back(latest);
 
     BehaviourProfile current;
     current.name = "current";
     current.description =
-        "dmpcheck's reference: data-parallel tables are broadcast from rank 0 after "
-        "reset_parameters, coalesced into 25 MiB buckets";
+        "dmpcheck's reference of what the user asked for: data-parallel tables are broadcast from rank 0 "
+        "after reset_parameters (25 MiB buckets) and trained by the sparse optimizer, like every table";
     all.push_back(current);
 
     auto variant = [&](const std::string& name, const std::string& description, auto&& set) {
@@ -64,6 +75,14 @@ const BehaviourProfile* find_behaviour_profile(const std::string& name) {
     if (profile.name == name) return &profile;
   }
   return nullptr;
+}
+
+std::string profile_for_release(const std::string& version) {
+  int major = -1, minor = -1;
+  if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) != 2 || major < 0 || minor < 0) return {};
+  if (major == 0 && minor < 8) return "torchrec-0.6";
+  if (major == 0) return "torchrec-0.8";
+  return "torchrec-1.9";
 }
 
 std::vector<std::string> behaviour_profile_names() {

@@ -29,6 +29,9 @@ struct BehaviourProfile {
   // row-sharded features with 1 before the lengths all-to-all, so the lengths sent no longer
   // match the ids (TorchRec #2808, fixed by cloning the lengths).
   bool mean_divisor_mutates_lengths = false;
+  // The mean of a row-sharded table divides the summed partials by L + eps (float), not by L
+  // (TorchRec >= 0.8 guards empty bags so).  0: divide by max(L, 1).
+  double row_wise_mean_divisor_eps = 1e-6;
   // Exact optimizers sum a row's gradients first and update the row once.  Off: one update per
   // occurrence of the row in the batch, in turn (TorchRec #1298's inconsistency with plain
   // PyTorch on duplicate ids).
@@ -39,6 +42,11 @@ struct BehaviourProfile {
   // optimizer is attached to them (TorchRec's warning in #1739: "don't forget to apply
   // optimizer to DP tables").
   bool update_data_parallel_tables = true;
+  // Data-parallel tables lose the optimizer given to apply_optimizer_in_backward (they use the
+  // dense kernel): DDP averages their full dense gradient and the dense optimizer trains them,
+  // every row, with torch.optim's semantics.  Measured in torchrec 0.6.0 and 1.9.2 alike.  Off:
+  // the sparse (fused) optimizer updates their touched rows, as the scenario's optimizers say.
+  bool data_parallel_tables_use_dense_optimizer = false;
   // Every rank plans for itself with its own tie-breaks instead of taking rank 0's plan.
   bool plan_on_every_rank = false;
   // A checkpoint names data-parallel tables' optimizer state the torch.optim way
@@ -53,6 +61,11 @@ struct BehaviourProfile {
 const std::vector<BehaviourProfile>& behaviour_profiles();
 // nullptr when unknown.
 const BehaviourProfile* find_behaviour_profile(const std::string& name);
+// The profile that models a TorchRec release ("0.6.0" -> torchrec-0.6, "0.8.0" -> torchrec-0.8,
+// "1.9.2" -> torchrec-1.9), for `reference: {profile: release}`.  Empty for a version it cannot read.
+std::string profile_for_release(const std::string& version);
+// The name a scenario gives to mean "the profile of the cell's release".
+inline constexpr const char* kReleaseProfile = "release";
 std::vector<std::string> behaviour_profile_names();
 
 }  // namespace dmpcheck::dmp

@@ -8,8 +8,13 @@ namespace dmpcheck::dmp {
 
 DenseDataParallel::DenseDataParallel(comm::Communicator& comm, DenseMlp& mlp,
                                      const DenseOptimizerConfig& optimizer,
-                                     const DenseDataParallelOptions& options)
-    : comm_(comm), mlp_(mlp), options_(options), optimizer_(optimizer, mlp.parameters()) {
+                                     const DenseDataParallelOptions& options, std::vector<NamedTensor> also_trained)
+    : comm_(comm), mlp_(mlp), options_(options), optimizer_(optimizer, [&] {
+        // In TorchRec's named_parameters() order: the tables come before the dense layers.
+        std::vector<NamedTensor> all = std::move(also_trained);
+        for (const auto& p : mlp.parameters()) all.push_back(p);
+        return all;
+      }()) {
   if (options_.broadcast_at_wrap) {
     comm::CoalescedBroadcastOptions bopts;
     bopts.root = 0;

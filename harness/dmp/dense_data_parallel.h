@@ -23,11 +23,14 @@ struct DenseDataParallelOptions {
 
 class DenseDataParallel {
  public:
-  // Collective (broadcasts).  `mlp` must outlive the wrapper.
+  // Collective (broadcasts).  `mlp` must outlive the wrapper.  `also_trained`: more tensors the
+  // optimizer steps (data-parallel tables in TorchRec's behaviour) whose .grad their owner has
+  // already averaged over ranks; they are not broadcast here.
   DenseDataParallel(comm::Communicator& comm, DenseMlp& mlp, const DenseOptimizerConfig& optimizer,
-                    const DenseDataParallelOptions& options);
+                    const DenseDataParallelOptions& options, std::vector<NamedTensor> also_trained = {});
 
-  // Collective: average gradients over ranks, then the optimizer step, then zero the grads.
+  // Collective: average gradients over ranks (each scaled by 1/world_size, then summed, as DDP
+  // does), then the optimizer step, then zero the grads.
   void step();
   const comm::CoalescedBroadcastStats& wrap_broadcast() const { return wrap_broadcast_; }
   std::vector<NamedTensor> optimizer_state() const { return optimizer_.state(); }

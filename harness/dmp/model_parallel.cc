@@ -1,5 +1,7 @@
 #include "dmp/model_parallel.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -27,6 +29,65 @@ at::Tensor piece_of(at::Tensor& full, const Shard& placement, int64_t column_sha
   return full.dim() == 1 ? rows : rows.select(1, column_shard);
 }
 
+// This rank's table shards drawn as TorchRec draws them (measured against torchrec 0.6.0 and
+// 1.9.2 under torchrun: every local shard, data-parallel replica and dense weight bitwise equal,
+// and the generator left at the same position).  The dense layers have drawn before this.
+//  1. Building the kernels draws values that are then thrown away, so only how far they move
+//     the generator matters: per sharding type in order of its first table, a uniform_ per local
+//     shard; data-parallel tables (the dense kernel) draw one randn over each pooling group's
+//     elements and then a uniform_ per table.  randn's draw count depends on how its calls are
+//     grouped (a tail that is not a multiple of 16 is drawn again), so the grouping is TorchRec's.
+//  2. reset_parameters then draws the values that stay: per table in model order, each local
+//     shard on its own, uniform in +-sqrt(1/rows of the full table).  Every rank draws its own
+//     data-parallel replicas; whether rank 0's replace them is the profile's broadcast switch.
+// So equal seeds on every rank give equal data-parallel replicas only when every rank's earlier
+// draws were the same size: what torchrec 0.6.0 does without the #1739 broadcast.
+std::map<std::string, std::vector<at::Tensor>> draw_local_tables(const ModelConfig& model, const ShardingPlan& plan,
+                                                                 int rank, at::Generator& generator) {
+  auto uniform = [&](int64_t rows, int64_t cols, const EmbeddingBagConfig& t) {
+    at::Tensor w = at::empty({rows, cols}, at::kFloat);
+    w.uniform_(-t.init_bound(), t.init_bound(), generator);
+    return w;
+  };
+  std::vector<ShardingType> type_order;
+  for (const auto& t : model.tables) {
+    const ShardingType type = plan.of(t.name).type;
+    if (std::find(type_order.begin(), type_order.end(), type) == type_order.end()) type_order.push_back(type);
+  }
+  for (const ShardingType type : type_order) {
+    if (type != ShardingType::kDataParallel) {
+      for (const auto& t : model.tables) {
+        if (plan.of(t.name).type != type) continue;
+        for (const Shard& shard : plan.of(t.name).shards) {
+          if (shard.rank == rank) uniform(shard.rows, shard.cols, t);
+        }
+      }
+      continue;
+    }
+    std::vector<std::pair<PoolingType, std::vector<const EmbeddingBagConfig*>>> groups;
+    for (const auto& t : model.tables) {
+      if (plan.of(t.name).type != type) continue;
+      auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == t.pooling; });
+      if (group == groups.end()) group = groups.insert(groups.end(), {t.pooling, {}});
+      group->second.push_back(&t);
+    }
+    for (const auto& [pooling, members] : groups) {
+      int64_t elements = 0;
+      for (const auto* t : members) elements += t->num_embeddings * t->embedding_dim;
+      if (elements > 0) at::randn({elements}, generator);
+      for (const auto* t : members) uniform(t->num_embeddings, t->embedding_dim, *t);
+    }
+  }
+  std::map<std::string, std::vector<at::Tensor>> kept;
+  for (const auto& t : model.tables) {
+    auto& pieces = kept[t.name];
+    for (const Shard& shard : plan.of(t.name).shards) {
+      if (shard.rank == rank) pieces.push_back(uniform(shard.rows, shard.cols, t));
+    }
+  }
+  return kept;
+}
+
 }  // namespace
 
 std::vector<std::string> ModelConfig::features() const { return features_of(tables); }
@@ -43,22 +104,23 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
     : comm_(comm), model_(model), plan_(plan), options_(options) {
   at::NoGradGuard no_grad;
   // The user's model: dense layers are created (and drawn) first; the tables stay unmaterialised
-  // until DMP's reset_parameters draws every table in model order, on every rank.
+  // (TorchRec's meta device) until DMP draws this rank's shards.
   dense_ = std::make_unique<DenseMlp>(model_.pooled_width(), model_.dense_layers, generator);
-  EmbeddingBagCollection collection(model_.tables);
-  collection.reset_parameters(generator);
+  EmbeddingBagCollection collection(model_.tables);  // validates the tables
+  auto drawn = draw_local_tables(model_, plan_, comm_.rank(), generator);
 
+  const bool dense_trains_dp = options_.profile.data_parallel_tables_use_dense_optimizer;
   std::vector<TableShard> data_parallel, model_parallel;
   std::vector<EmbeddingBagConfig> mp_tables;
   std::vector<TablePlan> mp_plans;
   for (const auto& config : model_.tables) {
     const TablePlan& placement = plan_.of(config.name);
-    const at::Tensor& full = collection.weight(config.name);
+    size_t piece = 0;
     for (const Shard& shard : placement.shards) {
       if (shard.rank != comm_.rank()) continue;
-      TableShard local{config, placement.type, shard,
-                       full.narrow(0, shard.row_offset, shard.rows).narrow(1, shard.col_offset, shard.cols).clone(),
-                       std::make_unique<FusedOptimizer>(options_.sparse_optimizer, shard.rows, shard.cols)};
+      const bool fused = placement.type != ShardingType::kDataParallel || !dense_trains_dp;
+      TableShard local{config, placement.type, shard, drawn.at(config.name).at(piece++),
+                       fused ? std::make_unique<FusedOptimizer>(options_.sparse_optimizer, shard.rows, shard.cols) : nullptr};
       (placement.type == ShardingType::kDataParallel ? data_parallel : model_parallel).push_back(std::move(local));
     }
     if (placement.type != ShardingType::kDataParallel) {
@@ -80,9 +142,18 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
 
   // Two groups, in first-appearance order of their kind in the model, as TorchRec groups by type.
   const bool dp_first = !model_.tables.empty() && plan_.of(model_.tables.front().name).type == ShardingType::kDataParallel;
+  // Weights the dense optimizer also steps: data-parallel tables when TorchRec's behaviour is on.
+  std::vector<NamedTensor> dense_trained_tables;
+  if (dense_trains_dp && options_.profile.update_data_parallel_tables) {
+    for (const auto& shard : data_parallel) dense_trained_tables.push_back({table_weight_key(shard.config.name), shard.weight});
+  }
   auto add_dp = [&] {
-    if (!data_parallel.empty()) shardings_.push_back(std::make_unique<DataParallelSharding>(comm_, std::move(data_parallel),
-                                                                                   options_.profile.update_data_parallel_tables));
+    const DataParallelUpdate update = !options_.profile.update_data_parallel_tables ? DataParallelUpdate::kNone
+                                      : dense_trains_dp                            ? DataParallelUpdate::kDenseOptimizer
+                                                                                   : DataParallelUpdate::kFusedOptimizer;
+    if (!data_parallel.empty()) {
+      shardings_.push_back(std::make_unique<DataParallelSharding>(comm_, std::move(data_parallel), update));
+    }
   };
   auto add_mp = [&] {
     if (!mp_tables.empty()) {
@@ -100,7 +171,8 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
 
   DenseDataParallelOptions dense_options;
   dense_options.broadcast_at_wrap = options_.profile.broadcast_dense_at_wrap;
-  dense_dp_ = std::make_unique<DenseDataParallel>(comm_, *dense_, options_.dense_optimizer, dense_options);
+  dense_dp_ = std::make_unique<DenseDataParallel>(comm_, *dense_, options_.dense_optimizer, dense_options,
+                                                  std::move(dense_trained_tables));
   init_broadcast_.dense = dense_dp_->wrap_broadcast();
 }
 
@@ -159,6 +231,7 @@ std::vector<StateTensor> DistributedModelParallel::state() const {
       const int64_t column_shards = shard->placement.cols == 0 ? 1 : dim / shard->placement.cols;
       out.push_back({table_weight_key(shard->config.name), type, sharding->replicated(), shard->weight, shard->placement,
                      {rows, dim}});
+      if (!shard->optimizer) continue;  // a data-parallel table the dense optimizer trains
       for (const auto& s : shard->optimizer->state()) {
         std::vector<int64_t> full = s.tensor.dim() == 2 ? std::vector<int64_t>{rows, dim}
                                     : column_shards > 1  ? std::vector<int64_t>{rows, column_shards}
@@ -178,7 +251,12 @@ std::vector<StateTensor> DistributedModelParallel::state() const {
     out.push_back({p.name, "dense", true, p.tensor.detach(), whole(p.tensor), p.tensor.sizes().vec()});
   }
   for (const auto& s : dense_dp_->optimizer_state()) {
-    optimizer_state.push_back({s.name, "dense", true, s.tensor, whole(s.tensor), s.tensor.sizes().vec()});
+    // State of a data-parallel table the dense optimizer trains is named "<table weight>.<state>".
+    std::string sharding = "dense";
+    for (const auto& config : model_.tables) {
+      if (s.name.rfind(table_weight_key(config.name) + ".", 0) == 0) sharding = "data_parallel";
+    }
+    optimizer_state.push_back({s.name, sharding, true, s.tensor, whole(s.tensor), s.tensor.sizes().vec()});
   }
   out.insert(out.end(), optimizer_state.begin(), optimizer_state.end());
   return out;
@@ -207,7 +285,9 @@ std::map<std::string, at::Tensor> DistributedModelParallel::gather_full_state() 
       bool row_state;
     };
     std::vector<Spec> specs = {{"weight", {rows, dim}, false}};
-    for (const auto& spec : FusedOptimizer::state_specs(options_.sparse_optimizer, rows, dim)) {
+    const bool fused = placement.type != ShardingType::kDataParallel || !options_.profile.data_parallel_tables_use_dense_optimizer;
+    for (const auto& spec : fused ? FusedOptimizer::state_specs(options_.sparse_optimizer, rows, dim)
+                                  : std::vector<StateSpec>{}) {
       const bool row_state = spec.sizes.size() == 1;
       specs.push_back({spec.name, row_state && column_shards > 1 ? std::vector<int64_t>{rows, column_shards} : spec.sizes,
                        row_state});
@@ -231,7 +311,8 @@ std::map<std::string, at::Tensor> DistributedModelParallel::gather_full_state() 
     }
   }
   for (const auto& s : state()) {
-    if (s.sharding != "dense") continue;
+    // Replicated tensors not assembled above (dense layers, the dense optimizer's state) are rank 0's.
+    if (!s.replicated || full.count(s.name) != 0) continue;
     at::Tensor t = s.tensor.detach().clone();
     comm_.broadcast(t, 0);
     full[s.name] = t;
@@ -263,7 +344,9 @@ void DistributedModelParallel::load_full_state(const std::map<std::string, at::T
 void DistributedModelParallel::resume(const std::map<std::string, at::Tensor>& state_map, int64_t steps) {
   load_full_state(state_map);
   for (auto& sharding : shardings_) {
-    for (TableShard* shard : sharding->local_shards()) shard->optimizer->set_step(steps);
+    for (TableShard* shard : sharding->local_shards()) {
+      if (shard->optimizer) shard->optimizer->set_step(steps);
+    }
   }
   dense_dp_->load_optimizer_state(state_map, steps);
 }

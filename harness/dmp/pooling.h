@@ -41,6 +41,17 @@ Bags bucketize_rows(const Bags& bags, int64_t begin, int64_t rows);
 // Gradient of the pooled output with respect to the rows the bags touched.
 RowGradients pooled_backward(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling);
 
+// One table's pooled gradient for one feature (or one part of a feature's bags).
+struct GradientPart {
+  at::Tensor grad_pooled;  // [batch, dim]
+  Bags bags;
+  PoolingType pooling;
+};
+// The gradient of every row the parts touched, as FBGEMM's backward computes it: each id
+// occurrence, in order (parts in turn, then bags, then ids), adds its bag's gradient times its
+// scale -- the id's weight, 1/L as a float under mean pooling, or 1 -- rounded once.
+RowGradients row_gradients(const std::vector<GradientPart>& parts);
+
 // The same gradient, one entry per id occurrence (rows repeat, in bag order).
 RowGradients per_occurrence_gradients(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling);
 // Sums per-occurrence gradients per unique row (rows ascending).

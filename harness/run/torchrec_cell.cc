@@ -22,6 +22,7 @@
 #include "check/replica_check.h"
 #include "common/error.h"
 #include "common/revision.h"
+#include "dmp/behaviour_profile.h"
 #include "report/json.h"
 #include "run/data_generator.h"
 #include "run/launcher.h"
@@ -306,6 +307,11 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     ref_options.write_reports = false;
     ref_options.full_state_dir = reference_dir;
     ref_options.reference_profile = spec.expect.reference_profile;
+    if (ref_options.reference_profile == dmp::kReleaseProfile) {
+      ref_options.reference_profile = dmp::profile_for_release(spec.torchrec_version());
+      DMP_CHECK(!ref_options.reference_profile.empty(), ErrorKind::kInvalidScenario,
+                "{}: no behaviour profile models torchrec {}", scenario.name, spec.torchrec_version());
+    }
     const check::RunResult ref = run_cell(scenario, index, ref_options);
     if (ref.failure) {
       result.verdict = "error";
@@ -314,10 +320,10 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       write_report(result);
       return result;
     }
-    from_state = reference_dir + "/init.json";
+    if (!spec.expect.reference_draws_own_init) from_state = reference_dir + "/init.json";
     result.system.notes.push_back(fmt::format(
         "compared with the reference DMP under profile '{}'",
-        spec.expect.reference_profile.empty() ? spec.profile.name : spec.expect.reference_profile));
+        ref_options.reference_profile.empty() ? spec.profile.name : ref_options.reference_profile));
   }
   report::write_text_file_atomically(exchange.path() + "/spec.json", spec_json(spec, from_state).dump(2));
 

@@ -598,9 +598,17 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
   if (YAML::Node g = node["global_model"]) e.global_model = tolerance(g, path + ".global_model");
   if (YAML::Node g = node["reference"]) {
     if (g.IsMap() && g["profile"]) {
-      e.reference_profile = r.choice(g["profile"], path + ".reference.profile", dmp::behaviour_profile_names());
+      std::vector<std::string> profiles = dmp::behaviour_profile_names();
+      profiles.push_back(dmp::kReleaseProfile);  // the profile modelling the cell's release
+      e.reference_profile = r.choice(g["profile"], path + ".reference.profile", profiles);
+    }
+    if (g.IsMap() && g["start"]) {
+      e.reference_draws_own_init = r.choice(g["start"], path + ".reference.start", {"reference", "seed"}) == "seed";
+    }
+    if (g.IsMap() && (g["profile"] || g["start"])) {
       YAML::Node rest = YAML::Clone(g);
       rest.remove("profile");
+      rest.remove("start");
       e.reference = rest.size() == 0 ? Tolerance{} : tolerance(rest, path + ".reference");
     } else {
       e.reference = tolerance(g, path + ".reference");
@@ -650,9 +658,10 @@ std::string Expectation::describe() const {
                         global_model->rtol, global_model->atol);
   }
   if (reference) {
-    text += fmt::format("; matches the reference DMP{} (rtol {}, atol {})",
-                        reference_profile.empty() ? std::string() : " under profile " + reference_profile, reference->rtol,
-                        reference->atol);
+    text += fmt::format("; matches the reference DMP{}{} (rtol {}, atol {})",
+                        reference_profile.empty() ? std::string() : " under profile " + reference_profile,
+                        reference_draws_own_init ? ", each drawing its own initial weights from the seed" : "",
+                        reference->rtol, reference->atol);
   }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
   if (error) text = fmt::format("the run fails with an error containing '{}'", *error);

@@ -74,6 +74,9 @@ struct Expectation {
   // weights, and compare every tensor after every step within this tolerance.
   std::optional<Tolerance> reference;
   std::string reference_profile;  // the profile the reference half runs under; empty: the run's own
+  // `reference: {start: seed}`: the release draws its own initial weights from the scenario's
+  // init seed instead of starting from the reference's, so step 0 compares the two draws.
+  bool reference_draws_own_init = false;
   std::optional<double> max_broadcast_seconds;
   // The run is expected to fail, with an error whose message contains this text.
   std::optional<std::string> error;

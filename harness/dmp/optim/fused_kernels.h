@@ -8,10 +8,10 @@
 
 namespace dmpcheck::dmp::kernels {
 
-// w - lr * g
+// w - lr * g, rounded once
 void sgd_rows(float* w, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim, float lr);
 
-// m + g * g;  w - lr * g / (sqrt(m) + eps)
+// m + g * g (rounded once);  w - float(lr * g) / (sqrt(m) + eps) in double, rounded once
 void adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
                   float lr, float eps);
 
@@ -20,14 +20,16 @@ void adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64
 //   m = m + mean_square;  mult = lr / (sqrtf(m) + eps)                     (all float)
 //   corr = 1 (none) | 1 - mult * wd (L2) | decoupled_correction = float(1 - lr * wd in double)
 //   w_j = w_j * corr - mult * g_j
-// The mean square is left to ATen's vectorised reduction (fused_optimizer.cc): its order agrees
-// with torchrec 1.9.2 on more elements than a sequential float sum (the order FBGEMM's generic
-// CPU source reads as) on 128-wide rows -- 789 against 2056 elements not bitwise after 10 steps,
-// measured on one table -- and it keeps the bits this optimizer had before.
+// The mean square comes from fbgemm_mean_square (the order of FBGEMM's vectorised CPU kernel,
+// not a sequential sum nor ATen's).
 // wd_mode: 0 none, 1 L2, 2 decoupled.
 void rowwise_adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end,
                           int64_t dim, const float* row_mean_square, float lr, float eps, float wd, int wd_mode,
                           float decoupled_correction);
+
+// The mean of a row's squared gradient in FBGEMM's order: eight float lanes summed pairwise,
+// then divided (not multiplied by 1/D) by the width.
+float fbgemm_mean_square(const float* g, int64_t dim);
 
 struct AdamScalars {
   float lr, eps, weight_decay, beta1, beta2, one_minus_beta1, one_minus_beta2, bias_correction1, bias_correction2;

@@ -73,10 +73,9 @@ constexpr int64_t kRowGrain = 256;
 }  // namespace
 
 // The element-wise optimizers run as one pass over each touched row, as FBGEMM's fused kernels
-// do, instead of a dozen whole-tensor passes with temporaries.  Each line below performs the
-// same float operations in the same order as the tensor expression in its comment (scalars
-// rounded to float first, as ATen does), so results are the same bits.  Rows are unique
-// (the exact optimizers' contract), so rows can be updated in parallel.
+// do, with FBGEMM's arithmetic (fused_kernels.cc; learning rate and eps rounded to float first,
+// as FBGEMM receives them).  Rows are unique (the exact optimizers' contract), so rows can be
+// updated in parallel.
 void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
   if (grads.rows.numel() == 0) return;
   DMP_INTERNAL_ASSERT(grads.grads.size(0) == grads.rows.numel(), "one gradient per row");
@@ -103,12 +102,14 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
       return;
     }
     case FusedOptimizerType::kRowWiseAdagrad: {
-      // The mean is a reduction whose order ATen chooses (fused_kernels.h says why it stays so);
-      // everything after it is one pass per row.
+      // Each row's mean square in FBGEMM's summation order; everything after it is one pass per row.
       const bool l2 = config_.weight_decay_mode == WeightDecayMode::kL2;
-      const at::Tensor decayed = l2 ? g + config_.weight_decay * weight.index_select(0, rows) : g;
-      const at::Tensor mean_square = (decayed * decayed).mean(1).contiguous();
-      const float* ms = mean_square.data_ptr<float>();
+      const at::Tensor decayed = (l2 ? g + config_.weight_decay * weight.index_select(0, rows) : g).contiguous();
+      at::Tensor mean_square = at::empty({n}, at::kFloat);
+      const float* dp = decayed.data_ptr<float>();
+      float* msp = mean_square.data_ptr<float>();
+      for (int64_t i = 0; i < n; ++i) msp[i] = kernels::fbgemm_mean_square(dp + i * dim, dim);
+      const float* ms = msp;
       float* m = state_[0].tensor.data_ptr<float>();
       const int mode = l2 ? 1 : config_.weight_decay_mode == WeightDecayMode::kDecoupled ? 2 : 0;
       const float decoupled = static_cast<float>(1.0 - config_.learning_rate * config_.weight_decay);

@@ -24,8 +24,9 @@ std::vector<std::string> features_of(const std::vector<EmbeddingBagConfig>& tabl
   return features;
 }
 
-DataParallelSharding::DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards, bool update_tables)
-    : comm_(comm), shards_(std::move(shards)), update_tables_(update_tables) {
+DataParallelSharding::DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards,
+                                           DataParallelUpdate update)
+    : comm_(comm), shards_(std::move(shards)), update_(update) {
   for (const auto& shard : shards_) {
     for (const auto& f : shard.config.feature_names) {
       input_features_.push_back(f);
@@ -81,14 +82,14 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
   int64_t count_offset = grad_elements;
   for (size_t s = 0; s < shards_.size(); ++s) {
     const auto& shard = shards_[s];
-    std::vector<RowGradients> parts;
+    std::vector<GradientPart> parts;
     for (size_t f = 0; f < shard.config.feature_names.size(); ++f, ++column) {
       const int64_t dim = columns_.dims[column];
-      parts.push_back(pooled_backward(grad.narrow(1, offset, dim), saved_bags_[column], shard.config.pooling));
+      parts.push_back({grad.narrow(1, offset, dim), saved_bags_[column], shard.config.pooling});
       offset += dim;
     }
     // Plain row copies: ATen's index_copy_/index_fill_ cost more than everything else here.
-    const RowGradients rows = merge_row_gradients(parts);
+    const RowGradients rows = row_gradients(parts);
     const int64_t dim = shard.config.embedding_dim;
     const at::Tensor grads = rows.grads.contiguous();
     const int64_t* row = rows.rows.data_ptr<int64_t>();
@@ -96,14 +97,41 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
     float* dense = flat_.data_ptr<float>() + grad_offset;
     float* count = flat_.data_ptr<float>() + count_offset;
     const int64_t n = rows.rows.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(dense + row[i] * dim, source + i * dim, static_cast<size_t>(dim) * sizeof(float));
-      count[row[i]] = 1.0f;
+    if (update_ == DataParallelUpdate::kDenseOptimizer) {
+      // DDP scales each gradient by 1/world_size (a float) into its bucket, then sums.
+      const float scale = static_cast<float>(1.0 / comm_.world_size());
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t d = 0; d < dim; ++d) dense[row[i] * dim + d] = source[i * dim + d] * scale;
+        count[row[i]] = 1.0f;
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        std::memcpy(dense + row[i] * dim, source + i * dim, static_cast<size_t>(dim) * sizeof(float));
+        count[row[i]] = 1.0f;
+      }
     }
     grad_offset += shard.config.num_embeddings * shard.config.embedding_dim;
     count_offset += shard.config.num_embeddings;
   }
   comm_.all_reduce(flat_, comm::ReduceOp::kSum);
+
+  if (update_ == DataParallelUpdate::kDenseOptimizer) {
+    // Every row's (already averaged) gradient, zero where no rank touched it, becomes the
+    // table's .grad for the dense optimizer; the buffer is cleared for the next step.
+    if (dense_grads_.size() != shards_.size()) dense_grads_.assign(shards_.size(), at::Tensor());
+    grad_offset = 0;
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      auto& shard = shards_[s];
+      const int64_t elements = shard.config.num_embeddings * shard.config.embedding_dim;
+      if (!dense_grads_[s].defined()) dense_grads_[s] = at::empty_like(shard.weight);
+      at::Tensor region = flat_.narrow(0, grad_offset, elements).view(shard.weight.sizes());
+      dense_grads_[s].copy_(region);
+      shard.weight.mutable_grad() = dense_grads_[s];
+      grad_offset += elements;
+    }
+    flat_.zero_();
+    return;
+  }
 
   // Average and apply the rows touched on any rank, then clear them for the next step.
   grad_offset = 0;
@@ -131,7 +159,7 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
       count[r] = 0.0f;
       ++i;
     }
-    if (update_tables_) shard.optimizer->apply(shard.weight, RowGradients{touched_rows, averaged.div_(comm_.world_size())});
+    if (update_ == DataParallelUpdate::kFusedOptimizer) shard.optimizer->apply(shard.weight, RowGradients{touched_rows, averaged.div_(comm_.world_size())});
   }
 }
 

@@ -2,18 +2,28 @@
 // locally.  Backward all-reduces the row gradients (averaged over ranks, as DDP does) so every
 // replica applies the same update.  Replicas stay equal only if they start equal: that is what
 // the init broadcast (BehaviourProfile) guarantees and what issue #1739 lacked.
+//
+// Who applies the update is a behaviour switch: the table's fused optimizer on the touched rows
+// (what the scenario's optimizers say), the dense optimizer on every row (what TorchRec does: it
+// drops the in-backward optimizer of data-parallel tables), or nobody.
 #pragma once
 
 #include "dmp/sharding/embedding_sharding.h"
 
 namespace dmpcheck::dmp {
 
+enum class DataParallelUpdate {
+  kFusedOptimizer,  // each shard's FusedOptimizer steps the rows some rank touched
+  kDenseOptimizer,  // backward leaves the averaged dense gradient in weight.grad() for the dense optimizer
+  kNone,            // gradients are reduced, nothing steps (no optimizer attached)
+};
+
 class DataParallelSharding final : public EmbeddingSharding {
  public:
-  // `shards` hold full tables (already initialised); ownership moves here.
-  // `update_tables` false: gradients are reduced but no optimizer step is taken (a profile
-  // switch reproducing a data-parallel table nobody attached an optimizer to).
-  DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards, bool update_tables = true);
+  // `shards` hold full tables (already initialised); ownership moves here.  With
+  // kDenseOptimizer the shards carry no FusedOptimizer.
+  DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards,
+                       DataParallelUpdate update = DataParallelUpdate::kFusedOptimizer);
 
   bool replicated() const override { return true; }
   const std::vector<std::string>& input_features() const override { return input_features_; }
@@ -25,7 +35,8 @@ class DataParallelSharding final : public EmbeddingSharding {
  private:
   comm::Communicator& comm_;  // outlives the sharding: owned by the worker for the whole run
   std::vector<TableShard> shards_;
-  bool update_tables_;
+  DataParallelUpdate update_;
+  std::vector<at::Tensor> dense_grads_;  // kDenseOptimizer: each table's gradient, kept between steps
   std::vector<std::string> input_features_;
   PooledColumns columns_;
   std::vector<Bags> saved_bags_;  // per output column, from the last forward

@@ -46,12 +46,14 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
       const bool row_split = plans[t].type == ShardingType::kRowWise || plans[t].type == ShardingType::kTableRowWise;
       const bool local_mean = profile.row_wise_mean_divides_by_local_length && row_split &&
                               tables_[t].pooling == PoolingType::kMean;
-      column_full_mean_.push_back(tables_[t].pooling == PoolingType::kMean && !local_mean);
+      const bool mean = tables_[t].pooling == PoolingType::kMean;
+      column_mean_after_reduce_.push_back(mean && row_split && !local_mean);
       column_row_split_sum_.push_back(row_split && tables_[t].pooling == PoolingType::kSum);
       row_split_mean = row_split_mean || (row_split && tables_[t].pooling == PoolingType::kMean);
       for (size_t s = 0; s < plans[t].shards.size(); ++s) {
         const Shard& shard = plans[t].shards[s];
-        items_by_rank_[static_cast<size_t>(shard.rank)].push_back({t, feature, column, shard, local_index[s], local_mean});
+        items_by_rank_[static_cast<size_t>(shard.rank)].push_back(
+            {t, feature, column, shard, local_index[s], local_mean, mean && !row_split});
         width_by_rank_[static_cast<size_t>(shard.rank)] += shard.cols;
       }
     }
@@ -64,6 +66,13 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
   }
   // TorchRec builds the divisor only when some row-sharded table averages.
   mutate_sum_lengths_ = profile.mean_divisor_mutates_lengths && row_split_mean;
+  mean_divisor_eps_ = profile.row_wise_mean_divisor_eps;
+}
+
+at::Tensor ModelParallelSharding::mean_divisor(size_t column) const {
+  // TorchRec (>= 0.8) divides row-sharded means by the bag length plus a small eps, in float.
+  const at::Tensor length = local_lengths_[column].to(at::kFloat);
+  return (mean_divisor_eps_ > 0 ? length + mean_divisor_eps_ : length.clamp_min(1)).unsqueeze(1);
 }
 
 at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
@@ -138,7 +147,8 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
       bags.lengths = at::cat(lengths[static_cast<size_t>(i)]);
       bags.ids = at::cat(ids[static_cast<size_t>(i)]);
       if (weighted && tables_[item.table].weighted) bags.weights = at::cat(weights[static_cast<size_t>(i)]);
-      at::Tensor sum = pooled_forward(shards_[static_cast<size_t>(item.local_shard)].weight, bags, PoolingType::kSum);
+      at::Tensor sum = pooled_forward(shards_[static_cast<size_t>(item.local_shard)].weight, bags,
+                                      item.owner_mean ? PoolingType::kMean : PoolingType::kSum);
       if (item.local_mean) sum = sum / bags.lengths.clamp_min(1).to(at::kFloat).unsqueeze(1);
       pooled.push_back(sum);
     }
@@ -164,9 +174,7 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
     }
   }
   for (size_t c = 0; c < columns_.features.size(); ++c) {
-    if (!column_full_mean_[c]) continue;
-    const at::Tensor length = local_lengths_[c].clamp_min(1).to(at::kFloat).unsqueeze(1);
-    out.narrow(1, column_offsets_[c], columns_.dims[c]).div_(length);
+    if (column_mean_after_reduce_[c]) out.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
   }
   return out;
 }
@@ -176,11 +184,11 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
   const auto me = static_cast<size_t>(comm_.rank());
   const int64_t batch = local_batch_;
 
-  // The mean's 1/length first, so owners see the gradient of their sum-pooled partials.
+  // A row-sharded mean's divisor first, so owners see the gradient of their sum-pooled partials
+  // (whole-bag owners apply the mean's 1/L themselves, in their backward).
   at::Tensor g = grad.contiguous().clone();
   for (size_t c = 0; c < columns_.features.size(); ++c) {
-    if (!column_full_mean_[c]) continue;
-    g.narrow(1, column_offsets_[c], columns_.dims[c]).div_(local_lengths_[c].clamp_min(1).to(at::kFloat).unsqueeze(1));
+    if (column_mean_after_reduce_[c]) g.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
   }
 
   std::vector<at::Tensor> sends;
@@ -195,8 +203,7 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
   const at::Tensor received = comm_.all_to_all(cat_or_empty(sends, at::kFloat), scaled(width_by_rank_, batch), recv_splits);
   const int64_t width = width_by_rank_[me];
 
-  const double scale = divide_gradients_ ? 1.0 / world : 1.0;
-  std::vector<std::vector<RowGradients>> per_shard(shards_.size());
+  std::vector<std::vector<GradientPart>> per_shard(shards_.size());
   if (width > 0) {
     std::vector<at::Tensor> per_source;
     for (int s = 0; s < world; ++s) {
@@ -207,28 +214,31 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
     for (size_t i = 0; i < items_by_rank_[me].size(); ++i) {
       const Item& item = items_by_rank_[me][i];
       at::Tensor item_grad = global.narrow(1, col, item.shard.cols);
+      // TorchRec divides the gradient the owner receives by the world size (GRADIENT_DIVISION).
+      if (divide_gradients_) item_grad = item_grad / world;
       if (item.local_mean) item_grad = item_grad / owner_bags_[i].lengths.clamp_min(1).to(at::kFloat).unsqueeze(1);
       per_shard[static_cast<size_t>(item.local_shard)].push_back(
-          per_occurrence_gradients(item_grad, owner_bags_[i], PoolingType::kSum));
+          {item_grad, owner_bags_[i], item.owner_mean ? PoolingType::kMean : PoolingType::kSum});
       col += item.shard.cols;
     }
   }
   for (size_t s = 0; s < shards_.size(); ++s) {
-    RowGradients occurrences{at::empty({0}, at::kLong), at::empty({0, shards_[s].weight.size(1)}, at::kFloat)};
+    const RowGradients none{at::empty({0}, at::kLong), at::empty({0, shards_[s].weight.size(1)}, at::kFloat)};
+    if (deduplicate_) {
+      shards_[s].optimizer->apply(shards_[s].weight, per_shard[s].empty() ? none : row_gradients(per_shard[s]));
+      continue;
+    }
+    RowGradients occurrences = none;
     if (!per_shard[s].empty()) {
       std::vector<at::Tensor> rows, grads;
       for (const auto& part : per_shard[s]) {
-        rows.push_back(part.rows);
-        grads.push_back(part.grads);
+        const RowGradients p = per_occurrence_gradients(part.grad_pooled, part.bags, part.pooling);
+        rows.push_back(p.rows);
+        grads.push_back(p.grads);
       }
       occurrences = {at::cat(rows), at::cat(grads)};
     }
-    if (scale != 1.0) occurrences.grads = occurrences.grads * scale;
-    if (deduplicate_) {
-      shards_[s].optimizer->apply(shards_[s].weight, sum_by_row(occurrences));
-    } else {
-      shards_[s].optimizer->apply_in_turn(shards_[s].weight, occurrence_groups(occurrences));
-    }
+    shards_[s].optimizer->apply_in_turn(shards_[s].weight, occurrence_groups(occurrences));
   }
 }
 

@@ -39,6 +39,8 @@ class ModelParallelSharding final : public EmbeddingSharding {
   std::vector<TableShard*> local_shards() override;
 
  private:
+  // The divisor of a row-sharded mean column, [batch, 1].
+  at::Tensor mean_divisor(size_t column) const;
   struct Item {
     size_t table = 0;       // index into tables_
     std::string feature;
@@ -46,6 +48,7 @@ class ModelParallelSharding final : public EmbeddingSharding {
     Shard shard;
     int local_shard = -1;   // index into shards_ on the owner
     bool local_mean = false;  // TorchRec #2362: the owner divides by its share of the bag
+    bool owner_mean = false;  // the owner holds whole bags and pools them by their mean (table/column-wise)
   };
 
   comm::Communicator& comm_;  // owned by the worker, outlives the sharding
@@ -58,7 +61,8 @@ class ModelParallelSharding final : public EmbeddingSharding {
   PooledColumns columns_;                       // model order
   std::vector<int64_t> column_offsets_;
   std::vector<size_t> column_table_;            // per column: index into tables_
-  std::vector<bool> column_full_mean_;          // per column: divide by the full bag length
+  std::vector<bool> column_mean_after_reduce_;  // per column: row shards' partial sums are divided by L + eps here
+  double mean_divisor_eps_ = 0.0;
   std::vector<bool> column_row_split_sum_;      // per column: a sum-pooled row_wise/table_row_wise table
   std::vector<std::vector<Item>> items_by_rank_;
   std::vector<int64_t> width_by_rank_;          // pooled columns each owner returns per bag
