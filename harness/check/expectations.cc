@@ -66,6 +66,13 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
   if (expect.reference) {
     if (!result.reference_compared) {
       out.failures.push_back("the side-by-side comparison with the reference did not run");
+    } else if (!expect.reference->match) {
+      // `match: false`: the release is expected to leave the reference (a behaviour it does not share).
+      if (std::all_of(result.reference.begin(), result.reference.end(), [](const ReferenceDiff& d) { return d.within_tolerance; })) {
+        out.failures.push_back(fmt::format("expected to differ from the reference, but every tensor is within rtol {} / atol {} "
+                                           "at every step",
+                                           expect.reference->rtol, expect.reference->atol));
+      }
     } else {
       // One line per tensor: where it first leaves the tolerance, and its worst step.
       std::vector<std::string> order;

@@ -2,10 +2,11 @@
 
 #include <cmath>
 
-#include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
+#include <algorithm>
 
-#include "comm/loopback/loopback_communicator.h"
+#include <ATen/ATen.h>
+
+#include "check/unsharded_model.h"
 #include "common/error.h"
 
 namespace dmpcheck::check {
@@ -36,27 +37,16 @@ GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actua
 GlobalModelTracker::GlobalModelTracker(const dmp::ModelConfig& model, const dmp::DmpOptions& options,
                                        const std::map<std::string, at::Tensor>& initial_state, int64_t steps_done,
                                        Tolerances tolerances)
-    : comm_(comm::make_loopback_communicator()), tolerances_(tolerances) {
-  dmp::PlannerInput planner;
-  planner.tables = model.tables;
-  planner.topology = {1, 1, 0};
-  for (const auto& t : model.tables) planner.constraints[t.name].sharding_types = {dmp::ShardingType::kTableWise};
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);  // every draw is overwritten below
-  // The unsharded model is the truth: it never carries a bug profile's switches.
-  dmp::DmpOptions reference_options = options;
-  reference_options.profile = *dmp::find_behaviour_profile("current");
-  reference_ = std::make_unique<dmp::DistributedModelParallel>(*comm_, model, dmp::plan_sharding(planner), generator,
-                                                               reference_options);
-  reference_->resume(initial_state, steps_done);
-}
+    : reference_(std::make_unique<UnshardedModel>(model, options.sparse_optimizer, options.dense_optimizer, initial_state,
+                                                  steps_done)),
+      tolerances_(tolerances) {}
 
 GlobalModelTracker::~GlobalModelTracker() = default;
 
 void GlobalModelTracker::step_and_compare(const dmp::KeyedJaggedTensor& global_batch,
                                           const std::map<std::string, at::Tensor>& sharded_state, int step) {
   reference_->train_step(global_batch);
-  std::map<std::string, at::Tensor> expected;
-  for (const auto& s : reference_->state()) expected[s.name] = s.tensor;
+  const std::map<std::string, at::Tensor> expected = reference_->state();
   for (const auto& [name, actual] : sharded_state) {
     auto it = expected.find(name);
     GlobalModelCheck check = it == expected.end() ? GlobalModelCheck{} : compare_tensor(name, actual, it->second, tolerances_, step);

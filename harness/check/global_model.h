@@ -1,9 +1,9 @@
 // Global-model equivalence: the unsharded model, started from the sharded model's initial
 // state and trained on the same global batches in one process, must track the sharded model.
-// After every step each full tensor of the sharded model (weights and fused optimizer state,
-// assembled from its shards) is compared with the unsharded model's.  The unsharded model runs
-// through the same DMP code on a one-rank loopback world with every table table_wise: the
-// reference differs from the subject in sharding and communication, and in nothing else.
+// After every step each full tensor of the sharded model (weights and optimizer state,
+// assembled from its shards) is compared with the unsharded model's.  The unsharded model is
+// check::UnshardedModel: plain libtorch with autograd and optimizers written from their
+// formulas, sharing no code with the DMP it judges.
 #pragma once
 
 #include <map>
@@ -15,11 +15,9 @@
 #include "dmp/keyed_jagged_tensor.h"
 #include "dmp/model_parallel.h"
 
-namespace dmpcheck::comm {
-class Communicator;
-}
-
 namespace dmpcheck::check {
+
+class UnshardedModel;
 
 struct Tolerances {
   double rtol = 1e-5;
@@ -41,8 +39,7 @@ class GlobalModelTracker {
   std::vector<GlobalModelCheck> results() const;
 
  private:
-  std::unique_ptr<comm::Communicator> comm_;
-  std::unique_ptr<dmp::DistributedModelParallel> reference_;
+  std::unique_ptr<UnshardedModel> reference_;
   Tolerances tolerances_;
   std::vector<GlobalModelCheck> results_;
 };

@@ -191,16 +191,25 @@ int measure_fidelity(const ReleaseOptions& options) {
                       r.note);
   }
   md += "\n## Why rows differ\n\n"
-        "- **Data-parallel tables (`dp_*`).** TorchRec drops the in-backward optimizer on data-parallel tables "
-        "(they use the dense kernel); DDP averages their gradient and whatever optimizer covers the remaining "
-        "parameters (here the dense SGD) trains them with torch.optim semantics. The reference applies the sparse "
-        "fused optimizer to them. With sparse `sgd` the two updates are the same arithmetic; with `adagrad` and "
-        "`rowwise_adagrad` they are different optimizers, and the reference holds a `momentum1` that TorchRec "
-        "does not (\"only in the reference\").\n"
-        "- **Last-bit differences elsewhere** (max rel ~1e-7): the reference and FBGEMM agree to a few ulp but "
-        "not bitwise; the order in which duplicate ids' gradients are summed and fused multiply-adds in FBGEMM's "
-        "CPU kernels are the candidates, not yet established (the reference-agreement issue).\n"
-        "- **Errors** are what the release itself raised (e.g. row_wise on CPU/Gloo in 0.6.0).\n";
+        "The reference runs under the profile that models each release (`reference: {profile: release}`: "
+        "`torchrec-0.6` for 0.6.0, `torchrec-1.9` for 1.9.2). What it reproduces, each established against the "
+        "real kernels and releases:\n\n"
+        "- **Initial weights** (`fidelity-init`, `start: seed`: both sides draw from the seed): TorchRec's draw "
+        "order -- the dense layers, then the kernels' throw-away draws (a `randn` per data-parallel pooling "
+        "group), then each rank's local shards in model order -- so every shard and replica is bitwise equal, "
+        "and 0.6.0's per-rank data-parallel replicas come out as 0.6.0 draws them.\n"
+        "- **Data-parallel tables**: TorchRec drops their in-backward optimizer; DDP averages the dense gradient "
+        "(times 1/world_size, then summed) and the dense optimizer (here SGD) trains every row.\n"
+        "- **FBGEMM's CPU arithmetic**: mean pooling as the sum times a float 1/L; each row's gradient "
+        "accumulated in batch order with one rounding per id; SGD and Adagrad updates rounded once (Adagrad's "
+        "weight update in double); row-wise Adagrad's mean square over eight float lanes.\n"
+        "- **Row-wise means** divided by `L + 1e-6`, and beside them the row-wise *sum* features by `1 + 1e-6` "
+        "(TorchRec builds one divisor for every reduce-scattered feature).\n\n"
+        "What still differs, and by how much:\n\n"
+        "- **World size 3, `dense.0.weight`**: one element in the last bit. Three ranks' gradients are summed "
+        "by Gloo's all-reduce, whose order of addition across ranks differs between the Gloo of Debian's libtorch "
+        "1.13 and torch's own; two ranks add in one order only. Bounded by one ulp per step (max rel ~1e-7).\n"
+        "- **Errors** are what the release itself raised (row_wise on CPU/Gloo in 0.6.0).\n";
   report::write_text_file_atomically(options.output, md);
   out << fmt::format("fidelity: {} rows, {} of {} compared tensors bitwise; written to {} ({:.0f} s)\n", rows.size(), bitwise,
                      compared, options.output, seconds);

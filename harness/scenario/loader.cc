@@ -658,7 +658,7 @@ std::string Expectation::describe() const {
                         global_model->rtol, global_model->atol);
   }
   if (reference) {
-    text += fmt::format("; matches the reference DMP{}{} (rtol {}, atol {})",
+    text += fmt::format("; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
                         reference_profile.empty() ? std::string() : " under profile " + reference_profile,
                         reference_draws_own_init ? ", each drawing its own initial weights from the seed" : "",
                         reference->rtol, reference->atol);

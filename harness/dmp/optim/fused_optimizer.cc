@@ -128,8 +128,10 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
       scalars.weight_decay = wd;
       scalars.beta1 = static_cast<float>(b1);
       scalars.beta2 = static_cast<float>(b2);
-      scalars.one_minus_beta1 = static_cast<float>(1.0 - b1);
-      scalars.one_minus_beta2 = static_cast<float>(1.0 - b2);
+      // FBGEMM receives the betas as floats and subtracts from 1 in float (not 1 - beta in double,
+      // which differs in (1 - beta2) by 1.3e-5 relative for beta2 = 0.999).
+      scalars.one_minus_beta1 = 1.0f - scalars.beta1;
+      scalars.one_minus_beta2 = 1.0f - scalars.beta2;
       scalars.bias_correction1 = static_cast<float>(1.0 - std::pow(b1, static_cast<double>(step_)));
       scalars.bias_correction2 = static_cast<float>(1.0 - std::pow(b2, static_cast<double>(step_)));
       at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {

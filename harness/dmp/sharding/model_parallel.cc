@@ -47,7 +47,9 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
       const bool local_mean = profile.row_wise_mean_divides_by_local_length && row_split &&
                               tables_[t].pooling == PoolingType::kMean;
       const bool mean = tables_[t].pooling == PoolingType::kMean;
-      column_mean_after_reduce_.push_back(mean && row_split && !local_mean);
+      column_after_reduce_.push_back(mean && row_split && !local_mean ? AfterReduce::kLength
+                                     : !mean && row_split             ? AfterReduce::kOne
+                                                                      : AfterReduce::kNone);
       column_row_split_sum_.push_back(row_split && tables_[t].pooling == PoolingType::kSum);
       row_split_mean = row_split_mean || (row_split && tables_[t].pooling == PoolingType::kMean);
       for (size_t s = 0; s < plans[t].shards.size(); ++s) {
@@ -67,11 +69,17 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
   // TorchRec builds the divisor only when some row-sharded table averages.
   mutate_sum_lengths_ = profile.mean_divisor_mutates_lengths && row_split_mean;
   mean_divisor_eps_ = profile.row_wise_mean_divisor_eps;
+  // Summed row-sharded features are divided by 1 + eps only beside an averaged one, and only
+  // where the divisor has an eps at all.
+  for (auto& a : column_after_reduce_) {
+    if (a == AfterReduce::kOne && !(row_split_mean && mean_divisor_eps_ > 0)) a = AfterReduce::kNone;
+  }
 }
 
 at::Tensor ModelParallelSharding::mean_divisor(size_t column) const {
   // TorchRec (>= 0.8) divides row-sharded means by the bag length plus a small eps, in float.
-  const at::Tensor length = local_lengths_[column].to(at::kFloat);
+  at::Tensor length = local_lengths_[column].to(at::kFloat);
+  if (column_after_reduce_[column] == AfterReduce::kOne) length = at::ones_like(length);
   return (mean_divisor_eps_ > 0 ? length + mean_divisor_eps_ : length.clamp_min(1)).unsqueeze(1);
 }
 
@@ -174,7 +182,7 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
     }
   }
   for (size_t c = 0; c < columns_.features.size(); ++c) {
-    if (column_mean_after_reduce_[c]) out.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
+    if (column_after_reduce_[c] != AfterReduce::kNone) out.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
   }
   return out;
 }
@@ -188,7 +196,7 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
   // (whole-bag owners apply the mean's 1/L themselves, in their backward).
   at::Tensor g = grad.contiguous().clone();
   for (size_t c = 0; c < columns_.features.size(); ++c) {
-    if (column_mean_after_reduce_[c]) g.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
+    if (column_after_reduce_[c] != AfterReduce::kNone) g.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
   }
 
   std::vector<at::Tensor> sends;

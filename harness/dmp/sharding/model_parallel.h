@@ -61,7 +61,11 @@ class ModelParallelSharding final : public EmbeddingSharding {
   PooledColumns columns_;                       // model order
   std::vector<int64_t> column_offsets_;
   std::vector<size_t> column_table_;            // per column: index into tables_
-  std::vector<bool> column_mean_after_reduce_;  // per column: row shards' partial sums are divided by L + eps here
+  // Per column of a row-sharded table, what the summed partials are divided by here: nothing, L + eps
+  // (mean pooling), or 1 + eps (sum pooling, when some row-sharded table averages: TorchRec >= 0.8
+  // builds one divisor for every reduce-scattered feature, with length 1 for the summed ones).
+  enum class AfterReduce { kNone, kLength, kOne };
+  std::vector<AfterReduce> column_after_reduce_;
   double mean_divisor_eps_ = 0.0;
   std::vector<bool> column_row_split_sum_;      // per column: a sum-pooled row_wise/table_row_wise table
   std::vector<std::vector<Item>> items_by_rank_;

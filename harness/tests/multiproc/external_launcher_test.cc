@@ -53,7 +53,7 @@ TEST(ExternalLauncher, RanksStartedFromTorchrunVariablesRunTheSeedMatrix) {
   EXPECT_EQ(verdicts, 4u) << log;
   EXPECT_NE(log.find("[init.mode=unseeded profile=torchrec-0.6]: PASS (bug reproduced as expected)"), std::string::npos)
       << log;
-  EXPECT_TRUE(std::filesystem::exists(dir + "/reports/torchrec-1739-dp-tables-not-broadcast/unseeded_current.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/reports/torchrec-1739-dp-tables-not-broadcast/unseeded_torchrec-1.9.json"));
   std::filesystem::remove_all(dir);
 }
 

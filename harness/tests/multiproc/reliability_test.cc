@@ -122,8 +122,8 @@ TEST_F(Reliability, TwoRunsAtOnceNeverCollide) {
   const pid_t b = spawn({DMPCHECK_CLI_PATH, "run", "--quiet", seed, "--out", dir_ + "/b"}, {}, dir_ + "/b.log");
   EXPECT_EQ(wait_for(a), 0) << testing::read_file(dir_ + "/a.log");
   EXPECT_EQ(wait_for(b), 0) << testing::read_file(dir_ + "/b.log");
-  EXPECT_TRUE(std::filesystem::exists(dir_ + "/a/torchrec-1739-dp-tables-not-broadcast/unseeded_current.json"));
-  EXPECT_TRUE(std::filesystem::exists(dir_ + "/b/torchrec-1739-dp-tables-not-broadcast/unseeded_current.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/a/torchrec-1739-dp-tables-not-broadcast/unseeded_torchrec-1.9.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/b/torchrec-1739-dp-tables-not-broadcast/unseeded_torchrec-1.9.json"));
 }
 
 TEST_F(Reliability, AFailingRankWritesTorchrunsErrorFile) {

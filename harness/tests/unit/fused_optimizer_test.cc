@@ -133,7 +133,19 @@ TEST(FusedOptimizer, RowWiseAdagradKernelComputesItsFormulaExactly) {
       at::Tensor expected_momentum = momentum.clone();
       const bool l2 = mode == WeightDecayMode::kL2;
       const at::Tensor decayed = l2 ? g + wd * weight.index_select(0, rows) : g;
-      const at::Tensor mean_square = (decayed * decayed).mean(1);
+      // FBGEMM's order for the row mean of g^2 (measured against its CPU kernel): each square
+      // into lane j % 8, the lanes added pairwise, the total divided by D.
+      at::Tensor mean_square = at::empty({rows.numel()}, at::kFloat);
+      for (int64_t i = 0; i < rows.numel(); ++i) {
+        float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t j = 0; j < dim; ++j) {
+          const float x = decayed[i][j].item<float>();
+          const float square = x * x;
+          lane[j % 8] = lane[j % 8] + square;
+        }
+        const float total = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        mean_square[i] = total / static_cast<float>(dim);
+      }
       const float lr_f = static_cast<float>(lr), eps_f = static_cast<float>(eps), wd_f = static_cast<float>(wd);
       for (int64_t i = 0; i < rows.numel(); ++i) {
         const int64_t r = rows[i].item<int64_t>();

@@ -21,6 +21,33 @@ TEST(Pooling, SumAndMeanMatchAHandComputation) {
   EXPECT_TRUE(mean.allclose(at::tensor({50.5f, 101.f, 0.f, 0.f, 670.f, 1340.f}).view({3, 2}))) << mean;
 }
 
+TEST(Pooling, MeanAndItsGradientUseFbgemmsArithmetic) {
+  // FBGEMM (CPU, measured): a mean is the bag's sum times the float 1/L (not the sum divided by
+  // L), and a row's gradient adds g * (1/L) per occurrence with one rounding.
+  at::manual_seed(3);
+  const at::Tensor weight = at::randn({5, 16});
+  Bags bags{longs({0, 1, 2, 3, 3, 1, 4}), longs({3, 4}), std::nullopt};
+  const at::Tensor grad = at::randn({2, 16});
+  const at::Tensor mean = pooled_forward(weight, bags, PoolingType::kMean);
+  const RowGradients back = pooled_backward(grad, bags, PoolingType::kMean);
+  const int64_t ids[] = {0, 1, 2, 3, 3, 1, 4};
+  const int64_t bag_of[] = {0, 0, 0, 1, 1, 1, 1};
+  for (int64_t j = 0; j < 16; ++j) {
+    float sum0 = 0, sum1 = 0;
+    for (int i = 0; i < 3; ++i) sum0 = sum0 + weight[ids[i]][j].item<float>();
+    for (int i = 3; i < 7; ++i) sum1 = sum1 + weight[ids[i]][j].item<float>();
+    EXPECT_EQ(mean[0][j].item<float>(), sum0 * (1.0f / 3.0f)) << j;
+    EXPECT_EQ(mean[1][j].item<float>(), sum1 * (1.0f / 4.0f)) << j;
+    float row[5] = {0, 0, 0, 0, 0};
+    for (int i = 0; i < 7; ++i) {
+      const float inverse = bag_of[i] == 0 ? 1.0f / 3.0f : 1.0f / 4.0f;
+      row[ids[i]] = static_cast<float>(static_cast<double>(row[ids[i]]) +
+                                       static_cast<double>(grad[bag_of[i]][j].item<float>()) * inverse);
+    }
+    for (int64_t r = 0; r < 5; ++r) EXPECT_EQ(back.grads[r][j].item<float>(), row[r]) << r << " " << j;
+  }
+}
+
 TEST(Pooling, WeightedSum) {
   Bags bags{longs({0, 1}), longs({2}), at::tensor({2.f, 0.5f})};
   at::Tensor out = pooled_forward(table(), bags, PoolingType::kSum);

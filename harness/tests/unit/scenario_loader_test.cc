@@ -103,7 +103,7 @@ TEST(ScenarioLoader, AFeatureNoTableReadsIsRejected) {
 
 TEST(ScenarioLoader, UnknownProfileListsTheKnownOnes) {
   const std::string message = error_of(std::string(kMinimal) + "profile: torchrec-9\n");
-  EXPECT_NE(message.find("field 'profile': expected one of torchrec-0.6, torchrec-0.8, current"), std::string::npos)
+  EXPECT_NE(message.find("field 'profile': expected one of torchrec-0.6, torchrec-0.8, torchrec-1.9, current"), std::string::npos)
       << message;
 }
 
