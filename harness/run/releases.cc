@@ -168,8 +168,10 @@ int measure_fidelity(const ReleaseOptions& options) {
   md += fmt::format("```bash\nbash ci/torchrec-env.sh {0}\nbuild/harness/dmpcheck fidelity {1} --releases {2} --output docs/fidelity.md\n```\n\n",
                     fmt::join(options.releases, " "), fmt::join(options.scenario_files, " "), fmt::join(options.releases, ","));
   md += "Each cell trains the scenario's model for its steps twice: on the release (its own planner, "
-        "DistributedModelParallel, FBGEMM's fused optimizers, DDP) and on the reference DMP, from the reference's "
-        "initial weights and on the same batches. After every step every weight and optimizer-state tensor is "
+        "DistributedModelParallel, FBGEMM's fused optimizers, DDP) and on the reference DMP, on the same batches, "
+        "from the same initial weights (`start: reference`) or each drawing its own from the scenario's seed "
+        "(`start: seed`, as the scenarios here do; step 0 then compares the draws). Step 0 is the initial state; "
+        "after every step every weight and optimizer-state tensor is "
         "compared whole (shards assembled). A row gives the worst step: max |a - b|, max |a - b| / |b| over elements "
         "whose reference value is not 0, and how many elements were not bitwise equal. The table names say the "
         "sharding type and pooling (`cw_mean`: column_wise, mean pooling). Why rows differ: see the notes below the "
@@ -205,10 +207,17 @@ int measure_fidelity(const ReleaseOptions& options) {
         "weight update in double); row-wise Adagrad's mean square over eight float lanes.\n"
         "- **Row-wise means** divided by `L + 1e-6`, and beside them the row-wise *sum* features by `1 + 1e-6` "
         "(TorchRec builds one divisor for every reduce-scattered feature).\n\n"
-        "What still differs, and by how much:\n\n"
-        "- **World size 3, `dense.0.weight`**: one element in the last bit. Three ranks' gradients are summed "
-        "by Gloo's all-reduce, whose order of addition across ranks differs between the Gloo of Debian's libtorch "
-        "1.13 and torch's own; two ranks add in one order only. Bounded by one ulp per step (max rel ~1e-7).\n"
+        "What still differs, and by how much (not yet established, so bounded by what was measured):\n\n"
+        "- **World size 3, `dense.0.weight`**: one element in its last bit (max rel ~1e-7), in every scenario at "
+        "world size 3 and never at 2. The candidates: the order in which Gloo's all-reduce adds three ranks' "
+        "gradients (Debian's libtorch 1.13 Gloo against torch's), and the BLAS behind the Linear's backward.\n"
+        "- **World size 3, column_wise sum under Adagrad**: 26 of 64 momentum elements and 8 of 512 weights in "
+        "their last bits (max rel 3.5e-7), on both releases alike.\n"
+        "- **Fidelity scenarios start from the reference's weights** (`start: reference`): the column shards' "
+        "placement of TorchRec's planner is not yet the reference's for every plan (fidelity-init's tables are "
+        "placed alike, and their draws are bitwise); TorchRec's placement rules are the open part of the "
+        "agreement issue. With a shared start the reference also takes rank 0's data-parallel replicas on every "
+        "rank, as the release is given them.\n"
         "- **Errors** are what the release itself raised (row_wise on CPU/Gloo in 0.6.0).\n";
   report::write_text_file_atomically(options.output, md);
   out << fmt::format("fidelity: {} rows, {} of {} compared tensors bitwise; written to {} ({:.0f} s)\n", rows.size(), bitwise,

@@ -26,6 +26,10 @@ struct ScenarioRunOptions {
   // and have rank 0 dump its whole state at init and after every step into this directory.
   std::string full_state_dir;
   std::string reference_profile;  // with full_state_dir: the profile the reference runs under
+  // With full_state_dir: a release starts from the reference's initial state, which holds rank 0's
+  // data-parallel replicas only, so the reference must hold rank 0's on every rank too (the
+  // profile's #1739 broadcast is forced on; without it the ranks' replicas differ by design).
+  bool reference_shares_its_start = false;
   // Exec a fresh worker binary per rank instead of forking ranks from this warm process
   // (launcher.h says when a fork is made).
   bool exec_ranks = false;

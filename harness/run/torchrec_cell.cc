@@ -307,6 +307,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     ref_options.write_reports = false;
     ref_options.full_state_dir = reference_dir;
     ref_options.reference_profile = spec.expect.reference_profile;
+    ref_options.reference_shares_its_start = !spec.expect.reference_draws_own_init;
     if (ref_options.reference_profile == dmp::kReleaseProfile) {
       ref_options.reference_profile = dmp::profile_for_release(spec.torchrec_version());
       DMP_CHECK(!ref_options.reference_profile.empty(), ErrorKind::kInvalidScenario,
