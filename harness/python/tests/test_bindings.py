@@ -11,8 +11,8 @@ def test_load_scenario_lists_every_matrix_cell(seed):
     scenario = dmpcheck.load_scenario(seed)
     assert scenario["name"] == "torchrec-1739-dp-tables-not-broadcast"
     assert [r["slug"] for r in scenario["runs"]] == [
-        "seeded_torchrec-0.6", "seeded_torchrec__0.6.0", "seeded_torchrec__1.9.2", "seeded_current",
-        "unseeded_torchrec-0.6", "unseeded_torchrec__0.6.0", "unseeded_torchrec__1.9.2", "unseeded_current"]
+        "seeded_torchrec-0.6", "seeded_torchrec__0.6.0", "seeded_torchrec__1.9.2", "seeded_torchrec-1.9",
+        "unseeded_torchrec-0.6", "unseeded_torchrec__0.6.0", "unseeded_torchrec__1.9.2", "unseeded_torchrec-1.9"]
     assert scenario["runs"][4]["cell"] == {"init.mode": "unseeded", "profile": "torchrec-0.6", "system": "reference"}
     assert scenario["runs"][5]["cell"] == {"init.mode": "unseeded", "system": "torchrec==0.6.0"}
 
@@ -56,7 +56,7 @@ def test_the_gil_is_released_while_ranks_run(seed, tmp_path):
     counter = threading.Thread(target=count)
     counter.start()
     try:
-        dmpcheck.run(seed, run="seeded_current", out_dir=str(tmp_path))
+        dmpcheck.run(seed, run="seeded_torchrec-1.9", out_dir=str(tmp_path))
     finally:
         done.set()
         counter.join()

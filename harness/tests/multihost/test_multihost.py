@@ -96,7 +96,7 @@ def reports(out, name):
 
 def assert_seed(out):
     got = {k: v for k, v in reports(out, "torchrec-1739-dp-tables-not-broadcast").items() if v["verdict"] != "skipped"}
-    assert sorted(got) == ["seeded_current", "seeded_torchrec-0.6", "unseeded_current", "unseeded_torchrec-0.6"], sorted(got)
+    assert sorted(got) == ["seeded_torchrec-0.6", "seeded_torchrec-1.9", "unseeded_torchrec-0.6", "unseeded_torchrec-1.9"], sorted(got)
     for slug, r in got.items():
         assert r["verdict"] == "pass", (slug, r["expectation"], r["failure"])
         assert r["environment"]["world_size"] == 2

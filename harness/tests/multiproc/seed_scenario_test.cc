@@ -40,7 +40,7 @@ void expect_seed_verdicts(const run::ScenarioOutcome& outcome, int world_size) {
     } else {
       EXPECT_TRUE(diverged.empty());
     }
-    EXPECT_EQ(r.init_broadcast.performed, r.profile == "current");
+    EXPECT_EQ(r.init_broadcast.performed, r.profile == "torchrec-1.9");
     if (r.init_broadcast.performed) {
       EXPECT_EQ(r.init_broadcast.bytes, (2 * 4096 + 2 * 1024) * 64 * 4);
     }
