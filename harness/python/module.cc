@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -118,6 +119,15 @@ PYBIND11_MODULE(dmpcheck, m) {
         [](const std::string& path, const py::object& overrides, const py::object& run_filter, const std::string& out_dir,
            double budget_s) {
           const auto s = scenario::load_scenario_file(path, to_overrides(overrides));
+          if (!run_filter.is_none()) {
+            // A run name that matches nothing is a mistake to say, not an empty result to return.
+            const std::string wanted = run_filter.cast<std::string>();
+            std::vector<std::string> slugs;
+            for (const auto& r : s.runs) slugs.push_back(r.slug);
+            DMP_CHECK(std::any_of(s.runs.begin(), s.runs.end(),
+                                  [&](const scenario::RunSpec& r) { return r.name == wanted || r.slug == wanted; }),
+                      ErrorKind::kInvalidInput, "{} has no run '{}'; its runs: {}", path, wanted, fmt::join(slugs, ", "));
+          }
           run::ScenarioRunOptions options;
           options.worker_executable = worker_executable();
           options.out_dir = out_dir;

@@ -45,6 +45,28 @@ std::string hostname() {
   return buffer;
 }
 
+// The plan handed to the run (a release's own placement), checked against the model: every table
+// once, in model order, its shards inside the table and on ranks of the world.
+dmp::ShardingPlan given_plan(const scenario::RunSpec& spec) {
+  dmp::ShardingPlan plan = dmp::ShardingPlan::deserialize(spec.given_plan);
+  DMP_CHECK(plan.tables.size() == spec.model.tables.size(), ErrorKind::kInvalidInput,
+            "the given plan places {} tables, the model has {}", plan.tables.size(), spec.model.tables.size());
+  for (size_t i = 0; i < plan.tables.size(); ++i) {
+    const auto& config = spec.model.tables[i];
+    const auto& t = plan.tables[i];
+    DMP_CHECK(t.table == config.name, ErrorKind::kInvalidInput, "the given plan's table {} is '{}', the model's is '{}'", i,
+              t.table, config.name);
+    for (const auto& s : t.shards) {
+      DMP_CHECK(s.rank >= 0 && s.rank < spec.world_size && s.row_offset >= 0 && s.col_offset >= 0 &&
+                    s.row_offset + s.rows <= config.num_embeddings && s.col_offset + s.cols <= config.embedding_dim,
+                ErrorKind::kInvalidInput, "the given plan's shard of '{}' (rank {}, rows {}+{}, columns {}+{}) is outside a "
+                "{}x{} table on {} ranks", t.table, s.rank, s.row_offset, s.rows, s.col_offset, s.cols,
+                config.num_embeddings, config.embedding_dim, spec.world_size);
+    }
+  }
+  return plan;
+}
+
 // Rank 0 plans and broadcasts the plan (TorchRec's collective_plan); then every rank's copy is
 // compared, since a planner that gives ranks different plans is a class of bug of its own.
 // Under the plan-per-rank profile every rank plans for itself with its own tie-breaks.
@@ -271,7 +293,8 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
             "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size,
             spec.local_world_size);
   const dmp::PlannerInput planner = scenario::planner_input(spec, local_world_size);
-  const dmp::ShardingPlan plan = collective_plan(comm, planner, spec.profile.plan_on_every_rank);
+  const dmp::ShardingPlan plan = spec.given_plan.empty() ? collective_plan(comm, planner, spec.profile.plan_on_every_rank)
+                                                         : given_plan(spec);
   for (const auto& t : plan.tables) {
     check::TablePlacement placement{t.table, dmp::sharding_type_name(t.type), {}};
     for (const auto& s : t.shards) placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, s.bytes});

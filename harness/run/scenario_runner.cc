@@ -102,6 +102,7 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
     request.store_entries["as_reference"] = "1";
     if (!options.reference_profile.empty()) request.store_entries["as_reference_profile"] = options.reference_profile;
     if (options.reference_shares_its_start) request.store_entries["as_reference_shared_start"] = "1";
+    if (!options.reference_plan.empty()) request.store_entries["as_reference_plan"] = options.reference_plan;
   }
   set_cell_budget_and_echo(spec, options, "", request);
   const LaunchOutcome launched = launch(request);

@@ -30,6 +30,7 @@ struct ScenarioRunOptions {
   // data-parallel replicas only, so the reference must hold rank 0's on every rank too (the
   // profile's #1739 broadcast is forced on; without it the ranks' replicas differ by design).
   bool reference_shares_its_start = false;
+  std::string reference_plan;  // with full_state_dir: the plan the reference uses (ShardingPlan text); empty: its own
   // Exec a fresh worker binary per rank instead of forking ranks from this warm process
   // (launcher.h says when a fork is made).
   bool exec_ranks = false;

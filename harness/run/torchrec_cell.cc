@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <optional>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -23,6 +24,7 @@
 #include "common/error.h"
 #include "common/revision.h"
 #include "dmp/behaviour_profile.h"
+#include "dmp/planner.h"
 #include "report/json.h"
 #include "run/data_generator.h"
 #include "run/launcher.h"
@@ -94,6 +96,30 @@ int free_loopback_port() {
   ::close(fd);
   DMP_CHECK(ok, ErrorKind::kRankFailed, "cannot find a free loopback port: {}", std::strerror(errno));
   return ntohs(addr.sin_port);
+}
+
+// The plan a release chose (meta.json's rows), as the reference's ShardingPlan in model order.
+dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const nlohmann::json& rows) {
+  dmp::ShardingPlan plan;
+  plan.topology = {spec.world_size, spec.local_world_size > 0 ? spec.local_world_size : spec.world_size, 0};
+  for (const auto& config : spec.model.tables) {
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const nlohmann::json& r) { return r.at("table") == config.name; });
+    DMP_CHECK(row != rows.end(), ErrorKind::kInternal, "the release's plan has no table '{}'", config.name);
+    const std::string type = row->at("sharding").get<std::string>();
+    const auto parsed = dmp::parse_sharding_type(type);
+    DMP_CHECK(parsed.has_value(), ErrorKind::kInternal, "the release's plan shards '{}' {}, which the reference lacks",
+              config.name, type);
+    dmp::TablePlan t{config.name, *parsed, {}};
+    for (const auto& s : row->at("shards")) {
+      dmp::Shard shard{s.at("rank").get<int>(), s.at("row_offset").get<int64_t>(), s.at("rows").get<int64_t>(),
+                       s.at("col_offset").get<int64_t>(), s.at("cols").get<int64_t>(), 0};
+      if (shard.rows < 0) shard.rows = config.num_embeddings;  // a data-parallel replica: the whole table
+      if (shard.cols < 0) shard.cols = config.embedding_dim;
+      t.shards.push_back(shard);
+    }
+    plan.tables.push_back(t);
+  }
+  return plan;
 }
 
 nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_state) {
@@ -299,32 +325,40 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   const std::string out = exchange.path() + "/out";
   write_batches(spec, exchange.path() + "/batches");
 
-  // The reference half of a side-by-side comparison runs first; TorchRec starts from its initial weights.
+  // The reference half of a side-by-side comparison.  `start: reference` (the default): it runs
+  // first and TorchRec starts from its initial weights.  `start: seed`: TorchRec runs first and
+  // draws its own; the reference then runs on TorchRec's plan, so both draw the same shards on
+  // the same ranks and step 0 compares the draws.
   std::string from_state;
   const std::string reference_dir = exchange.path() + "/reference";
-  if (spec.expect.reference) {
+  auto run_reference_half = [&](const std::string& plan) -> std::optional<check::RunResult> {
     ScenarioRunOptions ref_options = options;
     ref_options.write_reports = false;
     ref_options.full_state_dir = reference_dir;
     ref_options.reference_profile = spec.expect.reference_profile;
     ref_options.reference_shares_its_start = !spec.expect.reference_draws_own_init;
+    ref_options.reference_plan = plan;
     if (ref_options.reference_profile == dmp::kReleaseProfile) {
       ref_options.reference_profile = dmp::profile_for_release(spec.torchrec_version());
       DMP_CHECK(!ref_options.reference_profile.empty(), ErrorKind::kInvalidScenario,
                 "{}: no behaviour profile models torchrec {}", scenario.name, spec.torchrec_version());
     }
     const check::RunResult ref = run_cell(scenario, index, ref_options);
-    if (ref.failure) {
-      result.verdict = "error";
-      result.failure = ref.failure;
-      result.failure->message = "the reference half of the comparison failed: " + result.failure->message;
-      write_report(result);
-      return result;
-    }
-    if (!spec.expect.reference_draws_own_init) from_state = reference_dir + "/init.json";
     result.system.notes.push_back(fmt::format(
-        "compared with the reference DMP under profile '{}'",
-        ref_options.reference_profile.empty() ? spec.profile.name : ref_options.reference_profile));
+        "compared with the reference DMP under profile '{}'{}",
+        ref_options.reference_profile.empty() ? spec.profile.name : ref_options.reference_profile,
+        plan.empty() ? "" : ", on the release's own plan, each side drawing its initial weights from the seed"));
+    if (!ref.failure) return std::nullopt;
+    check::RunResult failed = result;
+    failed.verdict = "error";
+    failed.failure = ref.failure;
+    failed.failure->message = "the reference half of the comparison failed: " + failed.failure->message;
+    write_report(failed);
+    return failed;
+  };
+  if (spec.expect.reference && !spec.expect.reference_draws_own_init) {
+    if (auto failed = run_reference_half("")) return *failed;
+    from_state = reference_dir + "/init.json";
   }
   report::write_text_file_atomically(exchange.path() + "/spec.json", spec_json(spec, from_state).dump(2));
 
@@ -352,6 +386,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
 
   try {
     const nlohmann::json meta = read_json_file(out + "/meta.json");
+    if (spec.expect.reference && spec.expect.reference_draws_own_init) {
+      if (auto failed = run_reference_half(release_plan(spec, meta.at("plan")).serialize())) return *failed;
+    }
     result.system.torchrec = meta.at("versions").value("torchrec", result.system.torchrec);
     result.system.torch = meta.at("versions").value("torch", result.system.torch);
     result.system.fbgemm_gpu = meta.at("versions").value("fbgemm_gpu", result.system.fbgemm_gpu);

@@ -106,6 +106,7 @@ int worker_main(const WorkerOptions& options) {
         spec.expect = scenario::Expectation{};
         if (handed.count("as_reference_profile")) spec.profile = *dmp::find_behaviour_profile(handed.at("as_reference_profile"));
         if (handed.count("as_reference_shared_start")) spec.profile.broadcast_data_parallel_tables_at_init = true;
+        if (handed.count("as_reference_plan")) spec.given_plan = handed.at("as_reference_plan");
       }
       const check::RunResult result = run_one(scenario, index, *store, env, options, handed);
       if (env.rank == 0) set_signed(*store, "result", nlohmann::json(result).dump(), secret);

@@ -660,7 +660,7 @@ std::string Expectation::describe() const {
   if (reference) {
     text += fmt::format("; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
                         reference_profile.empty() ? std::string() : " under profile " + reference_profile,
-                        reference_draws_own_init ? ", each drawing its own initial weights from the seed" : "",
+                        reference_draws_own_init ? ", each drawing its own initial weights from the seed, on the release's plan" : "",
                         reference->rtol, reference->atol);
   }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);

@@ -129,6 +129,10 @@ struct ProbeSpec {
 inline constexpr const char* kReferenceSystem = "reference";
 
 struct RunSpec {
+  // A plan to use instead of planning (ShardingPlan::serialize's text); empty: plan.  Set for the
+  // reference half of a `start: seed` release cell: the release's own placement, so both sides
+  // draw the same shards on the same ranks.
+  std::string given_plan;
   std::string name;   // "init.mode=seeded profile=current", or "default" without a matrix
   std::string slug;   // file-safe: "seeded_current"
   std::vector<std::pair<std::string, std::string>> cell;  // the matrix assignments

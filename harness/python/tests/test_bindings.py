@@ -43,6 +43,11 @@ def test_run_returns_the_fields_of_the_json_report(seed, tmp_path):
     assert result["environment"]["threads_per_rank"] >= 1
 
 
+def test_a_run_the_scenario_lacks_is_an_error_that_lists_its_runs(seed, tmp_path):
+    with pytest.raises(dmpcheck.InvalidInputError, match="has no run 'seeded_nothing'; its runs: seeded_torchrec-0.6, "):
+        dmpcheck.run(seed, run="seeded_nothing", out_dir=str(tmp_path))
+
+
 def test_the_gil_is_released_while_ranks_run(seed, tmp_path):
     ticks = 0
     done = threading.Event()
