@@ -7,10 +7,12 @@
 #include "common/error.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
+#include "dmp/planner.h"
 #include "report/explain.h"
 #include "run/bench.h"
 #include "run/scenario_runner.h"
 #include "run/suite.h"
+#include "run/torchrec_cell.h"
 #include "run/launcher.h"
 #include "run/preflight.h"
 #include "run/releases.h"
@@ -75,11 +77,27 @@ int command_validate(const std::vector<std::string>& paths) {
   return invalid > 0 ? 2 : 0;
 }
 
-int command_explain(const std::vector<std::string>& files) {
+int command_explain(const std::vector<std::string>& files, const std::vector<std::string>& releases) {
   for (const auto& file : files) {
     const auto s = scenario::load_scenario_file(file);
     std::cout << fmt::format("{} ({}):\n", s.name, file);
-    for (const auto& run : s.runs) std::cout << report::explain_run(run);
+    for (const auto& run : s.runs) {
+      if (run.on_torchrec()) continue;  // a release cell plans with the release (--release shows how)
+      std::cout << report::explain_run(run);
+      for (const auto& version : releases) {
+        std::string label;
+        const dmp::ShardingPlan theirs = run::torchrec_planner_plan(run, version, &label);
+        // Bytes are the reference's estimate; the release's plan has none, so compare placements only.
+        dmp::ShardingPlan ours = dmp::plan_sharding(scenario::planner_input(run));
+        for (auto& t : ours.tables) {
+          for (auto& shard : t.shards) shard.bytes = 0;
+        }
+        std::cout << fmt::format("  {}'s own planner{}:\n", label,
+                                 ours.serialize() == theirs.serialize() ? " places every shard as above"
+                                                                         : " places them differently")
+                  << report::explain_placement(run, theirs);
+      }
+    }
   }
   return 0;
 }
@@ -295,6 +313,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> explain_files;
   auto* explain_cmd = app.add_subcommand("explain", "Print each run's sharding plan and the collectives a step issues");
   explain_cmd->add_option("scenario", explain_files, "Scenario YAML file(s)")->required();
+  std::vector<std::string> explain_releases;
+  explain_cmd->add_option("--release", explain_releases,
+                          "Also print the plan this TorchRec release's own planner makes for each run (its installed "
+                          "environment, ci/torchrec-env.sh), and whether it places the shards as the reference does; "
+                          "comma-separated for several")
+      ->delimiter(',');
 
   BenchFlags bench;
   auto* bench_cmd = app.add_subcommand(
@@ -381,7 +405,7 @@ int main(int argc, char** argv) {
       return run::interrupt_requested() ? 130 : code;
     }
     if (*validate_cmd) return command_validate(validate_files);
-    if (*explain_cmd) return command_explain(explain_files);
+    if (*explain_cmd) return command_explain(explain_files, explain_releases);
     if (*worker_cmd) {
       run::WorkerOptions worker;
       worker.scenario_path = worker_file;

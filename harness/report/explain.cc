@@ -20,17 +20,8 @@ std::string human_bytes(int64_t bytes) {
 
 }  // namespace
 
-std::string explain_run(const scenario::RunSpec& run) {
-  const dmp::ShardingPlan plan = dmp::plan_sharding(scenario::planner_input(run));
-  std::string out = fmt::format("run [{}]: {} ranks ({} per host), profile {}, sparse optimizer {}, batch {} per rank\n",
-                                run.name, run.world_size, plan.topology.local_world_size, run.profile.name,
-                                dmp::fused_optimizer_name(run.sparse_optimizer.type), run.batch_size);
-  out += "  table            sharding        shards (rank: rows x cols @ row,col offset)        bytes, all shards\n";
-  int64_t dp_elements = 0;
-  int64_t dp_rows = 0;
-  int64_t items = 0;
-  bool model_parallel = false;
-  bool weighted = false;
+std::string explain_placement(const scenario::RunSpec& run, const dmp::ShardingPlan& plan) {
+  std::string out = "  table            sharding        shards (rank: rows x cols @ row,col offset)        bytes, all shards\n";
   for (size_t i = 0; i < plan.tables.size(); ++i) {
     const auto& t = plan.tables[i];
     const auto& config = run.model.tables[i];
@@ -42,6 +33,28 @@ std::string explain_run(const scenario::RunSpec& run) {
     }
     if (t.type == dmp::ShardingType::kDataParallel) {
       shards = {fmt::format("every rank: {}x{}", config.num_embeddings, config.embedding_dim)};
+    }
+    out += fmt::format("  {:<16} {:<15} {:<62} {}\n", t.table, dmp::sharding_type_name(t.type), fmt::format("{}", fmt::join(shards, "; ")),
+                       bytes > 0 ? human_bytes(bytes) : std::string("-"));
+  }
+  return out;
+}
+
+std::string explain_run(const scenario::RunSpec& run) {
+  const dmp::ShardingPlan plan = dmp::plan_sharding(scenario::planner_input(run));
+  std::string out = fmt::format("run [{}]: {} ranks ({} per host), profile {}, sparse optimizer {}, batch {} per rank\n",
+                                run.name, run.world_size, plan.topology.local_world_size, run.profile.name,
+                                dmp::fused_optimizer_name(run.sparse_optimizer.type), run.batch_size);
+  out += explain_placement(run, plan);
+  int64_t dp_elements = 0;
+  int64_t dp_rows = 0;
+  int64_t items = 0;
+  bool model_parallel = false;
+  bool weighted = false;
+  for (size_t i = 0; i < plan.tables.size(); ++i) {
+    const auto& t = plan.tables[i];
+    const auto& config = run.model.tables[i];
+    if (t.type == dmp::ShardingType::kDataParallel) {
       dp_elements += config.num_embeddings * config.embedding_dim;
       dp_rows += config.num_embeddings;
     } else {
@@ -49,8 +62,6 @@ std::string explain_run(const scenario::RunSpec& run) {
       weighted = weighted || config.weighted;
       items += static_cast<int64_t>(t.shards.size() * config.feature_names.size());
     }
-    out += fmt::format("  {:<16} {:<15} {:<62} {}\n", t.table, dmp::sharding_type_name(t.type), fmt::format("{}", fmt::join(shards, "; ")),
-                       human_bytes(bytes));
   }
   const auto per_rank = plan.bytes_per_rank();
   std::vector<std::string> loads;

@@ -453,4 +453,27 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   return result;
 }
 
+dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std::string& version, std::string* label) {
+  std::string why_not;
+  const auto env = find_torchrec_environment(version, &why_not);
+  DMP_CHECK(env.has_value(), ErrorKind::kInvalidInput, "{}", why_not);
+  ExchangeDir exchange;
+  report::write_text_file_atomically(exchange.path() + "/spec.json", spec_json(spec, "").dump(2));
+  LaunchRequest request;
+  request.executable = env->python;
+  request.arguments = {"-m", "dmpcheck_torchrec.plan", exchange.path() + "/spec.json", exchange.path() + "/plan.json"};
+  request.world_size = 1;
+  request.master_port = free_loopback_port();
+  request.error_dir = exchange.path() + "/out";
+  request.budget = std::chrono::seconds(120);
+  request.environment = {{"PYTHONPATH", torchrec_sut_dir()}, {"PYTHONNOUSERSITE", "1"}, {"PYTHONDONTWRITEBYTECODE", "1"},
+                         {"PYTHONWARNINGS", "ignore"},       {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
+  const LaunchOutcome launched = launch(request);
+  DMP_CHECK(launched.ok, ErrorKind::kInvalidInput, "torchrec {}'s planner failed on run [{}]: {}", version, spec.name,
+            launched.failure ? launched.failure->message : std::string("no output"));
+  const nlohmann::json out = read_json_file(exchange.path() + "/plan.json");
+  if (label) *label = fmt::format("torchrec {} (torch {})", out.value("torchrec", version), out.value("torch", env->torch));
+  return release_plan(spec, out.at("plan"));
+}
+
 }  // namespace dmpcheck::run

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "check/run_result.h"
+#include "dmp/planner.h"
 #include "run/scenario_runner.h"
 #include "scenario/scenario.h"
 
@@ -31,5 +32,10 @@ std::string torchrec_sut_dir();
 // Runs cell `index` (its system is a release) and returns its RunResult; writes its JSON report
 // when options.write_reports.  A missing environment is a skipped cell naming the install command.
 check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t index, const ScenarioRunOptions& options);
+
+// The plan the release's own planner makes for `spec` (`python -m dmpcheck_torchrec.plan`: one
+// process, no training), in the reference's terms.  `label` receives "torchrec X (torch Y)".
+// Error(kInvalidInput) when the release is not installed or its planner fails, with its output.
+dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std::string& version, std::string* label);
 
 }  // namespace dmpcheck::run

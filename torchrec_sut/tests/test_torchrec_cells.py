@@ -139,6 +139,25 @@ def test_the_profile_of_the_release_agrees_bit_for_bit(tmp_path):
     assert differing == [], differing
 
 
+def test_explain_prints_the_plan_of_the_releases_own_planner(tmp_path):
+    """`explain --release` asks the release's planner (no training) and says whether it agrees."""
+    need("1.9.2")
+    scenario = tmp_path / "plan.yaml"
+    scenario.write_text(open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
+                        .replace("system: torchrec==1.9.2\n", "").replace("world_size: [2, 3]", "world_size: [3]")
+                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [sgd]")
+                        .replace("  - reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}", "  - replicas: equal"))
+    p = dmpcheck("explain", str(scenario), "--release", "1.9.2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    theirs = p.stdout.split("own planner places them differently:")[1]
+    # What torchrec 1.9.2 chose when it ran this model at world size 3 (meta.json of a real run).
+    assert re.search(r"tw_sum +table_wise +1: 64x8 @0,0", theirs), theirs
+    assert re.search(r"tw_mean +table_wise +2: 37x8 @0,0", theirs), theirs
+    assert re.search(r"cw_mean +column_wise +2: 37x4 @0,0; 0: 37x4 @0,4", theirs), theirs
+    p = dmpcheck("explain", str(scenario), "--release", "9.9.9")
+    assert p.returncode != 0 and "torchrec 9.9.9 is not installed" in p.stdout + p.stderr, p.stdout + p.stderr
+
+
 def test_side_by_side_suite_plots_the_difference_in_a_real_browser(tmp_path):
     """The HTML report draws the per-step difference from the reference (headless Chromium runs its script)."""
     need("1.9.2")
