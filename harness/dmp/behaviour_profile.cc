@@ -11,9 +11,10 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     old.name = "torchrec-0.6";
     old.description =
         "TorchRec 0.6/0.7: data-parallel tables are re-initialised by each rank's RNG in "
-        "reset_parameters and never broadcast (issue #1739); the dense optimizer trains them";
+        "reset_parameters and never broadcast (issue #1739); the dense optimizer trains them; row_wise fails on Gloo";
     old.broadcast_data_parallel_tables_at_init = false;
     old.data_parallel_tables_use_dense_optimizer = true;
+    old.row_wise_fails_on_gloo = true;
     all.push_back(old);
 
     BehaviourProfile fix;

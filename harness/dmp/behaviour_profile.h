@@ -29,6 +29,10 @@ struct BehaviourProfile {
   // row-sharded features with 1 before the lengths all-to-all, so the lengths sent no longer
   // match the ids (TorchRec #2808, fixed by cloning the lengths).
   bool mean_divisor_mutates_lengths = false;
+  // Row-sharded outputs cannot be reduced on Gloo: torchrec 0.6's row-wise output dist calls
+  // reduce_scatter_base asynchronously, which Gloo's fallback refuses, so any row_wise or
+  // table_row_wise table fails the run on Gloo (measured on 0.6.0; 0.8 and later run it).
+  bool row_wise_fails_on_gloo = false;
   // The mean of a row-sharded table divides the summed partials by L + eps (float), not by L
   // (TorchRec >= 0.8 guards empty bags so).  0: divide by max(L, 1).
   double row_wise_mean_divisor_eps = 1e-6;

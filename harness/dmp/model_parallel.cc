@@ -103,6 +103,14 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
                                                    const DmpOptions& options)
     : comm_(comm), model_(model), plan_(plan), options_(options) {
   at::NoGradGuard no_grad;
+  if (options_.profile.row_wise_fails_on_gloo && comm_.backend_name() == "gloo") {
+    for (const auto& t : plan_.tables) {
+      DMP_CHECK(t.type != ShardingType::kRowWise && t.type != ShardingType::kTableRowWise, ErrorKind::kInvalidInput,
+                "table '{}' is {}: RuntimeError: Gloo reduce_scatter_base fallback not supported with async_op=True "
+                "(profile {}: its row-wise output is reduce-scattered asynchronously, which Gloo refuses)",
+                t.table, sharding_type_name(t.type), options_.profile.name);
+    }
+  }
   // The user's model: dense layers are created (and drawn) first; the tables stay unmaterialised
   // (TorchRec's meta device) until DMP draws this rank's shards.
   dense_ = std::make_unique<DenseMlp>(model_.pooled_width(), model_.dense_layers, generator);
