@@ -231,6 +231,13 @@ LaunchOutcome launch(const LaunchRequest& request) {
       ::setpgid(0, group);                    // rank 0 leads the run's process group
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);     // die with the launcher
       if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl
+      // A write to a peer that has died must fail (EPIPE) on this rank, not kill it with SIGPIPE:
+      // that death would race the peer's own exit to be the failure reported first.  Ignored
+      // signals stay ignored across exec, so exec-ed ranks get the same.
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      sigemptyset(&ignore.sa_mask);
+      ::sigaction(SIGPIPE, &ignore, nullptr);
       ::dup2(fds[1], STDOUT_FILENO);
       ::dup2(fds[1], STDERR_FILENO);
       if (fork_warm) {
