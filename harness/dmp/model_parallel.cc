@@ -259,12 +259,9 @@ std::vector<StateTensor> DistributedModelParallel::state() const {
     out.push_back({p.name, "dense", true, p.tensor.detach(), whole(p.tensor), p.tensor.sizes().vec()});
   }
   for (const auto& s : dense_dp_->optimizer_state()) {
-    // State of a data-parallel table the dense optimizer trains is named "<table weight>.<state>".
-    std::string sharding = "dense";
-    for (const auto& config : model_.tables) {
-      if (s.name.rfind(table_weight_key(config.name) + ".", 0) == 0) sharding = "data_parallel";
-    }
-    optimizer_state.push_back({s.name, sharding, true, s.tensor, whole(s.tensor), s.tensor.sizes().vec()});
+    // The dense optimizer's state of a data-parallel table it trains is "ebc.embedding_bags.<table>.weight.<state>".
+    const bool of_table = s.name.rfind("ebc.embedding_bags.", 0) == 0;
+    optimizer_state.push_back({s.name, of_table ? "data_parallel" : "dense", true, s.tensor, whole(s.tensor), s.tensor.sizes().vec()});
   }
   out.insert(out.end(), optimizer_state.begin(), optimizer_state.end());
   return out;

@@ -255,11 +255,37 @@ def _load_initial(model, path):
     return loaded
 
 
-def run(spec, exchange, out_dir, rank, import_s):
+def build_model(spec):
+    """The scenario's model as a TorchRec user writes it, with the sparse optimizer applied in backward."""
     from torchrec import EmbeddingBagConfig, PoolingType
-    from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    weighted = [t["weighted"] for t in spec["tables"]]
+    if any(weighted) and not all(weighted):
+        raise Unsupported("weighted and unweighted tables in one EmbeddingBagCollection (TorchRec needs two)")
+    pooling = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
+    tables = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["dim"], num_embeddings=t["rows"],
+                                 feature_names=list(t["features"]), pooling=pooling[t["pooling"]])
+              for t in spec["tables"]]
+    features = [f for t in spec["tables"] for f in t["features"]]
+    model = Model(tables, spec["dense_layers"], features, all(weighted) and bool(weighted))
+    opt_cls, opt_kwargs = _sparse_optimizer(spec["sparse_optimizer"])
+    apply_optimizer_in_backward(opt_cls, model.ebc.parameters(), dict(opt_kwargs))
+    return model
+
+
+def build_planner(spec, world, local_world):
+    """TorchRec's planner under the scenario's constraints, the sharder, and notes on what was adapted."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+
+    constraints, notes = _constraints(spec)
+    sharder, sharder_notes = _sharder(spec)
+    topology = Topology(world_size=world, compute_device="cpu", local_world_size=local_world)
+    return EmbeddingShardingPlanner(topology=topology, constraints=constraints), sharder, notes + sharder_notes
+
+
+def run(spec, exchange, out_dir, rank, import_s):
+    from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
@@ -271,30 +297,13 @@ def run(spec, exchange, out_dir, rank, import_s):
         raise Unsupported(f"the scenario needs {spec['world_size']} ranks, WORLD_SIZE is {world}")
     device = torch.device("cpu")
 
-    weighted = [t["weighted"] for t in spec["tables"]]
-    if any(weighted) and not all(weighted):
-        raise Unsupported("weighted and unweighted tables in one EmbeddingBagCollection (TorchRec needs two)")
-    pooling = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
-    tables = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["dim"], num_embeddings=t["rows"],
-                                 feature_names=list(t["features"]), pooling=pooling[t["pooling"]])
-              for t in spec["tables"]]
-    features = [f for t in spec["tables"] for f in t["features"]]
-
     # The init mode as a TorchRec user applies it: one torch.manual_seed before the model exists,
     # the same on every rank (seeded) or a different one per rank (unseeded).
     init = spec["init"]
     torch.manual_seed(int(init["seed"]) + (rank if init["mode"] == "unseeded" else 0))
 
-    model = Model(tables, spec["dense_layers"], features, all(weighted) and bool(weighted))
-    opt_cls, opt_kwargs = _sparse_optimizer(spec["sparse_optimizer"])
-    apply_optimizer_in_backward(opt_cls, model.ebc.parameters(), dict(opt_kwargs))
-
-    constraints, notes = _constraints(spec)
-    sharder, sharder_notes = _sharder(spec)
-    notes += sharder_notes
-    topology = Topology(world_size=world, compute_device="cpu",
-                        local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
+    model = build_model(spec)
+    planner, sharder, notes = build_planner(spec, world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     plan = planner.collective_plan(model, [sharder], dist.GroupMember.WORLD)
     plan_rows = _plan_of(plan, {t["name"] for t in spec["tables"]})
     types = {p["table"]: p["sharding"] for p in plan_rows}
