@@ -196,4 +196,38 @@ void save_batch(const std::string& path, const KeyedJaggedTensor& batch) {
   write_atomically(path, plain_pickle_save(top));
 }
 
+KeyedJaggedTensor load_batch(const std::string& path) {
+  DMP_CHECK(fs::is_regular_file(path), ErrorKind::kInvalidInput, "batch file {} does not exist", path);
+  const GenericDict top = as_dict(read_pickle(path), path);
+  auto tensor_field = [&](const char* key) {
+    const c10::IValue v = field(top, key, path);
+    DMP_CHECK(v.isTensor(), ErrorKind::kInvalidInput, "{}: '{}' is not a tensor", path, key);
+    return v.toTensor();
+  };
+  const c10::IValue key_list = field(top, "keys", path);
+  DMP_CHECK(key_list.isList(), ErrorKind::kInvalidInput, "{}: 'keys' is not a list of feature names", path);
+  std::vector<std::string> keys;
+  for (const auto& k : key_list.toListRef()) {
+    DMP_CHECK(k.isString(), ErrorKind::kInvalidInput, "{}: 'keys' holds a {}, not a feature name", path, std::string(k.tagKind()));
+    keys.push_back(k.toStringRef());
+  }
+  at::Tensor values = tensor_field("values");
+  at::Tensor lengths = tensor_field("lengths");
+  DMP_CHECK(!values.is_floating_point() && !lengths.is_floating_point(), ErrorKind::kInvalidInput,
+            "{}: 'values' and 'lengths' must be integer tensors (they are {} and {})", path, c10::toString(values.scalar_type()),
+            c10::toString(lengths.scalar_type()));
+  std::optional<at::Tensor> weights;
+  if (top.contains("weights") && !top.at("weights").isNone()) weights = tensor_field("weights").to(at::kFloat);
+  const c10::IValue stride = field(top, "stride", path);
+  DMP_CHECK(stride.isInt(), ErrorKind::kInvalidInput, "{}: 'stride' (bags per feature) is not an integer", path);
+  DMP_CHECK(keys.empty() || lengths.numel() == stride.toInt() * static_cast<int64_t>(keys.size()), ErrorKind::kInvalidInput,
+            "{}: {} lengths for {} keys of stride {} (expected {})", path, lengths.numel(), keys.size(), stride.toInt(),
+            stride.toInt() * static_cast<int64_t>(keys.size()));
+  try {
+    return KeyedJaggedTensor(keys, values.to(at::kLong).contiguous(), lengths.to(at::kLong).contiguous(), weights);
+  } catch (const Error& e) {
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", path, e.what()));
+  }
+}
+
 }  // namespace dmpcheck::dmp

@@ -42,5 +42,8 @@ FullState load_checkpoint(const std::string& path);
 
 // Torch-loadable dump of one batch: {"keys", "values", "lengths", "weights" (optional), "stride"}.
 void save_batch(const std::string& path, const KeyedJaggedTensor& batch);
+// Reads what save_batch writes (or torch.save of such a dict): Error(kInvalidInput) naming the
+// file and the field when it is not one.  The batch is validated as a KeyedJaggedTensor.
+KeyedJaggedTensor load_batch(const std::string& path);
 
 }  // namespace dmpcheck::dmp

@@ -275,6 +275,94 @@ std::pair<int64_t, int64_t> parse_ids_per_bag(const Reader& r, const YAML::Node&
   return {n, n};
 }
 
+// data.batches: [step][rank] -> feature -> bags, checked against the run's tables, world size,
+// batch size and steps.  A feature's bags are a list of id lists, or {ids, lengths, weights}.
+void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run) {
+  if (!node.IsSequence() || node.size() == 0) r.expected(node, "data.batches", "a list of steps, each a list of ranks' batches");
+  if (static_cast<int64_t>(node.size()) < run.steps) {
+    r.fail(node, "data.batches", fmt::format("gives {} step(s) but the run trains {} steps", node.size(), run.steps));
+  }
+  std::map<std::string, const dmp::EmbeddingBagConfig*> table_of;
+  for (const auto& t : run.model.tables) {
+    for (const auto& f : t.feature_names) table_of[f] = &t;
+  }
+  const auto& weighted = run.data.weighted_features;
+  for (size_t s = 0; s < node.size(); ++s) {
+    const std::string step_path = fmt::format("data.batches[{}]", s);
+    const YAML::Node ranks = node[s];
+    if (!ranks.IsSequence() || static_cast<int>(ranks.size()) != run.world_size) {
+      r.expected(ranks, step_path, fmt::format("a list of {} ranks' batches (world_size {})", run.world_size, run.world_size));
+    }
+    std::vector<std::map<std::string, DataSpec::Bags>> step;
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      const std::string rank_path = fmt::format("{}[{}]", step_path, k);
+      const YAML::Node features = ranks[k];
+      if (features.IsNull()) {
+        step.emplace_back();
+        continue;
+      }
+      r.require_map(features, rank_path);
+      std::map<std::string, DataSpec::Bags> local;
+      for (const auto& kv : features) {
+        const std::string feature = kv.first.as<std::string>();
+        const std::string path = rank_path + "." + feature;
+        auto table = table_of.find(feature);
+        if (table == table_of.end()) {
+          std::vector<std::string> known;
+          for (const auto& [f, t] : table_of) known.push_back(f);
+          r.fail(kv.first, path, fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(known, ", ")));
+        }
+        DataSpec::Bags bags;
+        const YAML::Node v = kv.second;
+        if (v.IsSequence()) {
+          for (size_t b = 0; b < v.size(); ++b) {
+            const std::string bag_path = fmt::format("{}[{}]", path, b);
+            if (!v[b].IsSequence()) r.expected(v[b], bag_path, "a bag: a list of ids");
+            bags.lengths.push_back(static_cast<int64_t>(v[b].size()));
+            for (size_t i = 0; i < v[b].size(); ++i) {
+              bags.ids.push_back(r.integer(v[b][i], fmt::format("{}[{}]", bag_path, i), 0, table->second->num_embeddings - 1));
+            }
+          }
+        } else {
+          r.check_keys(v, path, {"ids", "lengths", "weights"});
+          const YAML::Node ids = r.required(v, path, "ids");
+          const YAML::Node lengths = r.required(v, path, "lengths");
+          if (!ids.IsSequence()) r.expected(ids, path + ".ids", "a list of ids");
+          if (!lengths.IsSequence()) r.expected(lengths, path + ".lengths", "a list of bag lengths");
+          for (size_t i = 0; i < ids.size(); ++i) {
+            bags.ids.push_back(r.integer(ids[i], fmt::format("{}.ids[{}]", path, i), 0, table->second->num_embeddings - 1));
+          }
+          int64_t total = 0;
+          for (size_t i = 0; i < lengths.size(); ++i) {
+            bags.lengths.push_back(r.integer(lengths[i], fmt::format("{}.lengths[{}]", path, i), 0, 1 << 24));
+            total += bags.lengths.back();
+          }
+          if (total != static_cast<int64_t>(bags.ids.size())) {
+            r.fail(lengths, path + ".lengths", fmt::format("add up to {} but there are {} ids", total, bags.ids.size()));
+          }
+          if (YAML::Node w = v["weights"]) {
+            if (std::find(weighted.begin(), weighted.end(), feature) == weighted.end()) {
+              r.fail(w, path + ".weights", fmt::format("feature '{}' is read by table '{}', which is not weighted", feature, table->second->name));
+            }
+            if (!w.IsSequence() || w.size() != bags.ids.size()) {
+              r.expected(w, path + ".weights", fmt::format("a list of {} weights, one per id", bags.ids.size()));
+            }
+            for (size_t i = 0; i < w.size(); ++i) {
+              bags.weights.push_back(static_cast<float>(r.number(w[i], fmt::format("{}.weights[{}]", path, i), -1e30)));
+            }
+          }
+        }
+        if (static_cast<int64_t>(bags.lengths.size()) != run.batch_size) {
+          r.fail(v, path, fmt::format("has {} bags; each rank's batch has batch_size = {}", bags.lengths.size(), run.batch_size));
+        }
+        local[feature] = std::move(bags);
+      }
+      step.push_back(std::move(local));
+    }
+    run.data.batches.push_back(std::move(step));
+  }
+}
+
 RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   RunSpec run;
   r.section([&] {
@@ -474,7 +562,25 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   // Data.
   r.section([&] {
     if (YAML::Node data = root["data"]) {
-      r.check_keys(data, "data", {"seed", "ids_per_bag", "features"});
+      r.check_keys(data, "data", {"seed", "ids_per_bag", "features", "from", "batches"});
+      if (data["from"] && data["batches"]) r.fail(data["batches"], "data.batches", "give data.from or data.batches, not both");
+      for (const char* generator_key : {"seed", "ids_per_bag", "features"}) {
+        if ((data["from"] || data["batches"]) && data[generator_key]) {
+          r.fail(data[generator_key], std::string("data.") + generator_key,
+                 fmt::format("configures generated batches; this run replays data.{}", data["from"] ? "from" : "batches"));
+        }
+      }
+      if (data["from"]) {
+        const std::string from = r.string(data["from"], "data.from");
+        const std::filesystem::path base = std::filesystem::path(r.file()).parent_path();
+        run.data.from = std::filesystem::path(from).is_absolute() || base.empty() ? from : (base / from).string();
+        if (!std::filesystem::is_directory(run.data.from)) {
+          r.fail(data["from"], "data.from",
+                 fmt::format("{} is not a directory (expected one holding batch0.pt, batch1.pt, ... as --dump-batches writes)",
+                             run.data.from));
+        }
+      }
+      if (data["batches"]) parse_inline_batches(r, data["batches"], run);
       if (data["seed"]) run.data.seed = static_cast<uint64_t>(r.integer(data["seed"], "data.seed", 0, INT64_MAX));
       if (data["ids_per_bag"]) {
         std::tie(run.data.min_ids_per_bag, run.data.max_ids_per_bag) = parse_ids_per_bag(r, data["ids_per_bag"], "data.ids_per_bag");

@@ -51,6 +51,22 @@ struct DataSpec {
   // Per-feature overrides of (min, max) ids per bag.
   std::map<std::string, std::pair<int64_t, int64_t>> per_feature;
   std::pair<int64_t, int64_t> ids_per_bag(const std::string& feature) const;
+  // The report's own batches instead of generated ones (the two forms exclude each other and
+  // the generator's keys).
+  // `data.from`: a directory of global batches batch<S>.pt, as --dump-batches writes them (or
+  // torch.save of a dict with keys, values, lengths, stride and optionally weights); resolved
+  // against the scenario file's directory.  Step S (counted from 0, after init.from's steps)
+  // reads batch<S>.pt.
+  std::string from;
+  // `data.batches`: inline, [step][rank] -> feature -> that rank's bags of the feature.  A
+  // feature a rank leaves out has empty bags.
+  struct Bags {
+    std::vector<int64_t> ids;
+    std::vector<int64_t> lengths;  // batch_size entries
+    std::vector<float> weights;    // empty: 1 for every id
+  };
+  std::vector<std::vector<std::map<std::string, Bags>>> batches;
+  bool generated() const { return from.empty() && batches.empty(); }
 };
 
 struct Tolerance {

@@ -124,6 +124,73 @@ def test_side_by_side_comparison_reports_every_step(tmp_path):
     assert len(failures) == len(set(f.split(" ")[0] for f in failures))  # one line per tensor
 
 
+REPORT_BATCHES = r"""
+import sys, torch
+# A report's own inputs, written with plain torch.save: 2 ranks x 2 bags, features f0 and f1.
+steps = [([1, 2, 3, 9, 9, 9], [2, 1, 0, 3], [19, 4], [0, 1, 0, 1]),
+         ([0, 5], [1, 0, 1, 0], [7, 7, 7], [3, 0, 0, 0])]
+for step, (v0, l0, v1, l1) in enumerate(steps):
+    # keys in another order than the model's: the reader puts them in model order
+    torch.save({"keys": ["f1", "f0"], "values": torch.tensor(v1 + v0), "lengths": torch.tensor(l1 + l0),
+                "stride": 4}, "%s/batch%d.pt" % (sys.argv[1], step))
+print("ok", torch.__version__)
+"""
+
+REPLAY = """version: 1
+name: replay-report
+world_size: 2
+batch_size: 2
+steps: 2
+tables:
+  - {name: t0, rows: 10, dim: 4, features: [f0], sharding: {types: [data_parallel]}}
+  - {name: t1, rows: 20, dim: 4, features: [f1], sharding: {types: [row_wise]}}
+optimizers: {sparse: {type: sgd, lr: 0.1}, dense: {type: sgd, lr: 0.1}}
+data: {from: batches}
+matrix:
+  system: [reference, torchrec==1.9.2]
+expect:
+  - {when: {system: reference}, replicas: equal, global_model: true}
+  - {when: {system: torchrec==1.9.2}, replicas: equal, reference: {profile: release, rtol: 0, atol: 0}}
+"""
+
+
+def test_a_reports_own_batches_replay_on_the_release_and_the_reference(tmp_path):
+    """`data: {from: DIR}` reads batches torch.save wrote (torch 2.2, 0.6.0's environment); the
+    reference, its unsharded oracle and torchrec 1.9.2 all train on exactly them, bitwise alike,
+    and --dump-batches writes them back unchanged."""
+    need("0.6.0", "1.9.2")
+    (tmp_path / "batches").mkdir()
+    out = subprocess.run([os.path.join(ENVS, "torchrec-0.6.0", "bin", "python"), "-c", REPORT_BATCHES,
+                          str(tmp_path / "batches")], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("ok 2.2."), out.stdout + out.stderr
+    (tmp_path / "replay.yaml").write_text(REPLAY)
+    p = dmpcheck("run", str(tmp_path / "replay.yaml"), "--quiet", "--out", str(tmp_path / "r"),
+                 "--dump-batches", str(tmp_path / "dump"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    release = json.load(open(tmp_path / "r" / "replay-report" / "torchrec__1.9.2.json"))
+    assert release["verdict"] == "pass" and {d["step"] for d in release["reference"]} == {0, 1, 2}
+    check = ("import sys, torch\n"
+             "for step in (0, 1):\n"
+             "    mine = torch.load('%s/batch%d.pt' % (sys.argv[1], step))\n"
+             "    for run in sys.argv[2:]:\n"
+             "        back = torch.load('%s/batch%d.pt' % (run, step))\n"
+             "        assert back['keys'] == ['f0', 'f1'] and back['stride'] == 4, back\n"
+             "        n1 = int(mine['lengths'][:4].sum())  # f1 comes first in the report's file\n"
+             "        assert torch.equal(back['values'], torch.cat([mine['values'][n1:], mine['values'][:n1]]))\n"
+             "        assert torch.equal(back['lengths'], torch.cat([mine['lengths'][4:], mine['lengths'][:4]]))\n"
+             "print('ok')\n")
+    runs = sorted(glob.glob(str(tmp_path / "dump" / "replay-report" / "*")))
+    assert len(runs) == 2, runs
+    out = subprocess.run([os.path.join(ENVS, "torchrec-1.9.2", "bin", "python"), "-c", check, str(tmp_path / "batches"), *runs],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stdout + out.stderr
+    # A batch the run cannot use is a clean error naming the file.
+    (tmp_path / "replay.yaml").write_text(REPLAY.replace("batch_size: 2", "batch_size: 3"))
+    p = dmpcheck("run", str(tmp_path / "replay.yaml"), "--quiet", "--out", str(tmp_path / "bad"))
+    assert p.returncode != 0
+    assert "batch0.pt: holds 4 bags per feature; this run needs batch_size 3 x world_size 2 = 6" in p.stdout + p.stderr
+
+
 def test_the_profile_of_the_release_agrees_bit_for_bit(tmp_path):
     """Under `reference: {profile: release}` the reference trains as torchrec 1.9.2 does, bitwise."""
     need("1.9.2")

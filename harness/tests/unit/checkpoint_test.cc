@@ -9,6 +9,8 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include "common/error.h"
+#include "run/data_generator.h"
+#include "scenario/scenario.h"
 
 namespace dmpcheck::dmp {
 namespace {
@@ -58,6 +60,50 @@ TEST(Checkpoint, AFileOfAnotherKindIsACleanError) {
   }
   std::filesystem::remove(path);
   EXPECT_THROW(load_checkpoint("/nonexistent/dir"), Error);
+}
+
+// A dumped batch replays as data.from: the same global batch, in the model's feature order
+// whatever order the file holds; a batch of the wrong size is refused, naming the file.
+TEST(Checkpoint, DumpedBatchesReplayThroughDataFrom) {
+  const std::string dir = temp_path("replay");
+  std::filesystem::create_directories(dir);
+  const std::string head = R"(version: 1
+name: replay
+world_size: 2
+batch_size: 2
+steps: 2
+tables:
+  - {name: t0, rows: 10, dim: 4, features: [f0]}
+  - {name: t1, rows: 20, dim: 4, features: [f1]}
+)";
+  const auto generated = scenario::load_scenario_text(head + "data: {seed: 5, ids_per_bag: [0, 3]}\n", "g.yaml");
+  const KeyedJaggedTensor first = run::make_global_batch(generated.runs.at(0), 0);
+  save_batch(dir + "/batch0.pt", first);
+  save_batch(dir + "/batch1.pt", run::make_global_batch(generated.runs.at(0), 1).select({"f1", "f0"}));
+  const auto replay = scenario::load_scenario_text(head + "data: {from: " + dir + "}\n", "r.yaml");
+  for (int step = 0; step < 2; ++step) {
+    const KeyedJaggedTensor want = run::make_global_batch(generated.runs.at(0), step);
+    const KeyedJaggedTensor got = run::make_global_batch(replay.runs.at(0), step);
+    EXPECT_EQ(got.keys(), want.keys());
+    EXPECT_TRUE(got.values().equal(want.values())) << step;
+    EXPECT_TRUE(got.lengths().equal(want.lengths())) << step;
+  }
+  save_batch(dir + "/batch1.pt", first.slice_batch(0, 3));
+  try {
+    run::make_global_batch(replay.runs.at(0), 1);
+    ADD_FAILURE() << "a batch of 3 bags was taken for 4";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(std::string(e.what()).find(dir + "/batch1.pt: holds 3 bags per feature; this run needs batch_size 2 x world_size 2 = 4"),
+              std::string::npos) << e.what();
+  }
+  try {
+    run::make_global_batch(replay.runs.at(0), 2);
+    ADD_FAILURE() << "a missing batch file was not an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("batch2.pt does not exist; step 3 of the run reads it"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

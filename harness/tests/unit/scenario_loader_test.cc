@@ -2,6 +2,9 @@
 
 #include "common/error.h"
 #include "scenario/scenario.h"
+#include "run/data_generator.h"
+
+#include <ATen/ATen.h>
 
 namespace dmpcheck::scenario {
 namespace {
@@ -290,6 +293,63 @@ TEST(ScenarioLoaderSystem, WeightedMeanPoolingRunsOnAReleaseNotOnTheReference) {
   EXPECT_NE(error_of("version: 1\nname: w\n" + table).find("weighted features with mean pooling are not modelled by the "
                                                              "reference DMP (TorchRec accepts them); use sum"),
             std::string::npos);
+}
+
+const char* kInline = R"(version: 1
+name: inline
+world_size: 2
+batch_size: 2
+steps: 1
+tables:
+  - {name: t0, rows: 10, dim: 4, features: [f0]}
+  - {name: t1, rows: 20, dim: 4, features: [f1]}
+data:
+  batches:
+    - - {f0: [[1, 2], [3]], f1: {ids: [19], lengths: [0, 1]}}
+      - {f0: [[], [9, 9, 9]]}
+)";
+
+TEST(ScenarioLoader, InlineBatchesBecomeTheGlobalBatchInRankOrder) {
+  const Scenario s = load_scenario_text(kInline, "s.yaml");
+  const dmp::KeyedJaggedTensor batch = run::make_global_batch(s.runs.at(0), 0);
+  EXPECT_EQ(batch.keys(), (std::vector<std::string>{"f0", "f1"}));
+  EXPECT_EQ(batch.stride(), 4);
+  EXPECT_TRUE(batch.lengths().equal(at::tensor({2, 1, 0, 3, 0, 1, 0, 0}, at::kLong)));
+  EXPECT_TRUE(batch.values().equal(at::tensor({1, 2, 3, 9, 9, 9, 19}, at::kLong)));
+  EXPECT_FALSE(batch.weights().has_value());
+}
+
+TEST(ScenarioLoader, InlineBatchesAreCheckedAgainstTheRun) {
+  EXPECT_NE(error_of(replace(kInline, "[[1, 2], [3]]", "[[1, 2], [3], [4]]")).find("s.yaml:11: field 'data.batches[0][0].f0': has 3 bags; each rank's batch has batch_size = 2"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kInline, "[9, 9, 9]", "[9, 10, 9]")).find("field 'data.batches[0][1].f0[1][1]': expected an integer in [0, 9], got '10'"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kInline, "lengths: [0, 1]", "lengths: [1, 1]")).find("'data.batches[0][0].f1.lengths': add up to 2 but there are 1 ids"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kInline, "steps: 1", "steps: 2")).find("'data.batches': gives 1 step(s) but the run trains 2 steps"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kInline, "world_size: 2", "world_size: 3")).find("'data.batches[0]': expected a list of 3 ranks' batches"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kInline, "{f0: [[], [9, 9, 9]]}", "{f2: [[], []]}")).find("no table reads feature 'f2'; features: f0, f1"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kInline, "ids: [19]", "ids: [19], weights: [2.0]")).find("table 't1', which is not weighted"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kInline, "data:\n", "data:\n  seed: 3\n")).find("'data.seed': configures generated batches; this run replays data.batches"),
+            std::string::npos);
+  EXPECT_NE(error_of(replace(kInline, "data:\n  batches:", "data:\n  from: /nonexistent/batches\n  unused:")).find("unknown key"),
+            std::string::npos);
+  const std::string no_dir = error_of(replace(kInline, "data:\n  batches:\n    - - {f0: [[1, 2], [3]], f1: {ids: [19], lengths: [0, 1]}}\n      - {f0: [[], [9, 9, 9]]}\n",
+                                              "data: {from: no-such-dir}\n"));
+  EXPECT_NE(no_dir.find("field 'data.from': no-such-dir is not a directory (expected one holding batch0.pt"), std::string::npos) << no_dir;
+}
+
+TEST(ScenarioLoader, InlineWeightsOfAWeightedTableAreKept) {
+  std::string text = replace(kInline, "features: [f0]}", "features: [f0], weighted: true}");
+  text = replace(text, "features: [f1]}", "features: [f1], weighted: true}");
+  text = replace(text, "ids: [19], lengths: [0, 1]", "ids: [19], lengths: [0, 1], weights: [0.25]");
+  const dmp::KeyedJaggedTensor batch = run::make_global_batch(load_scenario_text(text, "s.yaml").runs.at(0), 0);
+  ASSERT_TRUE(batch.weights().has_value());
+  EXPECT_TRUE(batch.weights()->equal(at::tensor({1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 0.25f})));
 }
 
 }  // namespace
