@@ -36,20 +36,32 @@ GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actua
 
 GlobalModelTracker::GlobalModelTracker(const dmp::ModelConfig& model, const dmp::DmpOptions& options,
                                        const std::map<std::string, at::Tensor>& initial_state, int64_t steps_done,
-                                       Tolerances tolerances)
+                                       Tolerances tolerances, Tolerances output_tolerances)
     : reference_(std::make_unique<UnshardedModel>(model, options.sparse_optimizer, options.dense_optimizer, initial_state,
                                                   steps_done)),
-      tolerances_(tolerances) {}
+      tolerances_(tolerances),
+      output_tolerances_(output_tolerances) {}
 
 GlobalModelTracker::~GlobalModelTracker() = default;
 
 void GlobalModelTracker::step_and_compare(const dmp::KeyedJaggedTensor& global_batch,
-                                          const std::map<std::string, at::Tensor>& sharded_state, int step) {
+                                          const std::map<std::string, at::Tensor>& sharded_state,
+                                          const std::map<std::string, at::Tensor>& sharded_outputs, int step) {
   reference_->train_step(global_batch);
-  const std::map<std::string, at::Tensor> expected = reference_->state();
-  for (const auto& [name, actual] : sharded_state) {
+  compare_all(sharded_outputs, reference_->last_outputs(), step - 1, output_tolerances_);
+  compare_all(sharded_state, reference_->state(), step, tolerances_);
+}
+
+void GlobalModelTracker::forward_and_compare(const dmp::KeyedJaggedTensor& global_batch,
+                                             const std::map<std::string, at::Tensor>& sharded_outputs, int step) {
+  compare_all(sharded_outputs, reference_->forward(global_batch), step, output_tolerances_);
+}
+
+void GlobalModelTracker::compare_all(const std::map<std::string, at::Tensor>& sharded, const std::map<std::string, at::Tensor>& expected,
+                                     int step, Tolerances tolerances) {
+  for (const auto& [name, actual] : sharded) {
     auto it = expected.find(name);
-    GlobalModelCheck check = it == expected.end() ? GlobalModelCheck{} : compare_tensor(name, actual, it->second, tolerances_, step);
+    GlobalModelCheck check = it == expected.end() ? GlobalModelCheck{} : compare_tensor(name, actual, it->second, tolerances, step);
     if (it == expected.end()) {
       check.name = name;
       check.step = step;

@@ -28,19 +28,29 @@ class GlobalModelTracker {
  public:
   // Not collective: runs wherever it is built (rank 0 in a run).
   GlobalModelTracker(const dmp::ModelConfig& model, const dmp::DmpOptions& options,
-                     const std::map<std::string, at::Tensor>& initial_state, int64_t steps_done, Tolerances tolerances);
+                     const std::map<std::string, at::Tensor>& initial_state, int64_t steps_done, Tolerances tolerances,
+                     Tolerances output_tolerances = {});
   ~GlobalModelTracker();
 
   // Trains the unsharded model one step on `global_batch` and compares every tensor of
-  // `sharded_state` (gather_full_state() after the same step) with it.
+  // `sharded_state` (gather_full_state() after the same step) with it, and the step's forward
+  // outputs (`sharded_outputs`, every rank's rows in rank order) with the unsharded forward's,
+  // recorded at step - 1: the outputs at step s are computed from the weights after s steps.
   void step_and_compare(const dmp::KeyedJaggedTensor& global_batch, const std::map<std::string, at::Tensor>& sharded_state,
-                        int step);
+                        const std::map<std::string, at::Tensor>& sharded_outputs, int step);
+  // The forward alone (a run of zero steps): outputs compared at `step`.
+  void forward_and_compare(const dmp::KeyedJaggedTensor& global_batch, const std::map<std::string, at::Tensor>& sharded_outputs,
+                           int step);
   // Per tensor, the worst step seen so far.
   std::vector<GlobalModelCheck> results() const;
 
  private:
+  void compare_all(const std::map<std::string, at::Tensor>& actual, const std::map<std::string, at::Tensor>& expected, int step,
+                   Tolerances tolerances);
+
   std::unique_ptr<UnshardedModel> reference_;
   Tolerances tolerances_;
+  Tolerances output_tolerances_;
   std::vector<GlobalModelCheck> results_;
 };
 

@@ -67,11 +67,9 @@ UnshardedModel::UnshardedModel(const dmp::ModelConfig& model, const dmp::FusedOp
   }
 }
 
-double UnshardedModel::train_step(const dmp::KeyedJaggedTensor& batch) {
-  at::AutoGradMode grad_mode(true);
-  ++steps_;
+at::Tensor UnshardedModel::forward_impl(const dmp::KeyedJaggedTensor& batch, std::vector<at::Tensor>* touched) {
   std::vector<at::Tensor> pooled;
-  std::vector<at::Tensor> touched;  // per table, the rows the batch reads
+  last_outputs_.clear();
   for (const auto& table : tables_) {
     std::vector<at::Tensor> ids;
     for (const auto& feature : table.config.feature_names) {
@@ -84,16 +82,31 @@ double UnshardedModel::train_step(const dmp::KeyedJaggedTensor& batch) {
       if (table.config.weighted && batch.weights_of(k)) per_sample = batch.weights_of(k)->to(at::kFloat);
       const int64_t mode = table.config.pooling == dmp::PoolingType::kMean ? 1 : 0;
       pooled.push_back(std::get<0>(at::embedding_bag(table.weight, values, offsets, false, mode, false, per_sample, false)));
+      last_outputs_[dmp::pooled_output_key(feature)] = pooled.back().detach().clone();
       ids.push_back(values);
     }
-    touched.push_back(std::get<0>(at::_unique(at::cat(ids), /*sorted=*/true)));
+    if (touched) touched->push_back(std::get<0>(at::_unique(at::cat(ids), /*sorted=*/true)));
   }
   at::Tensor x = at::cat(pooled, 1);
   for (size_t i = 0; i < layers_.size(); i += 2) {
     x = at::linear(x, layers_[i].tensor, layers_[i + 1].tensor);
     if (i + 2 < layers_.size()) x = at::relu(x);
   }
-  at::Tensor loss = x.mean();
+  last_outputs_[dmp::kModelOutputKey] = x.detach().clone();
+  return x;
+}
+
+std::map<std::string, at::Tensor> UnshardedModel::forward(const dmp::KeyedJaggedTensor& batch) {
+  at::NoGradGuard no_grad;
+  forward_impl(batch, nullptr);
+  return last_outputs_;
+}
+
+double UnshardedModel::train_step(const dmp::KeyedJaggedTensor& batch) {
+  at::AutoGradMode grad_mode(true);
+  ++steps_;
+  std::vector<at::Tensor> touched;  // per table, the rows the batch reads
+  at::Tensor loss = forward_impl(batch, &touched).mean();
   loss.backward();
 
   at::NoGradGuard no_grad;

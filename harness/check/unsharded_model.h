@@ -28,8 +28,13 @@ class UnshardedModel {
   UnshardedModel(const dmp::ModelConfig& model, const dmp::FusedOptimizerConfig& sparse,
                  const dmp::DenseOptimizerConfig& dense, const std::map<std::string, at::Tensor>& state, int64_t steps_done);
 
-  // One training step on the global batch; returns the loss.
+  // One training step on the global batch; returns the loss.  Its forward's outputs are kept
+  // (last_outputs).
   double train_step(const dmp::KeyedJaggedTensor& global_batch);
+  // The forward alone: pooled embeddings per feature and the model's output, named
+  // dmp::pooled_output_key(feature) and dmp::kModelOutputKey.
+  std::map<std::string, at::Tensor> forward(const dmp::KeyedJaggedTensor& global_batch);
+  const std::map<std::string, at::Tensor>& last_outputs() const { return last_outputs_; }
   // Every tensor, named as the DMP names it.
   std::map<std::string, at::Tensor> state() const;
 
@@ -45,6 +50,8 @@ class UnshardedModel {
     std::map<std::string, at::Tensor> state;  // momentum_buffer / sum / exp_avg / exp_avg_sq
   };
 
+  // The forward with autograd as the mode allows; fills last_outputs_ and the rows each table read.
+  at::Tensor forward_impl(const dmp::KeyedJaggedTensor& batch, std::vector<at::Tensor>* touched);
   void sparse_step(Table& table, const at::Tensor& touched_rows);
   void dense_step(Parameter& p);
 
@@ -54,6 +61,7 @@ class UnshardedModel {
   std::vector<Table> tables_;
   std::vector<Parameter> layers_;  // weight, bias, weight, bias, ...
   int64_t steps_ = 0;
+  std::map<std::string, at::Tensor> last_outputs_;
 };
 
 }  // namespace dmpcheck::check

@@ -9,5 +9,6 @@ double EmbeddingBagConfig::init_bound() const { return std::sqrt(1.0 / static_ca
 const char* pooling_name(PoolingType pooling) { return pooling == PoolingType::kSum ? "sum" : "mean"; }
 
 std::string table_weight_key(const std::string& table) { return "ebc.embedding_bags." + table + ".weight"; }
+std::string pooled_output_key(const std::string& feature) { return "pooled_embeddings." + feature; }
 
 }  // namespace dmpcheck::dmp

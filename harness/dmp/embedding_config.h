@@ -26,5 +26,9 @@ const char* pooling_name(PoolingType pooling);
 
 // The state_dict key of a table's weight in the unsharded model.
 std::string table_weight_key(const std::string& table);
+// The names of a forward's outputs, compared across systems: the EBC's pooled embedding of a
+// feature ([batch, dim], as `ebc(kjt)[feature]`) and the model's output ([batch, last layer]).
+std::string pooled_output_key(const std::string& feature);
+inline constexpr const char* kModelOutputKey = "model_output";
 
 }  // namespace dmpcheck::dmp

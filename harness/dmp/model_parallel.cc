@@ -186,32 +186,48 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
 
 DistributedModelParallel::~DistributedModelParallel() = default;
 
-double DistributedModelParallel::train_step(const KeyedJaggedTensor& local_batch) {
+at::Tensor DistributedModelParallel::sharded_forward(const KeyedJaggedTensor& local_batch) {
   // Forward through each sharding; the pooled output is keyed by feature in sharding order.
+  at::NoGradGuard no_grad;
   std::vector<at::Tensor> pooled;
-  std::map<std::string, std::pair<int64_t, int64_t>> column_of;  // feature -> (offset, dim)
+  column_of_.clear();
   int64_t offset = 0;
-  {
-    at::NoGradGuard no_grad;
-    for (auto& sharding : shardings_) {
-      pooled.push_back(sharding->forward(local_batch.select(sharding->input_features())));
-      const auto& columns = sharding->output_columns();
-      for (size_t i = 0; i < columns.features.size(); ++i) {
-        column_of[columns.features[i]] = {offset, columns.dims[i]};
-        offset += columns.dims[i];
-      }
+  for (auto& sharding : shardings_) {
+    pooled.push_back(sharding->forward(local_batch.select(sharding->input_features())));
+    const auto& columns = sharding->output_columns();
+    for (size_t i = 0; i < columns.features.size(); ++i) {
+      column_of_[columns.features[i]] = {offset, columns.dims[i]};
+      offset += columns.dims[i];
     }
   }
-  at::Tensor keyed = at::cat(pooled, 1);
-  keyed.set_requires_grad(true);
+  return at::cat(pooled, 1);
+}
+
+at::Tensor DistributedModelParallel::in_model_order(const at::Tensor& keyed) {
   // The dense input is regrouped by key into the model's feature order: compare by key, never
   // by column index (sharding order is not model order).
   std::vector<at::Tensor> blocks;
+  last_outputs_.clear();
   for (const auto& feature : model_.features()) {
-    const auto [begin, dim] = column_of.at(feature);
+    const auto [begin, dim] = column_of_.at(feature);
     blocks.push_back(keyed.narrow(1, begin, dim));
+    last_outputs_[pooled_output_key(feature)] = blocks.back().detach().clone();
   }
-  at::Tensor loss = dense_->forward(at::cat(blocks, 1)).mean();
+  return at::cat(blocks, 1);
+}
+
+void DistributedModelParallel::forward(const KeyedJaggedTensor& local_batch) {
+  const at::Tensor keyed = sharded_forward(local_batch);
+  at::NoGradGuard no_grad;
+  last_outputs_[kModelOutputKey] = dense_->forward(in_model_order(keyed)).detach().clone();
+}
+
+double DistributedModelParallel::train_step(const KeyedJaggedTensor& local_batch) {
+  at::Tensor keyed = sharded_forward(local_batch);
+  keyed.set_requires_grad(true);
+  const at::Tensor output = dense_->forward(in_model_order(keyed));
+  last_outputs_[kModelOutputKey] = output.detach().clone();
+  at::Tensor loss = output.mean();
   loss.backward();
 
   at::Tensor grad = keyed.grad();

@@ -74,6 +74,11 @@ class DistributedModelParallel {
   // Collective.  One step on this rank's batch: forward, backward (fused optimizers inside),
   // dense step.  Returns this rank's loss (mean of the dense output over its batch).
   double train_step(const KeyedJaggedTensor& local_batch);
+  // Collective.  The forward alone, on this rank's batch (no gradient, no update).
+  void forward(const KeyedJaggedTensor& local_batch);
+  // This rank's outputs of the last forward (train_step's or forward's): the pooled embedding of
+  // each feature and the model's output, named pooled_output_key(feature) and kModelOutputKey.
+  const std::map<std::string, at::Tensor>& last_outputs() const { return last_outputs_; }
 
   // Every tensor this rank holds: weights, then optimizer state.
   std::vector<StateTensor> state() const;
@@ -100,6 +105,13 @@ class DistributedModelParallel {
   std::unique_ptr<DenseMlp> dense_;
   std::unique_ptr<DenseDataParallel> dense_dp_;
   InitBroadcastReport init_broadcast_;
+  std::map<std::string, at::Tensor> last_outputs_;
+
+  std::map<std::string, std::pair<int64_t, int64_t>> column_of_;  // feature -> (offset, dim) in sharding order
+  // Every sharding's lookup, concatenated in sharding order (columns in column_of_).
+  at::Tensor sharded_forward(const KeyedJaggedTensor& local_batch);
+  // `keyed` regrouped into the model's feature order; records the pooled outputs.
+  at::Tensor in_model_order(const at::Tensor& keyed);
 };
 
 }  // namespace dmpcheck::dmp

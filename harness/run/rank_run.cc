@@ -196,6 +196,23 @@ void inject_faults(const scenario::RunSpec& spec, comm::Communicator& comm, int 
 
 // NaN or Inf in the loss or in any tensor this rank holds stops the run with the place it was
 // first seen.
+// Collective.  Every rank's forward outputs stacked in rank order (the global batch's rows):
+// one all_gather of the outputs side by side.
+std::map<std::string, at::Tensor> gather_outputs(comm::Communicator& comm, const std::map<std::string, at::Tensor>& local) {
+  std::vector<at::Tensor> columns;
+  for (const auto& [name, t] : local) columns.push_back(t.reshape({t.size(0), -1}).to(at::kFloat));
+  const std::vector<at::Tensor> gathered = comm.all_gather(at::cat(columns, 1).contiguous());
+  const at::Tensor global = at::cat(gathered, 0);
+  std::map<std::string, at::Tensor> out;
+  int64_t column = 0;
+  for (const auto& [name, t] : local) {
+    const int64_t width = t.numel() / std::max<int64_t>(t.size(0), 1);
+    out[name] = global.narrow(1, column, width).reshape({global.size(0), width}).clone();
+    column += width;
+  }
+  return out;
+}
+
 void check_finite(dmp::DistributedModelParallel& model, double loss, int step) {
   DMP_CHECK(std::isfinite(loss), ErrorKind::kInvalidInput, "step {}: the loss is {}", step, loss);
   for (const auto& t : model.state()) {
@@ -350,7 +367,8 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     const auto initial = model->gather_full_state();
     if (comm.rank() == 0) {
       tracker = std::make_unique<check::GlobalModelTracker>(
-          spec.model, dmp_options, initial, steps_done, check::Tolerances{spec.expect.global_model->rtol, spec.expect.global_model->atol});
+          spec.model, dmp_options, initial, steps_done, check::Tolerances{spec.expect.global_model->rtol, spec.expect.global_model->atol},
+          spec.expect.outputs ? check::Tolerances{spec.expect.outputs->rtol, spec.expect.outputs->atol} : check::Tolerances{});
     }
   }
   result.timings.init_s = seconds_since(start);
@@ -373,6 +391,13 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     }
     const double loss = model->train_step(local_batch(spec, global, comm.rank()));
     result.losses.push_back(loss);
+    std::map<std::string, at::Tensor> outputs;
+    if (spec.expect.outputs && (compare_global || !options.full_state_dir.empty())) {
+      outputs = gather_outputs(comm, model->last_outputs());  // collective
+      if (comm.rank() == 0 && !options.full_state_dir.empty()) {
+        write_exchange_phase(options.full_state_dir, fmt::format("outputs{}", global_step), whole_pieces(outputs));
+      }
+    }
     inject_faults(spec, comm, step + 1, *model, say);
     check_finite(*model, loss, step + 1);
     dump_full_state(fmt::format("step{}", global_step + 1));
@@ -384,7 +409,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     if (compare_global) {
       const auto check_start = Clock::now();
       const auto state = model->gather_full_state();
-      if (tracker) tracker->step_and_compare(global, state, step + 1);
+      if (tracker) tracker->step_and_compare(global, state, outputs, step + 1);
       check_seconds += seconds_since(check_start);
     }
     say(fmt::format("step {}/{} loss {:.6f} ({:.2f} s)", step + 1, spec.steps, loss, seconds_since(train_start)));
@@ -392,6 +417,14 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
       model = resume_under_new_plan(comm, spec, *model, planner, generator, dmp_options, steps_done + step + 1);
       say(fmt::format("resumed after step {} under another plan", step + 1));
     }
+  }
+  if (spec.expect.outputs && spec.steps == 0 && (compare_global || !options.full_state_dir.empty())) {
+    // No step to check after: the forward alone, so that the outputs at step 0 are compared.
+    const dmp::KeyedJaggedTensor global = make_global_batch(spec, static_cast<int>(steps_done));
+    model->forward(local_batch(spec, global, comm.rank()));
+    const auto outputs = gather_outputs(comm, model->last_outputs());  // collective
+    if (tracker) tracker->forward_and_compare(global, outputs, 0);
+    if (comm.rank() == 0 && !options.full_state_dir.empty()) write_exchange_phase(options.full_state_dir, "outputs0", whole_pieces(outputs));
   }
   result.timings.train_s = seconds_since(train_start) - check_seconds;
   if (!options.checkpoint_dir.empty()) {

@@ -146,6 +146,8 @@ nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_
   if (!from_state.empty()) init["from_state"] = from_state;
   return {{"world_size", spec.world_size},
           {"steps", spec.steps},
+          {"batch_size", spec.batch_size},
+          {"outputs", spec.expect.outputs.has_value()},
           {"timeout_s", spec.timeout_s},
           {"init", init},
           {"tables", tables},
@@ -161,7 +163,9 @@ nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_
 // Every rank's local batch of every step: exactly what the reference trains on.
 void write_batches(const scenario::RunSpec& spec, const std::string& dir) {
   fs::create_directories(dir);
-  for (int step = 0; step < spec.steps; ++step) {
+  // A run of zero steps that compares outputs runs the forward alone, on the first batch.
+  const int batches = spec.expect.outputs ? std::max(spec.steps, 1) : spec.steps;
+  for (int step = 0; step < batches; ++step) {
     const dmp::KeyedJaggedTensor global = make_global_batch(spec, step);
     for (int rank = 0; rank < spec.world_size; ++rank) {
       const dmp::KeyedJaggedTensor local = local_batch(spec, global, rank);
@@ -427,6 +431,19 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
         result.reference.insert(result.reference.end(), diffs.begin(), diffs.end());
       }
       if (final_phase) last = std::move(per_rank);
+    }
+    // The forward's outputs, from step 0 (the forward of step s + 1, on the weights after s steps).
+    for (int step = 0; spec.expect.reference && spec.expect.outputs && step < std::max(spec.steps, 1); ++step) {
+      const std::string phase = fmt::format("outputs{}", step);
+      const auto theirs = assemble_full(read_ranks(out, spec.world_size, phase));
+      std::vector<std::vector<ExchangePiece>> ref_pieces = {read_exchange_phase(reference_dir, phase)};
+      auto diffs = compare_with_reference(theirs, assemble_full(ref_pieces), step, *spec.expect.outputs);
+      for (const auto& d : diffs) {
+        if (!d.within_tolerance && (result.reference_first_break_step < 0 || step < result.reference_first_break_step)) {
+          result.reference_first_break_step = step;
+        }
+      }
+      result.reference.insert(result.reference.end(), diffs.begin(), diffs.end());
     }
     if (spec.steps == 0) {  // nothing trained: the final state is the initial one
       const auto again = replica_checks(last, "final");

@@ -661,7 +661,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
                               const std::set<std::string>& table_names) {
   r.check_keys(node, path,
-               {"when", "replicas", "diverged", "at", "global_model", "reference", "max_broadcast_seconds", "error"});
+               {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "max_broadcast_seconds", "error"});
   Expectation e;
   e.where = {r.file(), r.line_of(node)};
   if (node["replicas"]) {
@@ -702,6 +702,13 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     return t;
   };
   if (YAML::Node g = node["global_model"]) e.global_model = tolerance(g, path + ".global_model");
+  if (YAML::Node g = node["outputs"]) {
+    if (g.IsMap() && g["match"]) r.fail(g["match"], path + ".outputs.match", "outputs take rtol and atol only");
+    e.outputs = tolerance(g, path + ".outputs");
+    if (!node["global_model"] && !node["reference"]) {
+      r.fail(g, path + ".outputs", "compares outputs where 'global_model' (a reference run) or 'reference' (a release cell) compares; give one of them");
+    }
+  }
   if (YAML::Node g = node["reference"]) {
     if (g.IsMap() && g["profile"]) {
       std::vector<std::string> profiles = dmp::behaviour_profile_names();
@@ -763,6 +770,7 @@ std::string Expectation::describe() const {
     text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
                         global_model->rtol, global_model->atol);
   }
+  if (outputs) text += fmt::format("; outputs compared (rtol {}, atol {})", outputs->rtol, outputs->atol);
   if (reference) {
     text += fmt::format("; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
                         reference_profile.empty() ? std::string() : " under profile " + reference_profile,

@@ -86,6 +86,9 @@ struct Expectation {
   std::vector<std::string> diverged;
   std::vector<Phase> at = {Phase::kInit, Phase::kFinal};  // where the divergence must show
   std::optional<Tolerance> global_model;  // compare against the unsharded model when set
+  // Compare the forward's outputs too (each feature's pooled embedding and the model's output,
+  // at every step from 0), within this tolerance, wherever global_model or reference compares.
+  std::optional<Tolerance> outputs;
   // TorchRec cells: run the reference DMP on the same work, start TorchRec from its initial
   // weights, and compare every tensor after every step within this tolerance.
   std::optional<Tolerance> reference;

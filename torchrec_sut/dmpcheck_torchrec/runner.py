@@ -51,7 +51,27 @@ class Model(nn.Module):
             x = layer(x)
             if i + 1 < len(self.dense):
                 x = torch.relu(x)
+        # What the forward produced, for output comparisons: this rank's rows of every feature's
+        # pooled embedding and of the model's output (kept here, not returned: DMP's wrapper
+        # hands back the loss as the user's model does).
+        LAST_OUTPUTS.clear()
+        LAST_OUTPUTS.update({"pooled_embeddings." + f: pooled[f].detach().clone() for f in self.features})
+        LAST_OUTPUTS["model_output"] = x.detach().clone()
         return x.mean()
+
+
+LAST_OUTPUTS = {}
+
+
+def _output_pieces(rank, world, batch_size):
+    """This rank's rows of the last forward's outputs, placed in the global batch (rank order)."""
+    pieces = []
+    for name, t in sorted(LAST_OUTPUTS.items()):
+        t = t.reshape(t.shape[0], -1)
+        pieces.append({"name": name, "sharding": "output", "replicated": False,
+                       "full_sizes": [batch_size * world, t.shape[1]], "row_offset": rank * batch_size,
+                       "col_offset": 0, "tensor": t})
+    return pieces
 
 
 def _sparse_optimizer(cfg):
@@ -321,8 +341,15 @@ def run(spec, exchange, out_dir, rank, import_s):
     dump.write_phase(out_dir, rank, "init", _state_pieces(sharded, dense_opt, types, table_dims))
     losses = []
     t1 = time.perf_counter()
+    outputs = bool(spec.get("outputs"))
+    if outputs and int(spec["steps"]) == 0:  # the forward alone: the outputs at step 0
+        with torch.no_grad():
+            sharded(_load_batch(exchange, 1, rank))
+        dump.write_phase(out_dir, rank, "outputs0", _output_pieces(rank, world, int(spec["batch_size"])))
     for step in range(1, int(spec["steps"]) + 1):
         loss = sharded(_load_batch(exchange, step, rank))
+        if outputs:  # the forward of step s runs on the weights after s - 1 steps
+            dump.write_phase(out_dir, rank, f"outputs{step - 1}", _output_pieces(rank, world, int(spec["batch_size"])))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

@@ -149,8 +149,8 @@ data: {from: batches}
 matrix:
   system: [reference, torchrec==1.9.2]
 expect:
-  - {when: {system: reference}, replicas: equal, global_model: true}
-  - {when: {system: torchrec==1.9.2}, replicas: equal, reference: {profile: release, rtol: 0, atol: 0}}
+  - {when: {system: reference}, replicas: equal, global_model: true, outputs: {rtol: 0, atol: 0}}
+  - {when: {system: torchrec==1.9.2}, replicas: equal, reference: {profile: release, rtol: 0, atol: 0}, outputs: {rtol: 0, atol: 0}}
 """
 
 
@@ -169,6 +169,9 @@ def test_a_reports_own_batches_replay_on_the_release_and_the_reference(tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     release = json.load(open(tmp_path / "r" / "replay-report" / "torchrec__1.9.2.json"))
     assert release["verdict"] == "pass" and {d["step"] for d in release["reference"]} == {0, 1, 2}
+    # The forward's outputs, bitwise against the reference's at the forward of each step.
+    outputs = {(d["name"], d["step"]) for d in release["reference"] if not d["name"].startswith(("ebc.", "dense."))}
+    assert outputs == {(n, s) for n in ("pooled_embeddings.f0", "pooled_embeddings.f1", "model_output") for s in (0, 1)}, outputs
     check = ("import sys, torch\n"
              "for step in (0, 1):\n"
              "    mine = torch.load('%s/batch%d.pt' % (sys.argv[1], step))\n"
@@ -184,6 +187,12 @@ def test_a_reports_own_batches_replay_on_the_release_and_the_reference(tmp_path)
     out = subprocess.run([os.path.join(ENVS, "torchrec-1.9.2", "bin", "python"), "-c", check, str(tmp_path / "batches"), *runs],
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == "ok\n", out.stdout + out.stderr
+    # Zero steps: the forward alone on the first batch, on both sides, compared at step 0.
+    (tmp_path / "replay.yaml").write_text(REPLAY.replace("steps: 2", "steps: 0"))
+    p = dmpcheck("run", str(tmp_path / "replay.yaml"), "--quiet", "--out", str(tmp_path / "r0"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    release = json.load(open(tmp_path / "r0" / "replay-report" / "torchrec__1.9.2.json"))
+    assert {(d["name"], d["step"]) for d in release["reference"] if d["name"] == "model_output"} == {("model_output", 0)}
     # A batch the run cannot use is a clean error naming the file.
     (tmp_path / "replay.yaml").write_text(REPLAY.replace("batch_size: 2", "batch_size: 3"))
     p = dmpcheck("run", str(tmp_path / "replay.yaml"), "--quiet", "--out", str(tmp_path / "bad"))

@@ -41,6 +41,38 @@ TEST_P(Regressions, ReproduceTheBugAndShowTheFix) {
   }
 }
 
+// #2362 is a bug of the forward: the pooled embedding is wrong before any update, so with
+// `outputs:` it shows at step 0 even in a run of zero steps, and the fix agrees there.
+TEST(RegressionOutputs, TheRowWiseMeanBugShowsInThePooledEmbeddingAtStepZero) {
+  for (const char* steps : {"2", "0"}) {
+    SCOPED_TRACE(std::string("steps: ") + steps);
+    const auto s = scenario::load_scenario_file(
+        DMPCHECK_SOURCE_DIR "/scenarios/regressions/torchrec-2362-row-wise-mean-local-length.yaml", {{"steps", steps}});
+    const auto outcome = testing::run_reference_cells_quietly(s);
+    ASSERT_EQ(outcome.results.size(), 2u);
+    for (const auto& r : outcome.results) {
+      SCOPED_TRACE(r.profile);
+      auto find = [&](const std::string& name) {
+        auto it = std::find_if(r.global_model.begin(), r.global_model.end(), [&](const auto& g) { return g.name == name; });
+        EXPECT_NE(it, r.global_model.end()) << name;
+        return it == r.global_model.end() ? check::GlobalModelCheck{} : *it;
+      };
+      const auto pooled = find("pooled_embeddings.f_mean");
+      const auto output = find("model_output");
+      if (r.profile == "torchrec#2362") {
+        EXPECT_FALSE(pooled.within_tolerance);
+        EXPECT_EQ(pooled.step, 0);
+        EXPECT_GT(pooled.max_abs_diff, 1e-3);
+        EXPECT_FALSE(output.within_tolerance);
+      } else {
+        EXPECT_TRUE(pooled.within_tolerance) << pooled.max_abs_diff;
+        EXPECT_TRUE(output.within_tolerance) << output.max_abs_diff;
+      }
+      EXPECT_EQ(pooled.numel, 16 * 8);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Library, Regressions, ::testing::ValuesIn(regression_files()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
