@@ -51,6 +51,8 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
             [](BehaviourProfile& p) { p.row_wise_mean_divides_by_local_length = true; });
     variant("torchrec#2808", "the mean-pooling divisor overwrites the lengths of sum-pooled row_wise features before the all-to-all",
             [](BehaviourProfile& p) { p.mean_divisor_mutates_lengths = true; });
+    variant("torchrec#1252", "the stock EBC sharder offers no row_wise or table_row_wise on CPU, so planning such a table fails",
+            [](BehaviourProfile& p) { p.row_wise_offered_on_cpu = false; });
     variant("torchrec#2251", "model-parallel gradients are not divided by world size (the other convention of #2251)",
             [](BehaviourProfile& p) { p.divide_model_parallel_gradients_by_world_size = false; });
     variant("torchrec#1298", "fused optimizers update a row once per occurrence instead of once per batch",

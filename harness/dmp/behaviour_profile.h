@@ -33,6 +33,11 @@ struct BehaviourProfile {
   // reduce_scatter_base asynchronously, which Gloo's fallback refuses, so any row_wise or
   // table_row_wise table fails the run on Gloo (measured on 0.6.0; 0.8 and later run it).
   bool row_wise_fails_on_gloo = false;
+  // TorchRec's stock EmbeddingBagCollectionSharder offers row_wise and table_row_wise for cuda
+  // devices only, so a table constrained to them has no sharding type on CPU and planning fails
+  // (TorchRec #1252; measured the same in 0.6.0 and 1.9.2).  Read where the reference runs on
+  // Gloo (CPU); dmpcheck's TorchRec cells extend the sharder unless `torchrec: {sharder: stock}`.
+  bool row_wise_offered_on_cpu = true;
   // The mean of a row-sharded table divides the summed partials by L + eps (float), not by L
   // (TorchRec >= 0.8 guards empty bags so).  0: divide by max(L, 1).
   double row_wise_mean_divisor_eps = 1e-6;

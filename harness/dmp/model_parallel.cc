@@ -111,6 +111,15 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
                 t.table, sharding_type_name(t.type), options_.profile.name);
     }
   }
+  if (!options_.profile.row_wise_offered_on_cpu && comm_.backend_name() == "gloo") {
+    for (const auto& t : plan_.tables) {
+      DMP_CHECK(t.type != ShardingType::kRowWise && t.type != ShardingType::kTableRowWise, ErrorKind::kInvalidInput,
+                "table '{}' is {}: RuntimeError: No available sharding type and compute kernel combination after applying "
+                "user provided constraints for {} (profile {}: the EBC sharder offers data_parallel, table_wise, "
+                "column_wise and table_column_wise on cpu)",
+                t.table, sharding_type_name(t.type), t.table, options_.profile.name);
+    }
+  }
   // The user's model: dense layers are created (and drawn) first; the tables stay unmaterialised
   // (TorchRec's meta device) until DMP draws this rank's shards.
   dense_ = std::make_unique<DenseMlp>(model_.pooled_width(), model_.dense_layers, generator);

@@ -147,6 +147,7 @@ nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_
   return {{"world_size", spec.world_size},
           {"steps", spec.steps},
           {"batch_size", spec.batch_size},
+          {"sharder", spec.torchrec_sharder},
           {"outputs", spec.expect.outputs.has_value()},
           {"timeout_s", spec.timeout_s},
           {"init", init},

@@ -184,12 +184,12 @@ class Reader {
 const std::vector<std::string> kTopLevelKeys = {
     "version", "name", "description", "reproduces", "system", "world_size", "backend", "steps", "batch_size",
     "timeout_s", "threads_per_rank", "topology", "init", "profile", "data", "tables", "dense", "optimizers",
-    "resume", "faults", "fingerprint", "broadcast_probe", "matrix", "expect"};
+    "resume", "faults", "fingerprint", "broadcast_probe", "torchrec", "matrix", "expect"};
 
 // Keys a matrix may vary: everything that describes one run.
 const std::vector<std::string> kMatrixRoots = {"system", "world_size", "backend", "steps", "batch_size", "timeout_s",
                                                "threads_per_rank", "topology", "init", "profile", "data", "tables",
-                                               "dense", "optimizers", "resume", "faults", "fingerprint"};
+                                               "dense", "optimizers", "resume", "faults", "fingerprint", "torchrec"};
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -398,6 +398,12 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
   });
 
+  r.section([&] {
+    if (YAML::Node torchrec = root["torchrec"]) {
+      r.check_keys(torchrec, "torchrec", {"sharder"});
+      if (torchrec["sharder"]) run.torchrec_sharder = r.choice(torchrec["sharder"], "torchrec.sharder", {"extended", "stock"});
+    }
+  });
   r.section([&] {
     if (root["fingerprint"]) run.fingerprint = r.choice(root["fingerprint"], "fingerprint", {"true", "false"}) == "true";
   });
@@ -921,6 +927,12 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
       // thing, so the profile axis does not apply to it and its cell appears once.
       assignments.erase(std::remove_if(assignments.begin(), assignments.end(),
                                        [](const auto& a) { return a.first == "profile"; }),
+                        assignments.end());
+      if (std::any_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& done) { return done.cell == assignments; })) continue;
+    } else if (std::any_of(assignments.begin(), assignments.end(), [](const auto& a) { return a.first.rfind("torchrec", 0) == 0; })) {
+      // Likewise the `torchrec` axes (how a release is driven) do not apply to the reference.
+      assignments.erase(std::remove_if(assignments.begin(), assignments.end(),
+                                       [](const auto& a) { return a.first.rfind("torchrec", 0) == 0; }),
                         assignments.end());
       if (std::any_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& done) { return done.cell == assignments; })) continue;
     }

@@ -158,6 +158,10 @@ struct RunSpec {
   // "reference" (the default) or "torchrec==<version>": a release from torchrec_sut/pins.tsv,
   // run from its environment (ci/torchrec-env.sh).
   std::string system = kReferenceSystem;
+  // Release cells: "extended" (the default) offers row_wise and table_row_wise on CPU by
+  // extending TorchRec's EBC sharder, as dmpcheck's comparisons need; "stock": the sharder as a
+  // user has it (TorchRec #1252).  `torchrec: {sharder: ...}` in the file.
+  std::string torchrec_sharder = "extended";
   bool on_torchrec() const { return system != kReferenceSystem; }
   std::string torchrec_version() const { return on_torchrec() ? system.substr(10) : std::string(); }
   int world_size = 2;

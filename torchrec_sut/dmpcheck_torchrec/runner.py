@@ -145,7 +145,7 @@ def _sharder(spec):
 
     wanted = {st for t in spec["tables"] for st in t.get("constraints", {}).get("sharding_types", [])}
     extra = [st for st in (ShardingType.ROW_WISE.value, ShardingType.TABLE_ROW_WISE.value) if st in wanted]
-    if not extra:
+    if not extra or spec.get("sharder") == "stock":
         return EmbeddingBagCollectionSharder(), []
 
     class CpuRowWiseSharder(EmbeddingBagCollectionSharder):

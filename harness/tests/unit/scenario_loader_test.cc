@@ -352,5 +352,18 @@ TEST(ScenarioLoader, InlineWeightsOfAWeightedTableAreKept) {
   EXPECT_TRUE(batch.weights()->equal(at::tensor({1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 0.25f})));
 }
 
+TEST(ScenarioLoader, TheTorchrecAxesApplyToReleaseCellsOnly) {
+  const Scenario s = load_scenario_text(std::string(kMinimal) + R"(matrix:
+  system: [reference, torchrec==1.9.2]
+  torchrec.sharder: [stock, extended]
+)", "s.yaml");
+  std::vector<std::string> names;
+  for (const auto& r : s.runs) names.push_back(r.name + "|" + r.torchrec_sharder);
+  EXPECT_EQ(names, (std::vector<std::string>{"default|stock", "system=torchrec==1.9.2 torchrec.sharder=stock|stock",
+                                             "system=torchrec==1.9.2 torchrec.sharder=extended|extended"}));
+  EXPECT_NE(error_of(std::string(kMinimal) + "torchrec: {sharder: patched}\n").find("field 'torchrec.sharder': expected one of extended, stock"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace dmpcheck::scenario
