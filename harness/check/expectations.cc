@@ -63,6 +63,21 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
                                          tol.rtol, tol.atol));
     }
   }
+  if (expect.initial_state) {
+    if (!result.init_from_compared) {
+      out.failures.push_back("the initial state was not compared with init.from");
+    } else if (*expect.initial_state) {
+      for (const auto& d : result.init_from) {
+        if (d.within_tolerance) continue;
+        out.failures.push_back(d.note.empty() ? fmt::format("{} is not init.from's before any step: {} of {} elements differ, max |diff| {:.3g}",
+                                                            d.name, d.elements_differing, d.numel, d.max_abs_diff)
+                                              : fmt::format("{}: {}", d.name, d.note));
+      }
+    } else if (std::all_of(result.init_from.begin(), result.init_from.end(), [](const ReferenceDiff& d) { return d.within_tolerance; })) {
+      out.failures.push_back(fmt::format("expected the initial state to differ from init.from, but all {} tensors are init.from's",
+                                         result.init_from.size()));
+    }
+  }
   if (expect.reference) {
     if (!result.reference_compared) {
       out.failures.push_back("the side-by-side comparison with the reference did not run");

@@ -81,4 +81,29 @@ void GlobalModelTracker::compare_all(const std::map<std::string, at::Tensor>& sh
 
 std::vector<GlobalModelCheck> GlobalModelTracker::results() const { return results_; }
 
+std::vector<ReferenceDiff> compare_with_checkpoint(const std::map<std::string, at::Tensor>& state,
+                                                   const std::map<std::string, at::Tensor>& checkpoint) {
+  std::vector<ReferenceDiff> out;
+  for (const auto& [name, want] : checkpoint) {
+    ReferenceDiff d;
+    d.name = name;
+    d.numel = want.numel();
+    auto it = state.find(name);
+    if (it == state.end()) {
+      d.within_tolerance = false;
+      d.note = "the model holds no tensor of that name";
+    } else if (it->second.sizes() != want.sizes()) {
+      d.within_tolerance = false;
+      d.note = fmt::format("shape [{}] in the model, [{}] in init.from", fmt::join(it->second.sizes(), ", "), fmt::join(want.sizes(), ", "));
+    } else {
+      const at::Tensor a = it->second.to(at::kFloat), b = want.to(at::kFloat);
+      d.elements_differing = a.ne(b).sum().item<int64_t>();
+      d.max_abs_diff = a.numel() ? (a - b).abs().max().item<double>() : 0.0;
+      d.within_tolerance = d.elements_differing == 0;
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
 }  // namespace dmpcheck::check

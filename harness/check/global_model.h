@@ -54,6 +54,11 @@ class GlobalModelTracker {
   std::vector<GlobalModelCheck> results_;
 };
 
+// Every tensor of `checkpoint` against the model's (`state`, full tensors), bitwise; a tensor
+// the model lacks or holds in another shape is a difference with a note.
+std::vector<ReferenceDiff> compare_with_checkpoint(const std::map<std::string, at::Tensor>& state,
+                                                   const std::map<std::string, at::Tensor>& checkpoint);
+
 // Compares one tensor: max |a - b|, and whether |a - b| <= atol + rtol * |b| everywhere.
 GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected,
                                 Tolerances tolerances, int step);

@@ -146,6 +146,9 @@ struct RunResult {
   bool reference_compared = false;
   std::vector<ReferenceDiff> reference;
   int reference_first_break_step = -1;  // first step where a tensor leaves the tolerance; -1: none
+  // `expect: initial_state`: every tensor of init.from against the model's before any step.
+  bool init_from_compared = false;
+  std::vector<ReferenceDiff> init_from;
   BroadcastCost init_broadcast;
   // Set where the profile broadcasts and the scenario does not turn it off: every method of
   // broadcasting the same replicated parameters, timed side by side.

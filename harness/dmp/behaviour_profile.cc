@@ -15,6 +15,7 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     old.broadcast_data_parallel_tables_at_init = false;
     old.data_parallel_tables_use_dense_optimizer = true;
     old.row_wise_fails_on_gloo = true;
+    old.wrap_keeps_weights_loaded_before_it = false;
     all.push_back(old);
 
     BehaviourProfile fix;
@@ -24,6 +25,7 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
         "reset_parameters, one broadcast per table; the dense optimizer trains them";
     fix.init_broadcast_bucket_cap_bytes = 0;
     fix.data_parallel_tables_use_dense_optimizer = true;
+    fix.wrap_keeps_weights_loaded_before_it = false;
     all.push_back(fix);
 
     BehaviourProfile latest = fix;
@@ -53,6 +55,8 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
             [](BehaviourProfile& p) { p.mean_divisor_mutates_lengths = true; });
     variant("torchrec#1252", "the stock EBC sharder offers no row_wise or table_row_wise on CPU, so planning such a table fails",
             [](BehaviourProfile& p) { p.row_wise_offered_on_cpu = false; });
+    variant("torchrec#1165", "weights loaded into the model before DMP wraps it are replaced by the wrap's own draw",
+            [](BehaviourProfile& p) { p.wrap_keeps_weights_loaded_before_it = false; });
     variant("torchrec#2251", "model-parallel gradients are not divided by world size (the other convention of #2251)",
             [](BehaviourProfile& p) { p.divide_model_parallel_gradients_by_world_size = false; });
     variant("torchrec#1298", "fused optimizers update a row once per occurrence instead of once per batch",

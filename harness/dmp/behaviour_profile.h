@@ -38,6 +38,10 @@ struct BehaviourProfile {
   // (TorchRec #1252; measured the same in 0.6.0 and 1.9.2).  Read where the reference runs on
   // Gloo (CPU); dmpcheck's TorchRec cells extend the sharder unless `torchrec: {sharder: stock}`.
   bool row_wise_offered_on_cpu = true;
+  // Weights the user put into the unsharded model before DMP wraps it survive the wrap.  Off
+  // (measured in 0.6.0 and 1.9.2, TorchRec #1165): sharding draws every table again, so user
+  // weights must be loaded after the wrap or given as the table config's init_fn.
+  bool wrap_keeps_weights_loaded_before_it = true;
   // The mean of a row-sharded table divides the summed partials by L + eps (float), not by L
   // (TorchRec >= 0.8 guards empty bags so).  0: divide by max(L, 1).
   double row_wise_mean_divisor_eps = 1e-6;

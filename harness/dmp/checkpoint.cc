@@ -174,6 +174,18 @@ FullState load_checkpoint(const std::string& path) {
   DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "checkpoint {} does not exist", path);
   if (fs::is_directory(path)) return load_sharded_checkpoint(path);
   const GenericDict top = as_dict(read_pickle(path), path);
+  if (!top.contains("format")) {
+    // A plain state_dict, as torch.save(model.state_dict()) writes it: weights under dmpcheck's
+    // names (ebc.embedding_bags.<table>.weight, dense.<i>.weight / .bias), no step taken.
+    FullState state;
+    for (const auto& entry : top) {
+      DMP_CHECK(entry.key().isString() && entry.value().isTensor(), ErrorKind::kInvalidInput,
+                "{}: neither a dmpcheck checkpoint nor a state_dict of named tensors (an entry is a {} -> {})", path,
+                std::string(entry.key().tagKind()), std::string(entry.value().tagKind()));
+      state.tensors[entry.key().toStringRef()] = entry.value().toTensor().to(at::kFloat).contiguous();
+    }
+    return state;
+  }
   DMP_CHECK(field(top, "format", path).toStringRef() == "dmpcheck-unsharded-v1", ErrorKind::kInvalidInput,
             "{}: not a dmpcheck unsharded checkpoint (format '{}')", path, field(top, "format", path).toStringRef());
   FullState state;

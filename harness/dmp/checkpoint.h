@@ -37,7 +37,8 @@ void save_sharded_checkpoint(const std::string& directory, const DistributedMode
 // are missing, of another format, or do not cover a tensor.
 FullState load_sharded_checkpoint(const std::string& directory);
 void save_unsharded_checkpoint(const std::string& path, const FullState& state);
-// A directory is read as sharded, a file as unsharded.
+// A directory is read as sharded, a file as unsharded: dmpcheck's own format, or a plain
+// state_dict of tensors under dmpcheck's names (torch.save(model.state_dict())), as 0 steps.
 FullState load_checkpoint(const std::string& path);
 
 // Torch-loadable dump of one batch: {"keys", "values", "lengths", "weights" (optional), "stride"}.

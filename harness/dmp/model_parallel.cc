@@ -371,6 +371,21 @@ void DistributedModelParallel::load_full_state(const std::map<std::string, at::T
   }
 }
 
+bool DistributedModelParallel::take_weights_loaded_before_wrap(const std::map<std::string, at::Tensor>& state, int64_t steps) {
+  if (options_.profile.wrap_keeps_weights_loaded_before_it) {
+    resume(state, steps);
+    return true;
+  }
+  // The tables are built anew and drawn by the sharding; the dense layers are not resharded, so
+  // the user's dense weights stay (and the DDP-like wrapper holds rank 0's, the same file's).
+  std::map<std::string, at::Tensor> dense;
+  for (const auto& [name, t] : state) {
+    if (name.rfind("dense.", 0) == 0) dense[name] = t;
+  }
+  load_full_state(dense);
+  return false;
+}
+
 void DistributedModelParallel::resume(const std::map<std::string, at::Tensor>& state_map, int64_t steps) {
   load_full_state(state_map);
   for (auto& sharding : shardings_) {

@@ -92,6 +92,10 @@ class DistributedModelParallel {
   // Resuming after `steps` steps: optimizer step counters (Adam's bias correction) and the
   // dense optimizer's state from `state`.
   void resume(const std::map<std::string, at::Tensor>& state, int64_t steps);
+  // Weights the user loaded into the unsharded model before this wrap: kept (as resume) where
+  // the profile's wrap keeps them, else the tables' are dropped for the wrap's own draw and only
+  // the dense layers' stay (TorchRec #1165, measured).  Returns whether all were kept.
+  bool take_weights_loaded_before_wrap(const std::map<std::string, at::Tensor>& state, int64_t steps);
 
   const InitBroadcastReport& init_broadcast() const { return init_broadcast_; }
   const ShardingPlan& plan() const { return plan_; }

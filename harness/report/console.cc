@@ -45,6 +45,18 @@ std::string render_run_table(const check::RunResult& r) {
                        r.global_model.size(), worst->name, worst->step, worst->max_abs_diff,
                        worst->note.empty() ? "" : " (" + worst->note + ")");
   }
+  if (r.init_from_compared) {
+    int equal = 0;
+    for (const auto& d : r.init_from) equal += d.within_tolerance ? 1 : 0;
+    out += fmt::format("   init.from: {}/{} tensors as the checkpoint holds them before any step", equal, r.init_from.size());
+    for (const auto& d : r.init_from) {
+      if (!d.within_tolerance) {
+        out += fmt::format("; {} {}", d.name, d.note.empty() ? fmt::format("differs (max |diff| {:.3g})", d.max_abs_diff) : d.note);
+        break;
+      }
+    }
+    out += "\n";
+  }
   if (r.reference_compared) {
     int steps = 0;
     for (const auto& d : r.reference) steps = std::max(steps, d.step);

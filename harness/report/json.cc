@@ -89,6 +89,8 @@ void to_json(nlohmann::json& j, const RunResult& v) {
                      {"reference_compared", v.reference_compared},
                      {"reference", v.reference},
                      {"reference_first_break_step", v.reference_first_break_step},
+                     {"init_from_compared", v.init_from_compared},
+                     {"init_from", v.init_from},
                      {"init_broadcast", v.init_broadcast},
                      {"broadcast_probe", v.broadcast_probe},
                      {"losses", v.losses},
@@ -118,6 +120,8 @@ void from_json(const nlohmann::json& j, RunResult& v) {
   v.reference_compared = j.value("reference_compared", false);
   if (j.contains("reference")) j.at("reference").get_to(v.reference);
   v.reference_first_break_step = j.value("reference_first_break_step", -1);
+  v.init_from_compared = j.value("init_from_compared", false);
+  if (j.contains("init_from")) j.at("init_from").get_to(v.init_from);
   j.at("init_broadcast").get_to(v.init_broadcast);
   if (j.contains("broadcast_probe")) j.at("broadcast_probe").get_to(v.broadcast_probe);
   j.at("losses").get_to(v.losses);

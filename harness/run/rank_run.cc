@@ -324,11 +324,25 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   dmp::DmpOptions dmp_options{spec.profile, spec.sparse_optimizer, spec.dense_optimizer};
   auto model = std::make_unique<dmp::DistributedModelParallel>(comm, spec.model, plan, generator, dmp_options);
   int64_t steps_done = 0;  // steps the model had taken before this run (a checkpoint's)
+  std::optional<dmp::FullState> checkpoint;
   if (!spec.init.from.empty()) {
-    const dmp::FullState checkpoint = dmp::load_checkpoint(spec.init.from);
-    model->resume(checkpoint.tensors, checkpoint.steps);
-    steps_done = checkpoint.steps;
-    say(fmt::format("resumed from {} after {} step(s)", spec.init.from, steps_done));
+    checkpoint = dmp::load_checkpoint(spec.init.from);
+    if (!spec.init.load_before_wrap) {
+      model->resume(checkpoint->tensors, checkpoint->steps);
+      steps_done = checkpoint->steps;
+      say(fmt::format("resumed from {} after {} step(s)", spec.init.from, steps_done));
+    } else if (model->take_weights_loaded_before_wrap(checkpoint->tensors, checkpoint->steps)) {
+      steps_done = checkpoint->steps;
+      say(fmt::format("{} loaded before the wrap, and kept by it", spec.init.from));
+    } else {
+      say(fmt::format("{} loaded before the wrap, and replaced by its draw (profile {})", spec.init.from, spec.profile.name));
+    }
+  }
+  if (spec.expect.initial_state) {
+    // Collective: every tensor the checkpoint holds, as the model holds it before any step.
+    const auto state = model->gather_full_state();
+    if (comm.rank() == 0) result.init_from = check::compare_with_checkpoint(state, checkpoint->tensors);
+    result.init_from_compared = true;
   }
   inject_faults(spec, comm, 0, *model, say);
   const auto& init = model->init_broadcast();

@@ -20,10 +20,12 @@
 #include <nlohmann/json.hpp>
 
 #include "check/expectations.h"
+#include "check/global_model.h"
 #include "check/replica_check.h"
 #include "common/error.h"
 #include "common/revision.h"
 #include "dmp/behaviour_profile.h"
+#include "dmp/checkpoint.h"
 #include "dmp/planner.h"
 #include "report/json.h"
 #include "run/data_generator.h"
@@ -144,6 +146,7 @@ nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_
   const auto& dn = spec.dense_optimizer;
   nlohmann::json init = {{"mode", scenario::init_mode_name(spec.init.mode)}, {"seed", spec.init.seed}};
   if (!from_state.empty()) init["from_state"] = from_state;
+  init["load"] = spec.init.load_before_wrap ? "before_wrap" : "after_wrap";
   return {{"world_size", spec.world_size},
           {"steps", spec.steps},
           {"batch_size", spec.batch_size},
@@ -365,6 +368,17 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     if (auto failed = run_reference_half("")) return *failed;
     from_state = reference_dir + "/init.json";
   }
+  // init.from: the user's weights (a release loads weights, not a checkpoint's optimizer state),
+  // handed over as whole tensors; the rank loads them before or after the wrap as init.load says.
+  std::map<std::string, at::Tensor> user_weights;
+  if (!spec.init.from.empty()) {
+    for (const auto& [name, t] : dmp::load_checkpoint(spec.init.from).tensors) {
+      const bool weight = name.size() > 7 && (name.compare(name.size() - 7, 7, ".weight") == 0 || name.compare(name.size() - 5, 5, ".bias") == 0);
+      if (weight) user_weights[name] = t;
+    }
+    write_exchange_phase(exchange.path(), "user_weights", whole_pieces(user_weights));
+    from_state = exchange.path() + "/user_weights.json";
+  }
   report::write_text_file_atomically(exchange.path() + "/spec.json", spec_json(spec, from_state).dump(2));
 
   LaunchRequest request;
@@ -451,6 +465,10 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       result.replicas.insert(result.replicas.end(), again.begin(), again.end());
     }
     result.reference_compared = spec.expect.reference.has_value();
+    if (spec.expect.initial_state) {
+      result.init_from = check::compare_with_checkpoint(assemble_full(read_ranks(out, spec.world_size, "init")), user_weights);
+      result.init_from_compared = true;
+    }
     for (const auto& [name, tensor] : assemble_full(last)) result.digests[name] = tensor_digest(tensor);
     result.timings.check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - check_start).count();
   } catch (const Error& e) {

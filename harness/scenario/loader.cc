@@ -438,7 +438,11 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
 
   r.section([&] {
     if (YAML::Node init = root["init"]) {
-      r.check_keys(init, "init", {"mode", "seed", "from"});
+      r.check_keys(init, "init", {"mode", "seed", "from", "load"});
+      if (init["load"]) {
+        run.init.load_before_wrap = r.choice(init["load"], "init.load", {"after_wrap", "before_wrap"}) == "before_wrap";
+        if (!init["from"]) r.fail(init["load"], "init.load", "says when init.from's weights are loaded; give init.from");
+      }
       if (init["from"]) {
         const std::string from = r.string(init["from"], "init.from");
         const std::filesystem::path base = std::filesystem::path(r.file()).parent_path();
@@ -650,7 +654,6 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       if (run.backend != "gloo") refuse("backend", "TorchRec cells run on CPU with Gloo");
       if (run.resume) refuse("resume", "mid-run resume is reference-only");
       if (!run.faults.empty()) refuse("faults", "faults are injected by the reference's ranks");
-      if (!run.init.from.empty()) r.fail(root["init"]["from"], "init.from", fmt::format("not available on {} (checkpoints are the reference's format); run it on the reference", run.system));
       if (run.fingerprint) refuse("fingerprint", "collective fingerprints are the reference's");
       size_t weighted = 0;
       for (const auto& t : run.model.tables) weighted += t.weighted ? 1 : 0;
@@ -667,7 +670,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
                               const std::set<std::string>& table_names) {
   r.check_keys(node, path,
-               {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "max_broadcast_seconds", "error"});
+               {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state", "max_broadcast_seconds",
+                "error"});
   Expectation e;
   e.where = {r.file(), r.line_of(node)};
   if (node["replicas"]) {
@@ -733,6 +737,9 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
       e.reference = tolerance(g, path + ".reference");
     }
   }
+  if (node["initial_state"]) {
+    e.initial_state = r.choice(node["initial_state"], path + ".initial_state", {"from", "not_from"}) == "from";
+  }
   if (node["error"]) e.error = r.string(node["error"], path + ".error");
   if (node["max_broadcast_seconds"]) {
     e.max_broadcast_seconds = r.number(node["max_broadcast_seconds"], path + ".max_broadcast_seconds", 0.0);
@@ -777,6 +784,7 @@ std::string Expectation::describe() const {
                         global_model->rtol, global_model->atol);
   }
   if (outputs) text += fmt::format("; outputs compared (rtol {}, atol {})", outputs->rtol, outputs->atol);
+  if (initial_state) text += *initial_state ? "; the initial state is init.from's" : "; the initial state is not init.from's";
   if (reference) {
     text += fmt::format("; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
                         reference_profile.empty() ? std::string() : " under profile " + reference_profile,
@@ -984,6 +992,15 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
             r.fail(expect[i]["reference"], path + ".reference",
                    fmt::format("compares a TorchRec release with the reference; run '{}' runs on the reference itself "
                                "(select release cells with 'when: {{system: torchrec==X.Y.Z}}')", run.name));
+          }
+          if (run.expect.initial_state && run.init.from.empty()) {
+            r.fail(expect[i]["initial_state"], path + ".initial_state",
+                   fmt::format("compares the initial state with init.from; run '{}' has no init.from", run.name));
+          }
+          if (run.on_torchrec() && !run.init.from.empty() && run.expect.reference) {
+            r.fail(expect[i]["reference"], path + ".reference",
+                   fmt::format("a release cell that starts from init.from is not compared with the reference (run '{}'); "
+                               "check it with initial_state", run.name));
           }
           if (run.on_torchrec() && run.expect.global_model) {
             r.fail(expect[i]["global_model"], path + ".global_model",

@@ -41,6 +41,10 @@ struct InitSpec {
   // A checkpoint to start from (a sharded directory or an unsharded file), resolved against
   // the scenario file's directory; empty: start from the seeded draw.
   std::string from;
+  // When the user's weights reach the model: after DMP wraps it (load_state_dict on the sharded
+  // model, as TorchRec documents), or before (into the unsharded EBC the user then wraps,
+  // TorchRec #1165: the wrap draws the tables again).
+  bool load_before_wrap = false;
 };
 
 struct DataSpec {
@@ -89,6 +93,9 @@ struct Expectation {
   // Compare the forward's outputs too (each feature's pooled embedding and the model's output,
   // at every step from 0), within this tolerance, wherever global_model or reference compares.
   std::optional<Tolerance> outputs;
+  // `initial_state: from`: before any step, every tensor init.from holds is bitwise what the
+  // model holds (true); `not_from`: some tensor is not (false: the user's weights were lost).
+  std::optional<bool> initial_state;
   // TorchRec cells: run the reference DMP on the same work, start TorchRec from its initial
   // weights, and compare every tensor after every step within this tolerance.
   std::optional<Tolerance> reference;

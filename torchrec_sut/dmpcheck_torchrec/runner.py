@@ -29,13 +29,13 @@ def _version(dist_name):
 class Model(nn.Module):
     """EmbeddingBagCollection -> Linear layers (ReLU between) -> mean, as dmpcheck's reference."""
 
-    def __init__(self, tables, layers, features, weighted):
+    def __init__(self, tables, layers, features, weighted, device="meta"):
         super().__init__()
         from torchrec import EmbeddingBagCollection
 
         # On the meta device, as TorchRec users build large models: DMP materialises the tables
-        # and draws each rank's shards itself.
-        self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"), is_weighted=weighted)
+        # and draws each rank's shards itself.  On cpu where the user fills the tables first.
+        self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device(device), is_weighted=weighted)
         width = sum(t.embedding_dim * len(t.feature_names) for t in tables)
         self.dense = nn.ModuleList()
         for out in layers:
@@ -275,7 +275,7 @@ def _load_initial(model, path):
     return loaded
 
 
-def build_model(spec):
+def build_model(spec, device="meta"):
     """The scenario's model as a TorchRec user writes it, with the sparse optimizer applied in backward."""
     from torchrec import EmbeddingBagConfig, PoolingType
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
@@ -288,7 +288,7 @@ def build_model(spec):
                                  feature_names=list(t["features"]), pooling=pooling[t["pooling"]])
               for t in spec["tables"]]
     features = [f for t in spec["tables"] for f in t["features"]]
-    model = Model(tables, spec["dense_layers"], features, all(weighted) and bool(weighted))
+    model = Model(tables, spec["dense_layers"], features, all(weighted) and bool(weighted), device)
     opt_cls, opt_kwargs = _sparse_optimizer(spec["sparse_optimizer"])
     apply_optimizer_in_backward(opt_cls, model.ebc.parameters(), dict(opt_kwargs))
     return model
@@ -322,7 +322,16 @@ def run(spec, exchange, out_dir, rank, import_s):
     init = spec["init"]
     torch.manual_seed(int(init["seed"]) + (rank if init["mode"] == "unseeded" else 0))
 
-    model = build_model(spec)
+    before_wrap = bool(init.get("from_state")) and init.get("load") == "before_wrap"
+    model = build_model(spec, "cpu" if before_wrap else "meta")
+    if before_wrap:
+        # The user's weights put into the unsharded model, which is then wrapped (TorchRec #1165).
+        full = dump.read_full(init["from_state"])
+        missing = [k for k in full if k not in model.state_dict()]
+        if missing:
+            raise Unsupported(f"init.from holds {', '.join(missing)}, which the model does not")
+        with torch.no_grad():
+            model.load_state_dict(full, strict=False)
     planner, sharder, notes = build_planner(spec, world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     plan = planner.collective_plan(model, [sharder], dist.GroupMember.WORLD)
     plan_rows = _plan_of(plan, {t["name"] for t in spec["tables"]})
@@ -330,9 +339,14 @@ def run(spec, exchange, out_dir, rank, import_s):
     table_dims = {t["name"]: (t["rows"], t["dim"]) for t in spec["tables"]}
 
     sharded = DistributedModelParallel(model, plan=plan, sharders=[sharder], device=device)
-    if init.get("from_state"):
+    if before_wrap:
+        notes.append(f"init.from's weights were loaded into the unsharded model before the wrap ({len(full)} tensors)")
+    elif init.get("from_state"):
         loaded = _load_initial(sharded, init["from_state"])
-        notes.append(f"started from the reference's initial weights ({len(loaded)} tensors)")
+        if init["from_state"].endswith("user_weights.json"):
+            notes.append(f"init.from's weights were loaded into the sharded model after the wrap ({len(loaded)} tensors)")
+        else:
+            notes.append(f"started from the reference's initial weights ({len(loaded)} tensors)")
     dense_opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(sharded.named_parameters())),
                                       _dense_optimizer_factory(spec["dense_optimizer"]))
     optimizer = CombinedOptimizer([sharded.fused_optimizer, dense_opt])

@@ -365,5 +365,15 @@ TEST(ScenarioLoader, TheTorchrecAxesApplyToReleaseCellsOnly) {
             std::string::npos);
 }
 
+TEST(ScenarioLoader, InitLoadAndInitialStateNeedInitFrom) {
+  EXPECT_NE(error_of(std::string(kMinimal) + "init: {load: before_wrap}\n").find("field 'init.load': says when init.from's weights are loaded; give init.from"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "expect:\n  - {initial_state: from}\n").find("field 'expect[0].initial_state': compares the initial state with init.from; run 'default' has no init.from"),
+            std::string::npos);
+  const Scenario s = load_scenario_text(std::string(kMinimal) + "init: {from: /w.pt, load: before_wrap}\nexpect:\n  - {initial_state: not_from}\n", "s.yaml");
+  EXPECT_TRUE(s.runs.at(0).init.load_before_wrap);
+  EXPECT_EQ(s.runs.at(0).expect.initial_state, std::optional<bool>(false));
+}
+
 }  // namespace
 }  // namespace dmpcheck::scenario
