@@ -33,7 +33,8 @@ UnshardedModel::UnshardedModel(const dmp::ModelConfig& model, const dmp::FusedOp
     auto it = state.find(key);
     if (it == state.end()) return at::zeros(sizes, at::kFloat);
     at::Tensor t = it->second.detach().clone().to(at::kFloat);
-    // A row-wise state of a column-sharded table is one column per shard; the unsharded table has one.
+    // A row-wise state of a column-sharded table is a block of rows per shard; the unsharded table has one.
+    if (sizes.size() == 1 && t.dim() == 1 && t.size(0) > sizes[0]) t = t.narrow(0, 0, sizes[0]).contiguous();
     if (sizes.size() == 1 && t.dim() == 2) t = t.select(1, 0).contiguous();
     return t;
   };

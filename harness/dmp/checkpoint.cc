@@ -91,10 +91,12 @@ c10::IValue field(const GenericDict& dict, const std::string& key, const std::st
 // The view of `full` where a piece goes (see StateTensor::placement).
 at::Tensor target_of(at::Tensor& full, const std::string& sharding, const Shard& p, int64_t piece_dim) {
   if (sharding == "dense") return full;
-  at::Tensor rows = full.narrow(0, p.row_offset, p.rows);
-  if (piece_dim == 2) return rows.narrow(1, p.col_offset, p.cols);
-  if (full.dim() == 1) return rows;
-  return rows.select(1, p.cols > 0 ? p.col_offset / p.cols : 0);  // one column per column shard
+  const int64_t column_shard = p.cols > 0 ? p.col_offset / p.cols : 0;
+  if (piece_dim == 2) return full.narrow(0, p.row_offset, p.rows).narrow(1, p.col_offset, p.cols);
+  // A row state: column shard j's block of [k * rows] (TorchRec's layout), or column j of a
+  // [rows, k] written before dmpcheck followed it.
+  if (full.dim() == 1) return full.narrow(0, column_shard * p.rows + p.row_offset, p.rows);
+  return full.narrow(0, p.row_offset, p.rows).select(1, column_shard);
 }
 
 }  // namespace

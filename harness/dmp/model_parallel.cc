@@ -21,12 +21,14 @@ std::string table_state_key(const std::string& table, const std::string& state) 
   return "ebc.embedding_bags." + table + "." + state;
 }
 
-// The view of `full` where a piece with `placement` goes.  A 1-D row state of a table with
-// several column shards is stored as one column per shard.
+// The view of `full` where a piece with `placement` goes.  A 1-D row state of a table with k
+// column shards is, as TorchRec holds it, k blocks of the table's rows one after the other:
+// column shard j's state at [j * rows, (j + 1) * rows).  A [rows, k] tensor (one column per
+// shard: checkpoints dmpcheck wrote before it followed TorchRec) is read too.
 at::Tensor piece_of(at::Tensor& full, const Shard& placement, int64_t column_shard, bool row_state) {
-  at::Tensor rows = full.narrow(0, placement.row_offset, placement.rows);
-  if (!row_state) return rows.narrow(1, placement.col_offset, placement.cols);
-  return full.dim() == 1 ? rows : rows.select(1, column_shard);
+  if (!row_state) return full.narrow(0, placement.row_offset, placement.rows).narrow(1, placement.col_offset, placement.cols);
+  if (full.dim() == 2) return full.narrow(0, placement.row_offset, placement.rows).select(1, column_shard);
+  return full.narrow(0, column_shard * placement.rows + placement.row_offset, placement.rows);
 }
 
 // This rank's table shards drawn as TorchRec draws them (measured against torchrec 0.6.0 and
@@ -266,9 +268,7 @@ std::vector<StateTensor> DistributedModelParallel::state() const {
                      {rows, dim}});
       if (!shard->optimizer) continue;  // a data-parallel table the dense optimizer trains
       for (const auto& s : shard->optimizer->state()) {
-        std::vector<int64_t> full = s.tensor.dim() == 2 ? std::vector<int64_t>{rows, dim}
-                                    : column_shards > 1  ? std::vector<int64_t>{rows, column_shards}
-                                                         : std::vector<int64_t>{rows};
+        std::vector<int64_t> full = s.tensor.dim() == 2 ? std::vector<int64_t>{rows, dim} : std::vector<int64_t>{column_shards * rows};
         optimizer_state.push_back({table_state_key(shard->config.name, s.name), type, sharding->replicated(), s.tensor,
                                    shard->placement, full});
       }
@@ -319,8 +319,7 @@ std::map<std::string, at::Tensor> DistributedModelParallel::gather_full_state() 
     for (const auto& spec : fused ? FusedOptimizer::state_specs(options_.sparse_optimizer, rows, dim)
                                   : std::vector<StateSpec>{}) {
       const bool row_state = spec.sizes.size() == 1;
-      specs.push_back({spec.name, row_state && column_shards > 1 ? std::vector<int64_t>{rows, column_shards} : spec.sizes,
-                       row_state});
+      specs.push_back({spec.name, row_state ? std::vector<int64_t>{column_shards * rows} : spec.sizes, row_state});
     }
     // A data_parallel table is whole on rank 0; other types are assembled from every shard.
     std::vector<Shard> sources = placement.shards;

@@ -50,7 +50,8 @@ struct StateTensor {
   bool replicated = false;  // must be bitwise equal on every rank
   at::Tensor tensor;
   // Where this piece sits in the full tensor (rows and columns; a row-wise optimizer state of
-  // a column_wise table is one column per column shard).  Dense tensors are whole.
+  // a column_wise table with k shards is [k * rows], column shard j's block at j * rows, as in
+  // TorchRec).  Dense tensors are whole.
   Shard placement;
   std::vector<int64_t> full_sizes;
 };

@@ -209,14 +209,8 @@ def _state_pieces(model, dense_opt, types, table_dims):
             t = sh.tensor
             row_off = offs[0]
             col_off = offs[1] if len(offs) > 1 else 0
-            rows, dim = table_dims[table]
-            if t.dim() == 1 and sharding == "column_wise" and full[0] != rows and full[0] % rows == 0:
-                # Row-wise optimizer state of a column-sharded table is [shards * rows] in TorchRec;
-                # dmpcheck holds it as [rows, shards]: column k is column shard k's state.
-                pieces.append({"name": name, "sharding": sharding, "replicated": False,
-                               "full_sizes": [rows, full[0] // rows], "row_offset": 0,
-                               "col_offset": row_off // rows, "tensor": t.reshape(rows, 1)})
-                continue
+            # (A row-wise optimizer state of a column-sharded table is [shards * rows] here and in
+            # dmpcheck alike: column shard k's block at k * rows.)
             pieces.append({"name": name, "sharding": sharding, "replicated": False, "full_sizes": full,
                            "row_offset": row_off, "col_offset": col_off, "tensor": t})
 

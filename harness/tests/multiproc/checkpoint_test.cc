@@ -79,6 +79,25 @@ TEST_F(Checkpoints, ReloadUnderAnotherWorldSizeAndPlanIsBitwise) {
   EXPECT_EQ(unsharded.tensors.at("ebc.embedding_bags.t0.weight").sizes(), (at::IntArrayRef{37, 8}));
 }
 
+// Row-wise Adagrad's state of a column-sharded table is TorchRec's [shards * rows], shard after
+// shard; a checkpoint holding it the old way ([rows, shards], one column per shard) still loads.
+TEST_F(Checkpoints, ColumnShardedRowStateIsTorchRecsLayoutAndTheOldOneLoads) {
+  auto text = [](const std::string& name, int steps, const std::string& from) {
+    std::string t = model(name, 2, steps, "table_wise", "{types: [column_wise], column_shards: 2}", from);
+    return testing::replace_once(t, "sparse: {type: adam, lr: 0.05}", "sparse: {type: rowwise_adagrad, lr: 0.05}");
+  };
+  const dmp::FullState trained = dmp::load_checkpoint(run(text("cw", 2, ""), "cw"));
+  const at::Tensor state = trained.tensors.at("ebc.embedding_bags.t2.momentum1");
+  ASSERT_EQ(state.sizes(), (at::IntArrayRef{2 * 9}));
+  EXPECT_FALSE(state.narrow(0, 0, 9).equal(state.narrow(0, 9, 9)));  // each shard's own columns
+  dmp::FullState old = trained;
+  old.tensors["ebc.embedding_bags.t2.momentum1"] = state.reshape({2, 9}).t().contiguous();  // [rows, shards]
+  const std::string file = dir_ + "/old-layout.pt";
+  dmp::save_unsharded_checkpoint(file, old);
+  const dmp::FullState reloaded = dmp::load_checkpoint(run(text("reload", 0, file), "reload"));
+  EXPECT_TRUE(reloaded.tensors.at("ebc.embedding_bags.t2.momentum1").equal(state));
+}
+
 TEST_F(Checkpoints, AResumedRunEndsWhereAnUninterruptedRunEnds) {
   // Same world size (the global batch is batch_size x world_size), another plan after the stop.
   const dmp::FullState straight =
