@@ -71,6 +71,7 @@ UnshardedModel::UnshardedModel(const dmp::ModelConfig& model, const dmp::FusedOp
 at::Tensor UnshardedModel::forward_impl(const dmp::KeyedJaggedTensor& batch, std::vector<at::Tensor>* touched) {
   std::vector<at::Tensor> pooled;
   last_outputs_.clear();
+  const std::vector<std::string> names = dmp::embedding_names(model_.tables);
   for (const auto& table : tables_) {
     std::vector<at::Tensor> ids;
     for (const auto& feature : table.config.feature_names) {
@@ -83,7 +84,7 @@ at::Tensor UnshardedModel::forward_impl(const dmp::KeyedJaggedTensor& batch, std
       if (table.config.weighted && batch.weights_of(k)) per_sample = batch.weights_of(k)->to(at::kFloat);
       const int64_t mode = table.config.pooling == dmp::PoolingType::kMean ? 1 : 0;
       pooled.push_back(std::get<0>(at::embedding_bag(table.weight, values, offsets, false, mode, false, per_sample, false)));
-      last_outputs_[dmp::pooled_output_key(feature)] = pooled.back().detach().clone();
+      last_outputs_[dmp::pooled_output_key(names[pooled.size() - 1])] = pooled.back().detach().clone();
       ids.push_back(values);
     }
     if (touched) touched->push_back(std::get<0>(at::_unique(at::cat(ids), /*sorted=*/true)));

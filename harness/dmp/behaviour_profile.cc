@@ -26,6 +26,7 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     fix.init_broadcast_bucket_cap_bytes = 0;
     fix.data_parallel_tables_use_dense_optimizer = true;
     fix.wrap_keeps_weights_loaded_before_it = false;
+    fix.row_wise_mean_divides_other_features = true;
     all.push_back(fix);
 
     BehaviourProfile latest = fix;
@@ -57,6 +58,9 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
             [](BehaviourProfile& p) { p.row_wise_offered_on_cpu = false; });
     variant("torchrec#1165", "weights loaded into the model before DMP wraps it are replaced by the wrap's own draw",
             [](BehaviourProfile& p) { p.wrap_keeps_weights_loaded_before_it = false; });
+    variant("mean-divisor-divides-all",
+            "beside a row-wise mean table, every other table's pooled embedding is divided by its bag length too",
+            [](BehaviourProfile& p) { p.row_wise_mean_divides_other_features = true; });
     variant("torchrec#2251", "model-parallel gradients are not divided by world size (the other convention of #2251)",
             [](BehaviourProfile& p) { p.divide_model_parallel_gradients_by_world_size = false; });
     variant("torchrec#1298", "fused optimizers update a row once per occurrence instead of once per batch",

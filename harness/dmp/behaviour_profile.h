@@ -45,6 +45,12 @@ struct BehaviourProfile {
   // The mean of a row-sharded table divides the summed partials by L + eps (float), not by L
   // (TorchRec >= 0.8 guards empty bags so).  0: divide by max(L, 1).
   double row_wise_mean_divisor_eps = 1e-6;
+  // With a row-sharded mean table in the collection, TorchRec's mean-pooling callback divides
+  // the *whole* pooled output by its divisor, and sets that divisor to 1 only for the
+  // row-sharded sum features: every other feature (table_wise, column_wise, data_parallel, sum
+  // or mean) is divided by its bag length + eps as well.  Measured in 0.8.0 and 1.9.2 (dmpcheck
+  // found it; scenarios/regressions/unfiled-row-wise-mean-divides-other-tables.yaml).
+  bool row_wise_mean_divides_other_features = false;
   // Exact optimizers sum a row's gradients first and update the row once.  Off: one update per
   // occurrence of the row in the batch, in turn (TorchRec #1298's inconsistency with plain
   // PyTorch on duplicate ids).

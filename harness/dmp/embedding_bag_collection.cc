@@ -19,23 +19,20 @@ at::Tensor KeyedTensor::at_key(const std::string& key) const {
 }
 
 EmbeddingBagCollection::EmbeddingBagCollection(std::vector<EmbeddingBagConfig> tables) : tables_(std::move(tables)) {
-  std::set<std::string> names, features;
+  std::set<std::string> names;
   for (const auto& t : tables_) {
+    std::set<std::string> features;  // a feature may feed several tables, each table once
     DMP_CHECK(names.insert(t.name).second, ErrorKind::kInvalidInput, "table '{}' appears twice", t.name);
     DMP_CHECK(t.num_embeddings > 0 && t.embedding_dim > 0 && !t.feature_names.empty(), ErrorKind::kInvalidInput,
               "table '{}': needs rows > 0, dim > 0 and a feature (got {} x {}, {} features)", t.name, t.num_embeddings,
               t.embedding_dim, t.feature_names.size());
     for (const auto& f : t.feature_names) {
-      DMP_CHECK(features.insert(f).second, ErrorKind::kInvalidInput, "feature '{}' is read by two tables", f);
+      DMP_CHECK(features.insert(f).second, ErrorKind::kInvalidInput, "table '{}' lists feature '{}' twice", t.name, f);
     }
   }
 }
 
-std::vector<std::string> EmbeddingBagCollection::features() const {
-  std::vector<std::string> out;
-  for (const auto& t : tables_) out.insert(out.end(), t.feature_names.begin(), t.feature_names.end());
-  return out;
-}
+std::vector<std::string> EmbeddingBagCollection::features() const { return unique_features(tables_); }
 
 void EmbeddingBagCollection::reset_parameters(at::Generator& generator) {
   weights_.clear();
@@ -58,6 +55,7 @@ KeyedTensor EmbeddingBagCollection::forward(const KeyedJaggedTensor& features) c
   DMP_INTERNAL_ASSERT(materialized(), "EmbeddingBagCollection::forward before reset_parameters");
   KeyedTensor out;
   std::vector<at::Tensor> pooled;
+  const std::vector<std::string> names = embedding_names(tables_);
   for (size_t i = 0; i < tables_.size(); ++i) {
     for (const auto& f : tables_[i].feature_names) {
       const size_t k = features.key_index(f);
@@ -65,7 +63,7 @@ KeyedTensor EmbeddingBagCollection::forward(const KeyedJaggedTensor& features) c
                 tables_[i].weighted ? features.weights_of(k) : std::nullopt};
       check_ids_in_range(bags, tables_[i].num_embeddings, tables_[i].name, f);
       pooled.push_back(pooled_forward(weights_[i], bags, tables_[i].pooling));
-      out.keys.push_back(f);
+      out.keys.push_back(names[out.keys.size()]);
       out.length_per_key.push_back(tables_[i].embedding_dim);
     }
   }

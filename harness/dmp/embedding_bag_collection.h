@@ -28,7 +28,7 @@ struct KeyedTensor {
 
 class EmbeddingBagCollection {
  public:
-  // Error(kInvalidInput) for duplicate table names, a feature read by two tables, or a table
+  // Error(kInvalidInput) for duplicate table names, a feature a table lists twice, or a table
   // with no rows, no columns or no feature.
   explicit EmbeddingBagCollection(std::vector<EmbeddingBagConfig> tables);
 

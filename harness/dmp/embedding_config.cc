@@ -1,5 +1,8 @@
 #include "dmp/embedding_config.h"
 
+#include <algorithm>
+#include <map>
+
 #include <cmath>
 
 namespace dmpcheck::dmp {
@@ -10,5 +13,27 @@ const char* pooling_name(PoolingType pooling) { return pooling == PoolingType::k
 
 std::string table_weight_key(const std::string& table) { return "ebc.embedding_bags." + table + ".weight"; }
 std::string pooled_output_key(const std::string& feature) { return "pooled_embeddings." + feature; }
+
+std::vector<std::string> unique_features(const std::vector<EmbeddingBagConfig>& tables) {
+  std::vector<std::string> out;
+  for (const auto& t : tables) {
+    for (const auto& f : t.feature_names) {
+      if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> embedding_names(const std::vector<EmbeddingBagConfig>& tables) {
+  std::map<std::string, int> readers;
+  for (const auto& t : tables) {
+    for (const auto& f : t.feature_names) ++readers[f];
+  }
+  std::vector<std::string> out;
+  for (const auto& t : tables) {
+    for (const auto& f : t.feature_names) out.push_back(readers[f] > 1 ? f + "@" + t.name : f);
+  }
+  return out;
+}
 
 }  // namespace dmpcheck::dmp

@@ -26,6 +26,12 @@ const char* pooling_name(PoolingType pooling);
 
 // The state_dict key of a table's weight in the unsharded model.
 std::string table_weight_key(const std::string& table);
+// The features the tables read, each once, in first-appearance order (a batch's keys).
+std::vector<std::string> unique_features(const std::vector<EmbeddingBagConfig>& tables);
+// The name of each (table, feature) lookup, in table order, as TorchRec's EBC keys its output:
+// the feature's name, or "<feature>@<table>" for a feature several tables read.
+std::vector<std::string> embedding_names(const std::vector<EmbeddingBagConfig>& tables);
+
 // The names of a forward's outputs, compared across systems: the EBC's pooled embedding of a
 // feature ([batch, dim], as `ebc(kjt)[feature]`) and the model's output ([batch, last layer]).
 std::string pooled_output_key(const std::string& feature);

@@ -92,7 +92,8 @@ std::map<std::string, std::vector<at::Tensor>> draw_local_tables(const ModelConf
 
 }  // namespace
 
-std::vector<std::string> ModelConfig::features() const { return features_of(tables); }
+std::vector<std::string> ModelConfig::features() const { return unique_features(tables); }
+std::vector<std::string> ModelConfig::embedding_names() const { return dmp::embedding_names(tables); }
 
 int64_t ModelConfig::pooled_width() const {
   int64_t width = 0;
@@ -188,6 +189,21 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
     add_dp();
   }
 
+  // Which lookups TorchRec's mean-pooling callback also divides (see the profile switch).
+  bool row_split_mean = false;
+  for (const auto& t : model_.tables) {
+    const ShardingType type = plan_.of(t.name).type;
+    const bool row_split = type == ShardingType::kRowWise || type == ShardingType::kTableRowWise;
+    row_split_mean = row_split_mean || (row_split && t.pooling == PoolingType::kMean);
+  }
+  for (const auto& t : model_.tables) {
+    const ShardingType type = plan_.of(t.name).type;
+    const bool row_split = type == ShardingType::kRowWise || type == ShardingType::kTableRowWise;
+    for (size_t f = 0; f < t.feature_names.size(); ++f) {
+      divided_by_length_.push_back(options_.profile.row_wise_mean_divides_other_features && row_split_mean && !row_split);
+    }
+  }
+
   DenseDataParallelOptions dense_options;
   dense_options.broadcast_at_wrap = options_.profile.broadcast_dense_at_wrap;
   dense_dp_ = std::make_unique<DenseDataParallel>(comm_, *dense_, options_.dense_optimizer, dense_options,
@@ -214,15 +230,30 @@ at::Tensor DistributedModelParallel::sharded_forward(const KeyedJaggedTensor& lo
   return at::cat(pooled, 1);
 }
 
-at::Tensor DistributedModelParallel::in_model_order(const at::Tensor& keyed) {
+at::Tensor DistributedModelParallel::in_model_order(const at::Tensor& keyed, const KeyedJaggedTensor& local_batch) {
   // The dense input is regrouped by key into the model's feature order: compare by key, never
   // by column index (sharding order is not model order).
+  // Columns are keyed "<feature>@<table>" inside the shardings; outputs take TorchRec's names.
   std::vector<at::Tensor> blocks;
   last_outputs_.clear();
-  for (const auto& feature : model_.features()) {
-    const auto [begin, dim] = column_of_.at(feature);
-    blocks.push_back(keyed.narrow(1, begin, dim));
-    last_outputs_[pooled_output_key(feature)] = blocks.back().detach().clone();
+  const std::vector<std::string> names = model_.embedding_names();
+  size_t lookup = 0;
+  for (const auto& table : model_.tables) {
+    for (const auto& feature : table.feature_names) {
+      const auto [begin, dim] = column_of_.at(feature + "@" + table.name);
+      blocks.push_back(keyed.narrow(1, begin, dim));
+      if (divided_by_length_[lookup]) {
+        // TorchRec's divisor: the bag's length (its weights' sum when weighted) + eps, in float.
+        const size_t k = local_batch.key_index(feature);
+        at::Tensor length = local_batch.lengths_of(k).to(at::kFloat);
+        if (const auto w = local_batch.weights_of(k)) {
+          length = at::zeros({local_batch.stride()}, at::kFloat)
+                       .index_add_(0, at::repeat_interleave(at::arange(local_batch.stride(), at::kLong), local_batch.lengths_of(k)), *w);
+        }
+        blocks.back() = blocks.back() / (length + static_cast<float>(options_.profile.row_wise_mean_divisor_eps)).unsqueeze(1);
+      }
+      last_outputs_[pooled_output_key(names[lookup++])] = blocks.back().detach().clone();
+    }
   }
   return at::cat(blocks, 1);
 }
@@ -230,13 +261,13 @@ at::Tensor DistributedModelParallel::in_model_order(const at::Tensor& keyed) {
 void DistributedModelParallel::forward(const KeyedJaggedTensor& local_batch) {
   const at::Tensor keyed = sharded_forward(local_batch);
   at::NoGradGuard no_grad;
-  last_outputs_[kModelOutputKey] = dense_->forward(in_model_order(keyed)).detach().clone();
+  last_outputs_[kModelOutputKey] = dense_->forward(in_model_order(keyed, local_batch)).detach().clone();
 }
 
 double DistributedModelParallel::train_step(const KeyedJaggedTensor& local_batch) {
   at::Tensor keyed = sharded_forward(local_batch);
   keyed.set_requires_grad(true);
-  const at::Tensor output = dense_->forward(in_model_order(keyed));
+  const at::Tensor output = dense_->forward(in_model_order(keyed, local_batch));
   last_outputs_[kModelOutputKey] = output.detach().clone();
   at::Tensor loss = output.mean();
   loss.backward();

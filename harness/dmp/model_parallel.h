@@ -33,7 +33,8 @@ namespace dmpcheck::dmp {
 struct ModelConfig {
   std::vector<EmbeddingBagConfig> tables;
   std::vector<int64_t> dense_layers;  // output sizes; the input is the pooled width
-  std::vector<std::string> features() const;
+  std::vector<std::string> features() const;         // a batch's keys: each feature once
+  std::vector<std::string> embedding_names() const;  // each lookup's output name, in order
   int64_t pooled_width() const;
 };
 
@@ -115,8 +116,11 @@ class DistributedModelParallel {
   std::map<std::string, std::pair<int64_t, int64_t>> column_of_;  // feature -> (offset, dim) in sharding order
   // Every sharding's lookup, concatenated in sharding order (columns in column_of_).
   at::Tensor sharded_forward(const KeyedJaggedTensor& local_batch);
-  // `keyed` regrouped into the model's feature order; records the pooled outputs.
-  at::Tensor in_model_order(const at::Tensor& keyed);
+  // `keyed` regrouped into the model's feature order; records the pooled outputs.  Under the
+  // profile's row_wise_mean_divides_other_features, the lookups it names are divided by their
+  // bag length + eps here, in the autograd graph, as TorchRec's callback divides its output.
+  at::Tensor in_model_order(const at::Tensor& keyed, const KeyedJaggedTensor& local_batch);
+  std::vector<bool> divided_by_length_;  // per lookup in model order
 };
 
 }  // namespace dmpcheck::dmp

@@ -21,10 +21,7 @@ dmp::KeyedJaggedTensor replayed_batch(const scenario::RunSpec& spec, int step) {
   DMP_CHECK(std::filesystem::is_regular_file(path), ErrorKind::kInvalidInput,
             "data.from: {} does not exist; step {} of the run reads it (batches are counted from 0)", path, step + 1);
   const dmp::KeyedJaggedTensor batch = dmp::load_batch(path);
-  std::vector<std::string> features;
-  for (const auto& table : spec.model.tables) {
-    features.insert(features.end(), table.feature_names.begin(), table.feature_names.end());
-  }
+  const std::vector<std::string> features = spec.model.features();
   for (const auto& key : batch.keys()) {
     DMP_CHECK(std::find(features.begin(), features.end(), key) != features.end(), ErrorKind::kInvalidInput,
               "{}: no table reads feature '{}'; the model's features: {}", path, key, fmt::join(features, ", "));
@@ -64,8 +61,8 @@ dmp::KeyedJaggedTensor inline_batch(const scenario::RunSpec& spec, int step) {
   std::vector<std::string> keys;
   std::vector<int64_t> lengths, values;
   std::vector<float> weights;
-  for (const auto& table : spec.model.tables) {
-    for (const auto& feature : table.feature_names) {
+  for (const auto& feature : spec.model.features()) {
+    {
       keys.push_back(feature);
       for (const auto& rank : ranks) {
         auto it = rank.find(feature);
@@ -103,14 +100,22 @@ dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step
   std::vector<std::string> keys;
   std::vector<at::Tensor> lengths, values, weights;
   const auto& weighted = spec.data.weighted_features;
+  // Each feature once, its ids valid for every table that reads it.
+  std::map<std::string, int64_t> rows_of;
   for (const auto& table : spec.model.tables) {
     for (const auto& feature : table.feature_names) {
+      auto it = rows_of.find(feature);
+      rows_of[feature] = it == rows_of.end() ? table.num_embeddings : std::min(it->second, table.num_embeddings);
+    }
+  }
+  for (const auto& feature : spec.model.features()) {
+    {
       const auto [lo, hi] = spec.data.ids_per_bag(feature);
       at::Tensor len = lo == hi ? at::full({bags}, lo, at::kLong) : at::randint(lo, hi + 1, {bags}, generator, at::kLong);
       const int64_t n = len.sum().item<int64_t>();
       keys.push_back(feature);
       lengths.push_back(len);
-      values.push_back(at::randint(0, table.num_embeddings, {n}, generator, at::kLong));
+      values.push_back(at::randint(0, rows_of.at(feature), {n}, generator, at::kLong));
       // Per-id weights in [0.5, 1.5) for weighted features, 1 for the others.
       at::Tensor w = at::ones({n}, at::kFloat);
       if (std::find(weighted.begin(), weighted.end(), feature) != weighted.end()) w.uniform_(0.5, 1.5, generator);

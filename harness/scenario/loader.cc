@@ -282,9 +282,13 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
   if (static_cast<int64_t>(node.size()) < run.steps) {
     r.fail(node, "data.batches", fmt::format("gives {} step(s) but the run trains {} steps", node.size(), run.steps));
   }
+  // A feature several tables read takes ids every one of them has: the smallest table's.
   std::map<std::string, const dmp::EmbeddingBagConfig*> table_of;
   for (const auto& t : run.model.tables) {
-    for (const auto& f : t.feature_names) table_of[f] = &t;
+    for (const auto& f : t.feature_names) {
+      auto it = table_of.find(f);
+      if (it == table_of.end() || t.num_embeddings < it->second->num_embeddings) table_of[f] = &t;
+    }
   }
   const auto& weighted = run.data.weighted_features;
   for (size_t s = 0; s < node.size(); ++s) {
@@ -479,12 +483,13 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     c.embedding_dim = r.integer(r.required(t, path, "dim"), path + ".dim", 1, 1 << 20);
     c.feature_names = r.string_list(r.required(t, path, "features"), path + ".features");
     if (c.feature_names.empty()) r.expected(t["features"], path + ".features", "at least one feature");
+    std::set<std::string> own;
     for (size_t f = 0; f < c.feature_names.size(); ++f) {
-      if (!features.insert(c.feature_names[f]).second) {
+      if (!own.insert(c.feature_names[f]).second) {
         r.fail(t["features"][f], fmt::format("{}.features[{}]", path, f),
-               fmt::format("feature '{}' is read by two tables; each feature must feed one table",
-                           c.feature_names[f]));
+               fmt::format("table '{}' lists feature '{}' twice", c.name, c.feature_names[f]));
       }
+      features.insert(c.feature_names[f]);  // several tables may read one feature (TorchRec names them feature@table)
     }
     if (t["pooling"]) {
       c.pooling = r.choice(t["pooling"], path + ".pooling", {"sum", "mean"}) == "sum" ? dmp::PoolingType::kSum

@@ -281,7 +281,12 @@ def build_model(spec, device="meta"):
     tables = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["dim"], num_embeddings=t["rows"],
                                  feature_names=list(t["features"]), pooling=pooling[t["pooling"]])
               for t in spec["tables"]]
-    features = [f for t in spec["tables"] for f in t["features"]]
+    # The EBC's output keys: a feature several tables read is "<feature>@<table>" (TorchRec's naming).
+    readers = {}
+    for t in spec["tables"]:
+        for f in t["features"]:
+            readers[f] = readers.get(f, 0) + 1
+    features = [f if readers[f] == 1 else f"{f}@{t['name']}" for t in spec["tables"] for f in t["features"]]
     model = Model(tables, spec["dense_layers"], features, all(weighted) and bool(weighted), device)
     opt_cls, opt_kwargs = _sparse_optimizer(spec["sparse_optimizer"])
     apply_optimizer_in_backward(opt_cls, model.ebc.parameters(), dict(opt_kwargs))

@@ -200,6 +200,42 @@ def test_a_reports_own_batches_replay_on_the_release_and_the_reference(tmp_path)
     assert "batch0.pt: holds 4 bags per feature; this run needs batch_size 3 x world_size 2 = 6" in p.stdout + p.stderr
 
 
+SHARED = """version: 1
+name: shared-feature
+world_size: 2
+steps: 3
+batch_size: 4
+init: {mode: seeded, seed: 7}
+data: {seed: 5, ids_per_bag: [0, 3]}
+tables:
+  - {name: a, rows: 20, dim: 4, features: [f_shared], sharding: {types: [table_wise]}}
+  - {name: b, rows: 12, dim: 8, features: [f_shared, f_b], pooling: mean, sharding: {types: [row_wise]}}
+  - {name: c, rows: 16, dim: 4, features: [f_shared], sharding: {types: [data_parallel]}}
+dense: {layers: [1]}
+optimizers: {sparse: {type: adagrad, lr: 0.1}, dense: {type: sgd, lr: 0.1}}
+system: torchrec==1.9.2
+expect:
+  - replicas: equal
+    reference: {profile: release, start: seed, rtol: 0, atol: 0}
+    outputs: {rtol: 1.0e-6, atol: 1.0e-7}
+"""
+
+
+def test_a_feature_several_tables_read_agrees_with_the_release(tmp_path):
+    """f_shared feeds three tables: TorchRec names the lookups f_shared@a, f_shared@b, f_shared@c,
+    and every weight, optimizer state and pooled embedding is bitwise the reference's under
+    torchrec-1.9 (which divides the other tables' outputs beside the row_wise mean table, as
+    1.9.2 does); the model output's last bit follows the BLAS."""
+    need("1.9.2")
+    (tmp_path / "shared.yaml").write_text(SHARED)
+    p = dmpcheck("run", str(tmp_path / "shared.yaml"), "--quiet", "--out", str(tmp_path / "r"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    result = json.load(open(tmp_path / "r" / "shared-feature" / "default.json"))
+    pooled = {d["name"]: d for d in result["reference"] if d["name"].startswith("pooled_embeddings.")}
+    assert {n.split(".", 1)[1] for n in pooled} == {"f_shared@a", "f_shared@b", "f_shared@c", "f_b"}, pooled.keys()
+    assert all(d["elements_differing"] == 0 for d in result["reference"] if d["name"] != "model_output"), result["reference"]
+
+
 def test_the_profile_of_the_release_agrees_bit_for_bit(tmp_path):
     """Under `reference: {profile: release}` the reference trains as torchrec 1.9.2 does, bitwise."""
     need("1.9.2")

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -29,8 +30,8 @@ DataParallelSharding::DataParallelSharding(comm::Communicator& comm, std::vector
     : comm_(comm), shards_(std::move(shards)), update_(update) {
   for (const auto& shard : shards_) {
     for (const auto& f : shard.config.feature_names) {
-      input_features_.push_back(f);
-      columns_.features.push_back(f);
+      if (std::find(input_features_.begin(), input_features_.end(), f) == input_features_.end()) input_features_.push_back(f);
+      columns_.features.push_back(f + "@" + shard.config.name);
       columns_.dims.push_back(shard.config.embedding_dim);
     }
   }

@@ -33,7 +33,7 @@ struct TableShard {
 
 // The pooled features a sharding produces, in the column order of forward()'s output.
 struct PooledColumns {
-  std::vector<std::string> features;
+  std::vector<std::string> features;  // "<feature>@<table>": one per lookup, unique
   std::vector<int64_t> dims;
   int64_t total_dim() const;
 };

@@ -1,5 +1,7 @@
 #include "dmp/sharding/model_parallel.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "comm/communicator.h"
@@ -38,9 +40,12 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
       if (plans[t].shards[s].rank == comm_.rank()) local_index[s] = local++;
     }
     for (const auto& feature : tables_[t].feature_names) {
-      input_features_.push_back(feature);
+      if (std::find(input_features_.begin(), input_features_.end(), feature) == input_features_.end()) {
+        input_features_.push_back(feature);
+      }
       const size_t column = columns_.features.size();
-      columns_.features.push_back(feature);
+      columns_.features.push_back(feature + "@" + tables_[t].name);
+      column_feature_.push_back(feature);
       columns_.dims.push_back(tables_[t].embedding_dim);
       column_table_.push_back(t);
       const bool row_split = plans[t].type == ShardingType::kRowWise || plans[t].type == ShardingType::kTableRowWise;
@@ -93,7 +98,7 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
   local_lengths_.clear();
   std::vector<Bags> local_bags;
   for (size_t c = 0; c < columns_.features.size(); ++c) {
-    const size_t k = local.key_index(columns_.features[c]);
+    const size_t k = local.key_index(column_feature_[c]);
     local_bags.push_back({local.values_of(k), local.lengths_of(k), local.weights_of(k)});
     local_lengths_.push_back(local.lengths_of(k));
   }

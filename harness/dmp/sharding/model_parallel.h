@@ -61,6 +61,7 @@ class ModelParallelSharding final : public EmbeddingSharding {
   PooledColumns columns_;                       // model order
   std::vector<int64_t> column_offsets_;
   std::vector<size_t> column_table_;            // per column: index into tables_
+  std::vector<std::string> column_feature_;  // the batch key each column reads
   // Per column of a row-sharded table, what the summed partials are divided by here: nothing, L + eps
   // (mean pooling), or 1 + eps (sum pooling, when some row-sharded table averages: TorchRec >= 0.8
   // builds one divisor for every reduce-scattered feature, with length 1 for the summed ones).

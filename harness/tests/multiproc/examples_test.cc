@@ -27,7 +27,7 @@ TEST_P(Examples, MeetTheirExpectations) {
 
 INSTANTIATE_TEST_SUITE_P(EveryShardingType, Examples,
                          ::testing::Values("data_parallel", "table_wise", "row_wise", "column_wise", "table_row_wise",
-                                           "mixed"),
+                                           "mixed", "shared_feature"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
