@@ -43,9 +43,19 @@ TEST(EmbeddingBagCollection, ForwardIsKeyedByFeatureInTableOrder) {
   EXPECT_TRUE(out.at_key("f2")[1].equal(at::zeros({2})));         // empty bag
 }
 
-TEST(EmbeddingBagCollection, RejectsAFeatureReadByTwoTables) {
-  EXPECT_THROW(EmbeddingBagCollection({{"a", 1, 1, {"f"}, PoolingType::kSum}, {"b", 1, 1, {"f"}, PoolingType::kSum}}),
-               Error);
+// A feature two tables read is two lookups, keyed "<feature>@<table>" as TorchRec keys them;
+// a table that lists a feature twice is refused.
+TEST(EmbeddingBagCollection, AFeatureSeveralTablesReadIsKeyedFeatureAtTable) {
+  EmbeddingBagCollection ebc({{"a", 3, 2, {"f"}, PoolingType::kSum}, {"b", 4, 1, {"f", "g"}, PoolingType::kSum}});
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(1);
+  ebc.reset_parameters(g);
+  KeyedJaggedTensor kjt({"f", "g"}, at::tensor({2, 3}, at::kLong), at::tensor({1, 0, 0, 1}, at::kLong));
+  const KeyedTensor out = ebc.forward(kjt);
+  EXPECT_EQ(out.keys, (std::vector<std::string>{"f@a", "f@b", "g"}));
+  EXPECT_TRUE(out.at_key("f@a")[0].equal(ebc.weight("a")[2]));
+  EXPECT_TRUE(out.at_key("f@b")[0].equal(ebc.weight("b")[2]));
+  EXPECT_TRUE(out.at_key("g")[1].equal(ebc.weight("b")[3]));
+  EXPECT_THROW(EmbeddingBagCollection({{"a", 1, 1, {"f", "f"}, PoolingType::kSum}}), Error);
 }
 
 }  // namespace
