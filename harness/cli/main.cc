@@ -30,7 +30,7 @@ std::string tally(const std::vector<dmpcheck::check::RunResult>& results) {
     skipped += r.verdict == "skipped" ? 1 : 0;
   }
   return fmt::format("{} of {} run(s) met their expectations{}", passed, results.size() - skipped,
-                     skipped > 0 ? fmt::format(", {} skipped (backend unavailable here)", skipped) : std::string());
+                     skipped > 0 ? fmt::format(", {} skipped (each report says why)", skipped) : std::string());
 }
 
 using namespace dmpcheck;

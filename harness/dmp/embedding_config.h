@@ -16,6 +16,9 @@ struct EmbeddingBagConfig {
   std::vector<std::string> feature_names;
   PoolingType pooling = PoolingType::kSum;
   bool weighted = false;  // its features carry per-id weights (TorchRec's weighted EBC)
+  // The table's storage type as TorchRec's config names it: "fp32", "fp16" or "bf16".  The
+  // reference DMP models fp32 only; release cells run the others (torchrec.DataType).
+  std::string data_type = "fp32";
 
   // TorchRec's default init_fn: uniform in [-sqrt(1/rows), sqrt(1/rows)].
   double init_bound() const;

@@ -74,7 +74,15 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   const scenario::RunSpec& spec = scenario.runs.at(i);
   if (spec.on_torchrec() && options.full_state_dir.empty()) return run_torchrec_cell(scenario, i, options);
   const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
-  if (auto reason = comm::backend_unavailable_reason(spec.backend, local_world_size)) {
+  std::optional<std::string> reason = comm::backend_unavailable_reason(spec.backend, local_world_size);
+  for (const auto& t : spec.model.tables) {
+    if (!reason && t.data_type != "fp32") {
+      // Said plainly, as a skip: the release cells of the same scenario still run.
+      reason = fmt::format("the reference DMP models fp32 tables only; table '{}' is {} (run it on a release: system: torchrec==X.Y.Z)",
+                           t.name, t.data_type);
+    }
+  }
+  if (reason) {
     check::RunResult skipped = result_header(scenario, spec);
     skipped.verdict = "skipped";
     skipped.skip_reason = *reason;

@@ -140,6 +140,7 @@ nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_
                       {"features", t.feature_names},
                       {"pooling", dmp::pooling_name(t.pooling)},
                       {"weighted", t.weighted},
+                      {"data_type", t.data_type},
                       {"constraints", constraints}});
   }
   const auto& so = spec.sparse_optimizer;

@@ -475,7 +475,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   for (size_t i = 0; tables.IsSequence() && i < tables.size(); ++i) r.section([&] {
     const std::string path = fmt::format("tables[{}]", i);
     const YAML::Node t = tables[i];
-    r.check_keys(t, path, {"name", "rows", "dim", "features", "pooling", "weighted", "sharding"});
+    r.check_keys(t, path, {"name", "rows", "dim", "features", "pooling", "weighted", "data_type", "sharding"});
     dmp::EmbeddingBagConfig c;
     c.name = r.string(r.required(t, path, "name"), path + ".name");
     if (!names.insert(c.name).second) r.fail(t["name"], path + ".name", fmt::format("table '{}' is defined twice", c.name));
@@ -506,6 +506,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       c.weighted = weighted;
       if (weighted) run.data.weighted_features.insert(run.data.weighted_features.end(), c.feature_names.begin(), c.feature_names.end());
     }
+    if (t["data_type"]) c.data_type = r.choice(t["data_type"], path + ".data_type", {"fp32", "fp16", "bf16"});
     if (t["sharding"]) run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);
     run.model.tables.push_back(c);
   });
@@ -993,6 +994,13 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
         }
         if (matches) {
           run.expect = parse_expectation(r, expect[i], path, table_names);
+          for (const auto& t : run.model.tables) {
+            if (run.expect.reference && t.data_type != "fp32") {
+              r.fail(expect[i]["reference"], path + ".reference",
+                     fmt::format("table '{}' is {}, which the reference DMP does not model, so it cannot run the comparison "
+                                 "(run '{}')", t.name, t.data_type, run.name));
+            }
+          }
           if (run.expect.reference && !run.on_torchrec()) {
             r.fail(expect[i]["reference"], path + ".reference",
                    fmt::format("compares a TorchRec release with the reference; run '{}' runs on the reference itself "

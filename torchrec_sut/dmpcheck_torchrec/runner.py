@@ -241,6 +241,20 @@ def _state_pieces(model, dense_opt, types, table_dims):
     return pieces
 
 
+def _local_tensors(model):
+    """This rank's tensors of the model's state_dict, local shards included, by key."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    out = {}
+    for key, v in model.state_dict().items():
+        if isinstance(v, ShardedTensor):
+            for i, sh in enumerate(v.local_shards()):
+                out[f"{key}#{i}"] = sh.tensor
+        elif isinstance(v, torch.Tensor):
+            out[key] = v
+    return out
+
+
 def _load_initial(model, path):
     """Overwrites the live weights with whole tensors from dmpcheck (the reference's initial state)."""
     from torch.distributed._shard.sharded_tensor import ShardedTensor
@@ -277,9 +291,13 @@ def build_model(spec, device="meta"):
     weighted = [t["weighted"] for t in spec["tables"]]
     if any(weighted) and not all(weighted):
         raise Unsupported("weighted and unweighted tables in one EmbeddingBagCollection (TorchRec needs two)")
+    from torchrec import DataType
+
     pooling = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
+    data_type = {"fp32": DataType.FP32, "fp16": DataType.FP16, "bf16": DataType.BF16}
     tables = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["dim"], num_embeddings=t["rows"],
-                                 feature_names=list(t["features"]), pooling=pooling[t["pooling"]])
+                                 feature_names=list(t["features"]), pooling=pooling[t["pooling"]],
+                                 data_type=data_type[t.get("data_type", "fp32")])
               for t in spec["tables"]]
     # The EBC's output keys: a feature several tables read is "<feature>@<table>" (TorchRec's naming).
     readers = {}
@@ -370,6 +388,13 @@ def run(spec, exchange, out_dir, rank, import_s):
         dump.write_phase(out_dir, rank, f"step{step}", _state_pieces(sharded, dense_opt, types, table_dims))
         print(f"step {step}/{spec['steps']} loss {losses[-1]:.6f}", flush=True)
     train_s = time.perf_counter() - t1
+    for t in spec["tables"]:
+        if t.get("data_type", "fp32") != "fp32" and LAST_OUTPUTS:
+            held = {str(v.dtype) for k, v in _local_tensors(sharded).items() if f".{t['name']}." in k}
+            returned = {str(v.dtype) for k, v in LAST_OUTPUTS.items()
+                        if k.startswith("pooled_embeddings.") and k.split(".", 1)[1].split("@")[0] in t["features"]}
+            notes.append(f"table {t['name']} ({t['data_type']}): weights held as {', '.join(sorted(held))}; "
+                         f"pooled embeddings returned as {', '.join(sorted(returned))}")
     dist.barrier()
     if rank == 0:
         meta = {"versions": {"torchrec": _version("torchrec"), "torch": torch.__version__,

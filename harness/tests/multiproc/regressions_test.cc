@@ -26,10 +26,16 @@ TEST_P(Regressions, ReproduceTheBugAndShowTheFix) {
   // The reference's cells; the library's real-release cells run in torchrec_sut/tests.
   const auto outcome = testing::run_reference_cells_quietly(s);
   ASSERT_GE(outcome.results.size(), 2u);
+  int passed = 0;
   for (const auto& r : outcome.results) {
     SCOPED_TRACE(r.run);
+    // A cell of what the reference does not model (an fp16 table) is skipped saying so; its
+    // release cells run in torchrec_sut/tests.
+    if (r.verdict == "skipped" && r.skip_reason.rfind("the reference DMP models fp32 tables only", 0) == 0) continue;
     EXPECT_EQ(r.verdict, "pass") << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    ++passed;
   }
+  EXPECT_GE(passed, 1);
   if (s.reproduces && !s.reproduces->bug_profile.empty()) {
     // Both profiles the file names are among its runs.
     bool bug = false, fix = false;
