@@ -81,27 +81,45 @@ void GlobalModelTracker::compare_all(const std::map<std::string, at::Tensor>& sh
 
 std::vector<GlobalModelCheck> GlobalModelTracker::results() const { return results_; }
 
+ReferenceDiff diff_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected, int step,
+                          double rtol, double atol, const std::string& actual_label, const std::string& expected_label) {
+  ReferenceDiff d;
+  d.name = name;
+  d.step = step;
+  d.numel = actual.numel();
+  if (actual.sizes() != expected.sizes()) {
+    d.within_tolerance = false;
+    d.note = fmt::format("shapes differ: {} [{}], {} [{}]", actual_label, fmt::join(actual.sizes(), ", "), expected_label,
+                         fmt::join(expected.sizes(), ", "));
+    return d;
+  }
+  const at::Tensor a = actual.to(at::kFloat), b = expected.to(at::kFloat);
+  const at::Tensor diff = (a - b).abs();
+  d.max_abs_diff = diff.numel() ? diff.max().item<double>() : 0.0;
+  d.elements_differing = a.ne(b).sum().item<int64_t>();
+  const at::Tensor nonzero = b.ne(0);
+  d.max_rel_diff = nonzero.any().item<bool>() ? (diff.masked_select(nonzero) / b.abs().masked_select(nonzero)).max().item<double>() : 0.0;
+  d.within_tolerance = diff.le(atol + rtol * b.abs()).all().item<bool>();
+  return d;
+}
+
+ReferenceDiff absent_tensor(const std::string& name, int step, int64_t numel, const std::string& note) {
+  ReferenceDiff d;
+  d.name = name;
+  d.step = step;
+  d.numel = numel;
+  d.within_tolerance = false;
+  d.note = note;
+  return d;
+}
+
 std::vector<ReferenceDiff> compare_with_checkpoint(const std::map<std::string, at::Tensor>& state,
                                                    const std::map<std::string, at::Tensor>& checkpoint) {
   std::vector<ReferenceDiff> out;
   for (const auto& [name, want] : checkpoint) {
-    ReferenceDiff d;
-    d.name = name;
-    d.numel = want.numel();
     auto it = state.find(name);
-    if (it == state.end()) {
-      d.within_tolerance = false;
-      d.note = "the model holds no tensor of that name";
-    } else if (it->second.sizes() != want.sizes()) {
-      d.within_tolerance = false;
-      d.note = fmt::format("shape [{}] in the model, [{}] in init.from", fmt::join(it->second.sizes(), ", "), fmt::join(want.sizes(), ", "));
-    } else {
-      const at::Tensor a = it->second.to(at::kFloat), b = want.to(at::kFloat);
-      d.elements_differing = a.ne(b).sum().item<int64_t>();
-      d.max_abs_diff = a.numel() ? (a - b).abs().max().item<double>() : 0.0;
-      d.within_tolerance = d.elements_differing == 0;
-    }
-    out.push_back(d);
+    out.push_back(it != state.end() ? diff_tensor(name, it->second, want, 0, 0.0, 0.0, "the model", "init.from")
+                                    : absent_tensor(name, 0, want.numel(), "the model holds no tensor of that name"));
   }
   return out;
 }

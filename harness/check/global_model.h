@@ -54,6 +54,16 @@ class GlobalModelTracker {
   std::vector<GlobalModelCheck> results_;
 };
 
+// One tensor against another of the same name: max |a - b|, max relative difference (over
+// elements where `expected` is not 0), elements not bitwise equal, and whether every
+// |a - b| <= atol + rtol * |expected|.  Tensors of different shapes differ, with a note naming
+// both shapes as `actual_label` and `expected_label` hold them.
+ReferenceDiff diff_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected, int step,
+                          double rtol, double atol, const std::string& actual_label, const std::string& expected_label);
+
+// A tensor only one side holds: out of tolerance, with `note` saying which.
+ReferenceDiff absent_tensor(const std::string& name, int step, int64_t numel, const std::string& note);
+
 // Every tensor of `checkpoint` against the model's (`state`, full tensors), bitwise; a tensor
 // the model lacks or holds in another shape is a difference with a note.
 std::vector<ReferenceDiff> compare_with_checkpoint(const std::map<std::string, at::Tensor>& state,

@@ -219,38 +219,14 @@ std::vector<check::ReferenceDiff> compare_with_reference(const std::map<std::str
                                                          const scenario::Tolerance& tol) {
   std::vector<check::ReferenceDiff> out;
   for (const auto& [name, a] : torchrec) {
-    check::ReferenceDiff d;
-    d.name = name;
-    d.step = step;
-    d.numel = a.numel();
     auto it = reference.find(name);
-    if (it == reference.end()) {
-      d.within_tolerance = false;
-      d.note = "only in TorchRec (the reference holds no tensor of that name)";
-    } else if (it->second.sizes() != a.sizes()) {
-      d.within_tolerance = false;
-      d.note = fmt::format("shapes differ: TorchRec [{}], reference [{}]", fmt::join(a.sizes(), ", "),
-                           fmt::join(it->second.sizes(), ", "));
-    } else {
-      const at::Tensor b = it->second;
-      const at::Tensor diff = (a - b).abs();
-      d.max_abs_diff = diff.numel() ? diff.max().item<double>() : 0.0;
-      d.elements_differing = a.ne(b).sum().item<int64_t>();
-      const at::Tensor nonzero = b.ne(0);
-      d.max_rel_diff = nonzero.any().item<bool>() ? (diff.masked_select(nonzero) / b.abs().masked_select(nonzero)).max().item<double>() : 0.0;
-      d.within_tolerance = diff.le(tol.atol + tol.rtol * b.abs()).all().item<bool>();
-    }
-    out.push_back(d);
+    out.push_back(it != reference.end()
+                      ? check::diff_tensor(name, a, it->second, step, tol.rtol, tol.atol, "TorchRec", "reference")
+                      : check::absent_tensor(name, step, a.numel(), "only in TorchRec (the reference holds no tensor of that name)"));
   }
   for (const auto& [name, b] : reference) {
     if (torchrec.count(name)) continue;
-    check::ReferenceDiff d;
-    d.name = name;
-    d.step = step;
-    d.numel = b.numel();
-    d.within_tolerance = false;
-    d.note = "only in the reference (TorchRec holds no tensor of that name)";
-    out.push_back(d);
+    out.push_back(check::absent_tensor(name, step, b.numel(), "only in the reference (TorchRec holds no tensor of that name)"));
   }
   return out;
 }
