@@ -106,21 +106,23 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
                                                    const DmpOptions& options)
     : comm_(comm), model_(model), plan_(plan), options_(options) {
   at::NoGradGuard no_grad;
-  if (options_.profile.row_wise_fails_on_gloo && comm_.backend_name() == "gloo") {
+  auto row_split = [&](const std::string& table) {
+    const ShardingType type = plan_.of(table).type;
+    return type == ShardingType::kRowWise || type == ShardingType::kTableRowWise;
+  };
+  // Profiles under which a row-sharded table cannot run on Gloo (CPU), failing as the release did.
+  if (comm_.backend_name() == "gloo") {
     for (const auto& t : plan_.tables) {
-      DMP_CHECK(t.type != ShardingType::kRowWise && t.type != ShardingType::kTableRowWise, ErrorKind::kInvalidInput,
-                "table '{}' is {}: RuntimeError: Gloo reduce_scatter_base fallback not supported with async_op=True "
-                "(profile {}: its row-wise output is reduce-scattered asynchronously, which Gloo refuses)",
-                t.table, sharding_type_name(t.type), options_.profile.name);
-    }
-  }
-  if (!options_.profile.row_wise_offered_on_cpu && comm_.backend_name() == "gloo") {
-    for (const auto& t : plan_.tables) {
-      DMP_CHECK(t.type != ShardingType::kRowWise && t.type != ShardingType::kTableRowWise, ErrorKind::kInvalidInput,
+      if (!row_split(t.table)) continue;
+      DMP_CHECK(options_.profile.row_wise_offered_on_cpu, ErrorKind::kInvalidInput,
                 "table '{}' is {}: RuntimeError: No available sharding type and compute kernel combination after applying "
                 "user provided constraints for {} (profile {}: the EBC sharder offers data_parallel, table_wise, "
                 "column_wise and table_column_wise on cpu)",
                 t.table, sharding_type_name(t.type), t.table, options_.profile.name);
+      DMP_CHECK(!options_.profile.row_wise_fails_on_gloo, ErrorKind::kInvalidInput,
+                "table '{}' is {}: RuntimeError: Gloo reduce_scatter_base fallback not supported with async_op=True "
+                "(profile {}: its row-wise output is reduce-scattered asynchronously, which Gloo refuses)",
+                t.table, sharding_type_name(t.type), options_.profile.name);
     }
   }
   // The user's model: dense layers are created (and drawn) first; the tables stay unmaterialised
@@ -190,17 +192,13 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   }
 
   // Which lookups TorchRec's mean-pooling callback also divides (see the profile switch).
-  bool row_split_mean = false;
+  const bool row_split_mean = std::any_of(model_.tables.begin(), model_.tables.end(), [&](const EmbeddingBagConfig& t) {
+    return row_split(t.name) && t.pooling == PoolingType::kMean;
+  });
+  embedding_names_ = model_.embedding_names();
   for (const auto& t : model_.tables) {
-    const ShardingType type = plan_.of(t.name).type;
-    const bool row_split = type == ShardingType::kRowWise || type == ShardingType::kTableRowWise;
-    row_split_mean = row_split_mean || (row_split && t.pooling == PoolingType::kMean);
-  }
-  for (const auto& t : model_.tables) {
-    const ShardingType type = plan_.of(t.name).type;
-    const bool row_split = type == ShardingType::kRowWise || type == ShardingType::kTableRowWise;
     for (size_t f = 0; f < t.feature_names.size(); ++f) {
-      divided_by_length_.push_back(options_.profile.row_wise_mean_divides_other_features && row_split_mean && !row_split);
+      divided_by_length_.push_back(options_.profile.row_wise_mean_divides_other_features && row_split_mean && !row_split(t.name));
     }
   }
 
@@ -236,7 +234,6 @@ at::Tensor DistributedModelParallel::in_model_order(const at::Tensor& keyed, con
   // Columns are keyed "<feature>@<table>" inside the shardings; outputs take TorchRec's names.
   std::vector<at::Tensor> blocks;
   last_outputs_.clear();
-  const std::vector<std::string> names = model_.embedding_names();
   size_t lookup = 0;
   for (const auto& table : model_.tables) {
     for (const auto& feature : table.feature_names) {
@@ -252,7 +249,7 @@ at::Tensor DistributedModelParallel::in_model_order(const at::Tensor& keyed, con
         }
         blocks.back() = blocks.back() / (length + static_cast<float>(options_.profile.row_wise_mean_divisor_eps)).unsqueeze(1);
       }
-      last_outputs_[pooled_output_key(names[lookup++])] = blocks.back().detach().clone();
+      last_outputs_[pooled_output_key(embedding_names_[lookup++])] = blocks.back().detach().clone();
     }
   }
   return at::cat(blocks, 1);

@@ -120,7 +120,8 @@ class DistributedModelParallel {
   // profile's row_wise_mean_divides_other_features, the lookups it names are divided by their
   // bag length + eps here, in the autograd graph, as TorchRec's callback divides its output.
   at::Tensor in_model_order(const at::Tensor& keyed, const KeyedJaggedTensor& local_batch);
-  std::vector<bool> divided_by_length_;  // per lookup in model order
+  std::vector<bool> divided_by_length_;        // per lookup in model order
+  std::vector<std::string> embedding_names_;   // per lookup in model order (ModelConfig::embedding_names)
 };
 
 }  // namespace dmpcheck::dmp
