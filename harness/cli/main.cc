@@ -3,8 +3,10 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/revision.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
 #include "dmp/planner.h"
@@ -257,6 +259,9 @@ int main(int argc, char** argv) {
       "Exit status: 0 every expectation held, 1 one did not, 2 bad input, 3 a rank failed or timed out, 130 interrupted.\n"
       "Docs: README.md, docs/scenarios.md (the scenario format), docs/reliability.md, docs/sharding.md."};
   app.footer(profiles_help());
+  app.set_version_flag("--version", [] {
+    return fmt::format("dmpcheck {}, built against {}", git_revision(), run::libtorch_build());
+  });
   app.require_subcommand(1);
 
   std::vector<std::string> run_files;

@@ -16,6 +16,7 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     old.data_parallel_tables_use_dense_optimizer = true;
     old.row_wise_fails_on_gloo = true;
     old.wrap_keeps_weights_loaded_before_it = false;
+    old.ddp_first_bucket_cap_bytes = 1024 * 1024;  // torch 2.2 / 2.3
     all.push_back(old);
 
     BehaviourProfile fix;
@@ -27,10 +28,12 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     fix.data_parallel_tables_use_dense_optimizer = true;
     fix.wrap_keeps_weights_loaded_before_it = false;
     fix.row_wise_mean_divides_other_features = true;
+    fix.ddp_first_bucket_cap_bytes = 1024 * 1024;  // torch 2.4
     all.push_back(fix);
 
     BehaviourProfile latest = fix;
     latest.name = "torchrec-1.9";
+    latest.ddp_first_bucket_cap_bytes = 25 * 1024 * 1024;  // torch 2.14
     latest.description =
         "TorchRec 1.9 as measured against 1.9.2: data-parallel tables broadcast from rank 0 one by one, and "
         "trained by the dense optimizer after DDP averages their gradient (the in-backward optimizer is dropped)";

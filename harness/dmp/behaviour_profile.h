@@ -57,6 +57,12 @@ struct BehaviourProfile {
   bool deduplicate_row_gradients = true;
   // The DDP-like wrapper broadcasts rank 0's dense parameters when it wraps (DDP does).
   bool broadcast_dense_at_wrap = true;
+  // The cap of the first gradient bucket once DDP rebuilds its buckets in backward order.  TorchRec
+  // passes bucket_cap_mb=25; torch <= 2.4 (TorchRec 0.6-0.8) still gives the rebuilt first bucket
+  // DDP's default 1 MiB, torch 2.14 (TorchRec 1.9) the 25 MiB asked for.  Where a bucket ends
+  // decides which elements Gloo's ring adds in which order, so at world sizes above 2 it is
+  // visible in the last bit of the dense weights.
+  int64_t ddp_first_bucket_cap_bytes = 25 * 1024 * 1024;
   // Data-parallel tables get their optimizer step; off: their gradients are reduced but no
   // optimizer is attached to them (TorchRec's warning in #1739: "don't forget to apply
   // optimizer to DP tables").

@@ -1,10 +1,11 @@
 // A DDP-like wrapper for the dense parameters: when wrapped, rank 0's parameters are broadcast
 // to every rank (DDP's constructor does the same); after each backward the gradients are
-// averaged by bucketed all-reduce; then a libtorch optimizer steps.
+// averaged by bucketed all-reduce, in DDP's buckets; then a libtorch optimizer steps.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "comm/coalesced.h"
 #include "dmp/dense.h"
@@ -18,6 +19,7 @@ namespace dmpcheck::dmp {
 
 struct DenseDataParallelOptions {
   int64_t bucket_cap_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb=25
+  int64_t first_bucket_cap_bytes = 25 * 1024 * 1024;  // of the buckets rebuilt in backward order
   bool broadcast_at_wrap = true;
 };
 
@@ -32,6 +34,14 @@ class DenseDataParallel {
   // Collective: average gradients over ranks (each scaled by 1/world_size, then summed, as DDP
   // does), then the optimizer step, then zero the grads.
   void step();
+
+  // The gradient buckets of step `step` (1-based), as indices into the parameters in
+  // registration order.  TorchRec's DDP (static_graph=True) reduces the first two steps in one
+  // bucket in registration order, then rebuilds its buckets in the order the gradients became
+  // ready: for an MLP the reverse of registration, cut where a bucket reaches its cap (the first
+  // bucket's cap, then bucket_cap_bytes).  Measured on torchrec 0.6.0 and 1.9.2 with a comm hook.
+  static std::vector<std::vector<size_t>> buckets(const std::vector<int64_t>& bytes, int64_t step,
+                                                  int64_t first_cap, int64_t cap);
   const comm::CoalescedBroadcastStats& wrap_broadcast() const { return wrap_broadcast_; }
   std::vector<NamedTensor> optimizer_state() const { return optimizer_.state(); }
   void load_optimizer_state(const std::map<std::string, at::Tensor>& state, int64_t steps) {
@@ -44,6 +54,7 @@ class DenseDataParallel {
   DenseDataParallelOptions options_;
   DenseOptimizer optimizer_;
   comm::CoalescedBroadcastStats wrap_broadcast_;
+  int64_t steps_ = 0;
 };
 
 }  // namespace dmpcheck::dmp

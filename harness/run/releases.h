@@ -27,4 +27,9 @@ int bisect_releases(const ReleaseOptions& options);
 // Markdown table of per-table max abs / max rel differences, bitwise or not, to options.output.
 int measure_fidelity(const ReleaseOptions& options);
 
+// "libtorch 1.13.1 (BLAS_INFO=generic)": what the reference was built against.  The BLAS decides
+// the order in which a Linear's dot products are added, so bitwise agreement with a release's
+// dense layers depends on it (docs/fidelity.md).
+std::string libtorch_build();
+
 }  // namespace dmpcheck::run
