@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "check/broadcast_probe.h"
+#include "check/outcome.h"
 
 namespace dmpcheck::check {
 
@@ -80,7 +81,7 @@ struct ExpectationResult {
 
 struct RankFailure {
   int rank = -1;
-  std::string kind;   // an error kind name, or "crashed" / "timeout"
+  FailureKind kind = FailureKind::kRankFailed;
   std::string cause;  // e.g. "exited with status 3", "killed by signal 11 (SIGSEGV)"
   std::string message;
   std::vector<std::string> last_lines;
@@ -160,9 +161,11 @@ struct RunResult {
   Timings timings;
   std::optional<RankFailure> failure;  // set when a rank failed: no verdict on expectations
   ExpectationResult expectation;
-  std::string verdict;  // "pass", "fail" (an expectation did not hold), "error" (a rank failed),
-                        // "skipped" (the backend cannot run here: no GPU for NCCL)
-  std::string skip_reason;
+  Verdict verdict = Verdict::kError;
+  std::string skip_reason;  // why a kSkipped cell could not run here
 };
+
+// dmpcheck's exit status for these runs: the largest of check::exit_status over them.
+int exit_status(const std::vector<RunResult>& results);
 
 }  // namespace dmpcheck::check

@@ -28,8 +28,8 @@ std::string tally(const std::vector<dmpcheck::check::RunResult>& results) {
   int passed = 0;
   int skipped = 0;
   for (const auto& r : results) {
-    passed += r.verdict == "pass" ? 1 : 0;
-    skipped += r.verdict == "skipped" ? 1 : 0;
+    passed += r.verdict == dmpcheck::check::Verdict::kPass ? 1 : 0;
+    skipped += r.verdict == dmpcheck::check::Verdict::kSkipped ? 1 : 0;
   }
   return fmt::format("{} of {} run(s) met their expectations{}", passed, results.size() - skipped,
                      skipped > 0 ? fmt::format(", {} skipped (each report says why)", skipped) : std::string());
@@ -187,7 +187,7 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
                                 : std::string("dmpcheck: digests differ between repetitions\n"));
   }
   std::cout << fmt::format("dmpcheck: {}; reports in {}/\n", tally(all), out_dir);
-  const int code = run::exit_code_for(all);
+  const int code = check::exit_status(all);
   return code == 0 && !deterministic ? 1 : code;
 }
 

@@ -19,7 +19,7 @@ std::string render_run_table(const check::RunResult& r) {
   out += fmt::format("== {} [{}]  on {}  init={} world={} backend={} threads/rank={}\n", r.scenario, r.run,
                      system_label(r), r.init_mode, r.environment.world_size, r.environment.backend,
                      r.environment.threads_per_rank);
-  if (r.verdict == "skipped") return out + fmt::format("   skipped: {}\n", r.skip_reason);
+  if (r.verdict == check::Verdict::kSkipped) return out + fmt::format("   skipped: {}\n", r.skip_reason);
   if (r.failure) {
     out += fmt::format("   rank {} failed ({}): {}\n", r.failure->rank, r.failure->cause, r.failure->message);
     for (const auto& line : r.failure->last_lines) out += fmt::format("   | {}\n", line);
@@ -110,11 +110,11 @@ std::string render_run_table(const check::RunResult& r) {
 
 std::string render_verdict_line(const check::RunResult& r) {
   const std::string head = fmt::format("VERDICT {} [{}]:", r.scenario, r.run);
-  if (r.verdict == "skipped") return fmt::format("{} SKIPPED - {}", head, r.skip_reason);
+  if (r.verdict == check::Verdict::kSkipped) return fmt::format("{} SKIPPED - {}", head, r.skip_reason);
   if (r.failure) {
     const std::string what = fmt::format("rank {} {}: {}", r.failure->rank, r.failure->cause, r.failure->message);
-    if (r.verdict == "pass") return fmt::format("{} PASS (failed as expected) - {}; expected: {}", head, what, r.expectation.description);
-    if (r.verdict == "fail") return fmt::format("{} FAIL - {}; expected: {}", head, what, r.expectation.description);
+    if (r.verdict == check::Verdict::kPass) return fmt::format("{} PASS (failed as expected) - {}; expected: {}", head, what, r.expectation.description);
+    if (r.verdict == check::Verdict::kFail) return fmt::format("{} FAIL - {}; expected: {}", head, what, r.expectation.description);
     return fmt::format("{} ERROR - {}", head, what);
   }
   // tensor -> phases where it differs, in first-seen order
@@ -131,7 +131,7 @@ std::string render_verdict_line(const check::RunResult& r) {
       diverged.empty() ? std::string("all replicated tensors equal")
                        : fmt::format("replicas DIVERGE on {} tensor(s): {}", diverged.size(), fmt::join(parts, "; "));
   const std::string on = "; on " + system_label(r);
-  if (r.verdict == "pass") {
+  if (r.verdict == check::Verdict::kPass) {
     const std::string label = diverged.empty() ? "PASS" : "PASS (bug reproduced as expected)";
     return fmt::format("{} {} - {}; expected: {}{}", head, label, observed, r.expectation.description, on);
   }

@@ -49,9 +49,9 @@ struct Counts {
 Counts count(const std::vector<const check::RunResult*>& runs) {
   Counts c;
   for (const auto* r : runs) {
-    if (r->verdict == "pass") ++c.pass;
-    else if (r->verdict == "fail") ++c.fail;
-    else if (r->verdict == "skipped") ++c.skipped;
+    if (r->verdict == check::Verdict::kPass) ++c.pass;
+    else if (r->verdict == check::Verdict::kFail) ++c.fail;
+    else if (r->verdict == check::Verdict::kSkipped) ++c.skipped;
     else ++c.error;
     c.seconds += r->timings.total_s;
   }
@@ -75,7 +75,7 @@ std::string diverged_summary(const check::RunResult& r) {
 }  // namespace
 
 std::string failure_text(const check::RunResult& r) {
-  if (r.verdict == "skipped") return fmt::format("skipped: {}", r.skip_reason);
+  if (r.verdict == check::Verdict::kSkipped) return fmt::format("skipped: {}", r.skip_reason);
   if (r.failure) {
     return fmt::format("rank {} {} ({}): {}", r.failure->rank, r.failure->cause, r.failure->kind, r.failure->message);
   }
@@ -97,15 +97,15 @@ std::string render_junit(const SuiteSummary& suite) {
     for (const auto* r : runs) {
       out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", xml_escape(scenario),
                          xml_escape(r->run), r->timings.total_s);
-      if (r->verdict == "skipped") {
+      if (r->verdict == check::Verdict::kSkipped) {
         out += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(r->skip_reason));
-      } else if (r->verdict == "fail") {
+      } else if (r->verdict == check::Verdict::kFail) {
         out += fmt::format("      <failure type=\"expectation\" message=\"{}\">{}\nexpected: {}</failure>\n",
                            xml_escape(failure_text(*r)), xml_escape(diverged_summary(*r)), xml_escape(r->expectation.description));
-      } else if (r->verdict != "pass") {
+      } else if (r->verdict != check::Verdict::kPass) {
         std::string lines;
         if (r->failure) lines = fmt::format("{}", fmt::join(r->failure->last_lines, "\n"));
-        out += fmt::format("      <error type=\"{}\" message=\"{}\">{}</error>\n", xml_escape(r->failure ? r->failure->kind : "error"),
+        out += fmt::format("      <error type=\"{}\" message=\"{}\">{}</error>\n", xml_escape(r->failure ? std::string(check::failure_kind_name(r->failure->kind)) : std::string("error")),
                            xml_escape(failure_text(*r)), xml_escape(lines));
       }
       out += fmt::format("      <system-out>{}; on {}; {}</system-out>\n", xml_escape(r->expectation.description),
@@ -128,12 +128,12 @@ std::string render_markdown(const SuiteSummary& suite) {
                      suite.started_at);
   out += "| scenario | run | ran on | verdict | observed |\n|---|---|---|---|---|\n";
   for (const auto& r : suite.results) {
-    const std::string verdict = r.verdict == "pass"      ? "pass"
-                                : r.verdict == "skipped" ? "skipped"
-                                : r.verdict == "fail"    ? "**FAIL**"
+    const std::string verdict = r.verdict == check::Verdict::kPass      ? "pass"
+                                : r.verdict == check::Verdict::kSkipped ? "skipped"
+                                : r.verdict == check::Verdict::kFail    ? "**FAIL**"
                                                          : "**ERROR**";
     out += fmt::format("| {} | {} | {} | {} | {} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(system_label(r)), verdict,
-                       md_escape(r.failure || r.verdict == "skipped" ? failure_text(r) : diverged_summary(r)));
+                       md_escape(r.failure || r.verdict == check::Verdict::kSkipped ? failure_text(r) : diverged_summary(r)));
   }
   bool compared = false;
   for (const auto& r : suite.results) {
@@ -153,7 +153,7 @@ std::string render_markdown(const SuiteSummary& suite) {
   }
   bool any = false;
   for (const auto& r : suite.results) {
-    if (r.verdict == "pass" || r.verdict == "skipped") continue;
+    if (r.verdict == check::Verdict::kPass || r.verdict == check::Verdict::kSkipped) continue;
     if (!any) out += "\n### What did not hold\n\n";
     any = true;
     out += fmt::format("- **{} [{}]**: {}\n", md_escape(r.scenario), md_escape(r.run), md_escape(failure_text(r)));
@@ -167,7 +167,7 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js) 
   const Counts total = count(all);
   std::string rows;
   for (const auto& r : suite.results) {
-    const std::string cls = r.verdict == "pass" || r.verdict == "skipped" ? r.verdict : r.verdict == "fail" ? "fail" : "error";
+    const std::string cls(check::verdict_name(r.verdict));
     std::string divergence;
     for (const auto& d : r.divergence) {
       divergence += fmt::format("{}{}:{}", divergence.empty() ? "" : " ", d.step, d.tensors_differing ? fmt::format("{:.2g}", d.max_abs_diff) : "0");
@@ -175,7 +175,7 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js) 
     rows += fmt::format(
         "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td><td>{:.2f}</td></tr>\n", cls,
         xml_escape(r.scenario), xml_escape(r.run), xml_escape(system_label(r)), r.verdict,
-        xml_escape(r.failure || r.verdict == "skipped" ? failure_text(r) : diverged_summary(r)), xml_escape(divergence),
+        xml_escape(r.failure || r.verdict == check::Verdict::kSkipped ? failure_text(r) : diverged_summary(r)), xml_escape(divergence),
         r.timings.total_s);
   }
   std::string tensors;

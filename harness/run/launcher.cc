@@ -314,7 +314,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
   // When one rank fails its peers often fail a moment later ("connection closed by peer"), and
   // may even exit first.  Failures seen within a short grace window are collected and the root
   // cause is reported: a signal or a rank's own error before a peer's communication error.
-  auto make_failure = [&](Rank& r, const std::string& kind, const std::string& cause) {
+  auto make_failure = [&](Rank& r, check::FailureKind kind, const std::string& cause) {
     check::RankFailure f;
     f.rank = r.rank;
     f.kind = kind;
@@ -329,7 +329,8 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (error) {
       try {
         const auto j = nlohmann::json::parse(*error);
-        f.kind = j.value("kind", kind);
+        // The rank said why; a kind this build does not know is still a rank failure.
+        if (j.contains("kind")) f.kind = check::parse_failure_kind(j.value("kind", std::string())).value_or(kind);
         f.message = j.value("message", std::string());
       } catch (const std::exception&) {
         f.message = *error;
@@ -344,12 +345,16 @@ LaunchOutcome launch(const LaunchRequest& request) {
     return f;
   };
   auto rank_of_cause = [](const check::RankFailure& f) {
-    if (f.kind == "crashed") return 0;
-    if (f.kind != "communication" && f.kind != "timeout" && f.kind != "rank_failed") return 1;
-    if (f.kind == "rank_failed") return 2;  // exited non-zero without saying why
-    return 3;
+    using check::FailureKind;
+    switch (f.kind) {
+      case FailureKind::kCrashed: return 0;
+      case FailureKind::kRankFailed: return 2;  // exited non-zero without saying why
+      case FailureKind::kCommunication:
+      case FailureKind::kTimeout: return 3;     // most often a peer of the rank that failed
+      default: return 1;                        // the rank's own error
+    }
   };
-  auto fail = [&](Rank& r, const std::string& kind, const std::string& cause) {
+  auto fail = [&](Rank& r, check::FailureKind kind, const std::string& cause) {
     check::RankFailure first = make_failure(r, kind, cause);
     const auto grace_end = Clock::now() + std::chrono::milliseconds(500);
     std::vector<check::RankFailure> seen = {first};
@@ -362,7 +367,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
           other.running = false;
           drain(other, request);
           if (!(WIFEXITED(other.status) && WEXITSTATUS(other.status) == 0)) {
-            seen.push_back(make_failure(other, WIFSIGNALED(other.status) ? "crashed" : "rank_failed",
+            seen.push_back(make_failure(other, WIFSIGNALED(other.status) ? check::FailureKind::kCrashed : check::FailureKind::kRankFailed,
                                         describe_wait_status(other.status)));
           }
         }
@@ -392,7 +397,8 @@ LaunchOutcome launch(const LaunchRequest& request) {
         const bool clean = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
         if (!clean && !outcome.failure) {
           drain(r, request);
-          fail(r, WIFSIGNALED(r.status) ? "crashed" : "rank_failed", describe_wait_status(r.status));
+          fail(r, WIFSIGNALED(r.status) ? check::FailureKind::kCrashed : check::FailureKind::kRankFailed,
+               describe_wait_status(r.status));
         }
       } else {
         any_running = true;
@@ -404,7 +410,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
       for (auto& r : ranks) {
         if (r.running && first == nullptr) first = &r;
       }
-      outcome.failure = make_failure(*first, "interrupted", "stopped: dmpcheck received SIGINT or SIGTERM");
+      outcome.failure = make_failure(*first, check::FailureKind::kInterrupted, "stopped: dmpcheck received SIGINT or SIGTERM");
       break;
     }
     if (Clock::now() - start > request.budget) {
@@ -412,7 +418,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
       for (auto& r : ranks) {
         if (r.running && first == nullptr) first = &r;
       }
-      outcome.failure = make_failure(*first, "timeout",
+      outcome.failure = make_failure(*first, check::FailureKind::kTimeout,
            fmt::format("still running when the run's budget of {:.0f} s ran out",
                        std::chrono::duration<double>(request.budget).count()));
       break;
@@ -439,7 +445,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
       outcome.ok = false;
       check::RankFailure f;
       f.rank = 0;
-      f.kind = "communication";
+      f.kind = check::FailureKind::kCommunication;
       f.cause = "exited with status 0";
       f.message = refused;
       outcome.failure = f;

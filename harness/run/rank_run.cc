@@ -459,7 +459,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
   for (const auto& [name, tensor] : model->gather_full_state()) result.digests[name] = tensor_digest(tensor);
   result.timings.check_s = seconds_since(check_start) + check_seconds;
   result.expectation = check::evaluate_expectation(spec.expect, result);
-  result.verdict = result.expectation.held ? "pass" : "fail";
+  result.verdict = result.expectation.held ? check::Verdict::kPass : check::Verdict::kFail;
   return result;
 }
 

@@ -50,7 +50,7 @@ std::vector<size_t> distinct_cells(const scenario::Scenario& s, std::vector<std:
 }
 
 std::string observation(const check::RunResult& r) {
-  if (r.verdict == "skipped") return "skipped: " + r.skip_reason;
+  if (r.verdict == check::Verdict::kSkipped) return "skipped: " + r.skip_reason;
   if (r.failure) return fmt::format("error ({}): {}", r.failure->kind, r.failure->message.substr(0, 160));
   std::vector<std::string> diverged;
   for (const auto& c : r.replicas) {
@@ -92,7 +92,7 @@ int bisect_releases(const ReleaseOptions& options) {
     const auto start = std::chrono::steady_clock::now();
     for (size_t c = 0; c < cells.size(); ++c) {
       const check::RunResult r = run_cell(per_release[k], cells[c], cell_options(options, "bisect-" + release));
-      skipped = skipped || r.verdict == "skipped";
+      skipped = skipped || r.verdict == check::Verdict::kSkipped;
       obs.push_back(observation(r));
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -148,8 +148,8 @@ int measure_fidelity(const ReleaseOptions& options) {
                   "{} [{}]: a fidelity scenario's cells need `expect: reference`", file, labels[c]);
         const check::RunResult r = run_cell(s, cells[c], cell_options(options, "fidelity-" + release));
         out << fmt::format("torchrec {} {} [{}]: {}\n", release, s.name, labels[c],
-                           r.failure ? "error" : r.verdict == "skipped" ? "skipped" : "measured") << std::flush;
-        if (r.verdict == "skipped") {
+                           r.failure ? "error" : r.verdict == check::Verdict::kSkipped ? "skipped" : "measured") << std::flush;
+        if (r.verdict == check::Verdict::kSkipped) {
           rows.push_back({release, s.name, labels[c], "-", 0, 0, 0, 0, r.skip_reason, true});
           continue;
         }

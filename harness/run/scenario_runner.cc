@@ -35,39 +35,26 @@ void set_cell_budget_and_echo(const scenario::RunSpec& spec, const ScenarioRunOp
 check::RunResult failed_result(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
                                const LaunchOutcome& launched) {
   check::RunResult result = result_header(scenario, spec);
-  result.verdict = "error";
+  result.verdict = check::Verdict::kError;
   if (launched.failure) {
     result.failure = launched.failure;
     // A failure the scenario predicts is the expected outcome, not an error.
     if (spec.expect.error && launched.failure->message.find(*spec.expect.error) != std::string::npos) {
-      result.verdict = "pass";
+      result.verdict = check::Verdict::kPass;
       result.expectation.held = true;
     } else if (spec.expect.error) {
-      result.verdict = "fail";
+      result.verdict = check::Verdict::kFail;
       result.expectation.failures.push_back(fmt::format("expected an error containing '{}', got: {}", *spec.expect.error,
                                                         launched.failure->message));
     }
   } else {
     check::RankFailure f;
     f.rank = 0;
-    f.kind = "internal";
+    f.kind = check::FailureKind::kInternal;
     f.cause = "exited with status 0 without a result";
     result.failure = f;
   }
   return result;
-}
-
-int exit_code_for(const std::vector<check::RunResult>& results) {
-  int code = 0;
-  for (const auto& r : results) {
-    if (r.verdict == "error") {
-      // A scenario that did not load is bad input; anything else that errs is a rank's failure.
-      code = std::max(code, r.failure && r.failure->kind == "invalid_scenario" ? 2 : 3);
-    } else if (r.verdict != "pass" && r.verdict != "skipped") {
-      code = std::max(code, 1);
-    }
-  }
-  return code;
 }
 
 check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const ScenarioRunOptions& options) {
@@ -84,7 +71,7 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   }
   if (reason) {
     check::RunResult skipped = result_header(scenario, spec);
-    skipped.verdict = "skipped";
+    skipped.verdict = check::Verdict::kSkipped;
     skipped.skip_reason = *reason;
     if (options.write_reports) {
       report::write_json_file(skipped, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, skipped.slug));
@@ -149,7 +136,7 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
     }
     outcome.results.push_back(result);
   }
-  outcome.exit_code = exit_code_for(outcome.results);
+  outcome.exit_code = check::exit_status(outcome.results);
   return outcome;
 }
 

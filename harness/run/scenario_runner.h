@@ -62,7 +62,4 @@ void set_cell_budget_and_echo(const scenario::RunSpec& spec, const ScenarioRunOp
 check::RunResult failed_result(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
                                const LaunchOutcome& launched);
 
-// The process exit status for a set of results (same rule as ScenarioOutcome::exit_code).
-int exit_code_for(const std::vector<check::RunResult>& results);
-
 }  // namespace dmpcheck::run

@@ -94,8 +94,8 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
       r.scenario_file = file;
       r.run = "load";
       r.slug = "load";
-      r.verdict = "error";
-      r.failure = check::RankFailure{-1, "invalid_scenario", "did not load", e.what(), {}};
+      r.verdict = check::Verdict::kError;
+      r.failure = check::RankFailure{-1, check::FailureKind::kInvalidScenario, "did not load", e.what(), {}};
       summary.results.push_back(r);
       if (options.out) *options.out << "invalid scenario: " << e.what() << "\n";
     }
@@ -152,13 +152,13 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
         const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
         const double remaining = elapsed / static_cast<double>(finished) * static_cast<double>(cells.size() - finished);
         const auto& r = results[i];
-        const std::string verdict = r.verdict == "pass"      ? "PASS"
-                                    : r.verdict == "skipped" ? "SKIPPED"
-                                    : r.verdict == "fail"    ? "FAIL"
+        const std::string verdict = r.verdict == check::Verdict::kPass      ? "PASS"
+                                    : r.verdict == check::Verdict::kSkipped ? "SKIPPED"
+                                    : r.verdict == check::Verdict::kFail    ? "FAIL"
                                                              : "ERROR";
         *options.out << fmt::format("[{}/{}] {} [{}]: {} ({:.1f} s) | elapsed {:.0f} s, about {:.0f} s left\n", finished,
                                     cells.size(), r.scenario, r.run, verdict, r.timings.total_s, elapsed, remaining);
-        if (r.verdict != "pass") *options.out << "        " << report::failure_text(r) << "\n";
+        if (r.verdict != check::Verdict::kPass) *options.out << "        " << report::failure_text(r) << "\n";
         *options.out << std::flush;
       }
       changed.notify_all();
@@ -180,7 +180,7 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
   write_suite_reports(outcome.report_dir, fmt::format("dmpcheck suite: {}", fmt::join(options.paths, " ")),
                       summary.started_at, outcome.seconds, summary.results);
   outcome.results = summary.results;
-  outcome.exit_code = exit_code_for(outcome.results);
+  outcome.exit_code = check::exit_status(outcome.results);
   return outcome;
 }
 

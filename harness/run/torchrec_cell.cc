@@ -288,7 +288,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   std::string why_not;
   const auto env = find_torchrec_environment(spec.torchrec_version(), &why_not);
   if (!env) {
-    result.verdict = "skipped";
+    result.verdict = check::Verdict::kSkipped;
     result.skip_reason = why_not;
     write_report(result);
     return result;
@@ -335,7 +335,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
         plan.empty() ? "" : ", on the release's own plan, each side drawing its initial weights from the seed"));
     if (!ref.failure) return std::nullopt;
     check::RunResult failed = result;
-    failed.verdict = "error";
+    failed.verdict = check::Verdict::kError;
     failed.failure = ref.failure;
     failed.failure->message = "the reference half of the comparison failed: " + failed.failure->message;
     write_report(failed);
@@ -451,17 +451,17 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   } catch (const Error& e) {
     check::RankFailure f;
     f.rank = 0;
-    f.kind = "torchrec";
+    f.kind = check::FailureKind::kTorchRec;
     f.cause = "the ranks exited 0 but their output is incomplete";
     f.message = e.what();
     result.failure = f;
-    result.verdict = "error";
+    result.verdict = check::Verdict::kError;
     write_report(result);
     return result;
   }
   result.timings.total_s = launched.seconds;
   result.expectation = check::evaluate_expectation(spec.expect, result);
-  result.verdict = result.expectation.held ? "pass" : "fail";
+  result.verdict = result.expectation.held ? check::Verdict::kPass : check::Verdict::kFail;
   write_report(result);
   return result;
 }

@@ -3,6 +3,7 @@
 #include "dmp/behaviour_profile.h"
 #include "run/handover.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -147,7 +148,7 @@ int worker_main(const WorkerOptions& options) {
       if (env.rank != 0) continue;
       report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
       std::printf("%s%s\n", report::render_run_table(result).c_str(), report::render_verdict_line(result).c_str());
-      if (result.verdict != "pass") exit_code = 1;
+      exit_code = std::max(exit_code, check::exit_status(result.verdict, std::nullopt));
     }
     return exit_code;
   } catch (const Error& e) {
@@ -161,18 +162,19 @@ int worker_main(const WorkerOptions& options) {
         // The launcher may already be gone; the message above is on stderr regardless.
       }
     }
-    return e.kind() == ErrorKind::kInvalidScenario ? 2 : 3;
+    return check::exit_status(check::Verdict::kError, check::failure_kind_of(e.kind()));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
     write_torchelastic_error_file("internal", e.what());
     if (store) {
       try {
-        set_signed(*store, fmt::format("error/{}", rank), nlohmann::json{{"kind", "internal"}, {"message", e.what()}}.dump(),
+        set_signed(*store, fmt::format("error/{}", rank),
+                   nlohmann::json{{"kind", check::failure_kind_name(check::FailureKind::kInternal)}, {"message", e.what()}}.dump(),
                    secret);
       } catch (const std::exception&) {
       }
     }
-    return 3;
+    return check::exit_status(check::Verdict::kError, check::FailureKind::kInternal);
   }
 }
 

@@ -117,7 +117,7 @@ TEST(BenchCommand, AnNcclScenarioIsSkippedWithTheReasonWhereNcclCannotRun) {
   const auto outcome = testing::run_quietly(scenario::load_scenario_text(text, "nccl.yaml"));
   ASSERT_FALSE(outcome.results.empty());
   for (const auto& r : outcome.results) {
-    EXPECT_EQ(r.verdict, "skipped");
+    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kSkipped);
     EXPECT_EQ(r.skip_reason, *reason);
   }
   EXPECT_EQ(outcome.exit_code, 0);

@@ -18,7 +18,7 @@ TEST_P(Examples, MeetTheirExpectations) {
   ASSERT_FALSE(outcome.results.empty());
   for (const auto& r : outcome.results) {
     SCOPED_TRACE(r.run);
-    EXPECT_EQ(r.verdict, "pass") << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
     EXPECT_TRUE(r.global_model_checked);
     EXPECT_EQ(r.losses.size(), 3u);
   }

@@ -35,7 +35,7 @@ check::RunResult run_with(const std::string& fault, const std::string& expect = 
 TEST(Faults, ASegfaultIsNamedWithItsSignal) {
   const auto r = run_with("{kind: crash, rank: 1, step: 1}");
   ASSERT_TRUE(r.failure.has_value());
-  EXPECT_EQ(r.verdict, "error");
+  EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kError);
   EXPECT_EQ(r.failure->rank, 1);
   EXPECT_EQ(r.failure->cause, "killed by signal 11 (SIGSEGV)");
   EXPECT_NE(fmt::format("{}", fmt::join(r.failure->last_lines, "\n")).find("injecting fault 'crash' at step 1"), std::string::npos);
@@ -53,7 +53,7 @@ TEST(Faults, AnExitStatusAndAnExceptionAreNamed) {
   EXPECT_EQ(exited.failure->cause, "exited with status 42");
   const auto thrown = run_with("{kind: throw, rank: 0, step: 1}");
   EXPECT_EQ(thrown.failure->rank, 0);
-  EXPECT_EQ(thrown.failure->kind, "invalid_input");
+  EXPECT_EQ(thrown.failure->kind, dmpcheck::check::FailureKind::kInvalidInput);
   EXPECT_NE(thrown.failure->message.find("injected fault: rank 0 throws at step 1"), std::string::npos);
 }
 
@@ -61,7 +61,7 @@ TEST(Faults, AHangBecomesATimeoutThatNamesTheCollective) {
   const auto r = run_with("{kind: hang, rank: 1, step: 1}");
   ASSERT_TRUE(r.failure.has_value());
   EXPECT_EQ(r.failure->rank, 0);  // the rank left waiting
-  EXPECT_EQ(r.failure->kind, "timeout") << r.failure->message;
+  EXPECT_EQ(r.failure->kind, dmpcheck::check::FailureKind::kTimeout) << r.failure->message;
   EXPECT_NE(r.failure->message.find("gloo"), std::string::npos) << r.failure->message;
   EXPECT_NE(r.failure->message.find("failed after up to 3000 ms"), std::string::npos) << r.failure->message;
   EXPECT_LT(r.timings.total_s, 15.0);
@@ -70,7 +70,7 @@ TEST(Faults, AHangBecomesATimeoutThatNamesTheCollective) {
 TEST(Faults, OneUlpOnOneElementOfOneReplicaIsCaught) {
   const auto r = run_with("{kind: corrupt, rank: 1, step: 1, tensor: ebc.embedding_bags.dp.weight}",
                           "expect:\n  - replicas: diverge\n    diverged: [dp]\n    at: [final]\n");
-  EXPECT_EQ(r.verdict, "pass") << fmt::format("{}", fmt::join(r.expectation.failures, "; "));
+  EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << fmt::format("{}", fmt::join(r.expectation.failures, "; "));
   for (const auto& c : r.replicas) {
     if (c.name != "ebc.embedding_bags.dp.weight" || c.phase != "final") continue;
     EXPECT_FALSE(c.equal);
@@ -94,7 +94,7 @@ TEST(Faults, FingerprintModeNamesBothRanksCollectivesOnADesync) {
   ASSERT_TRUE(r.failure.has_value());
   EXPECT_NE(r.failure->message.find("collective mismatch: rank"), std::string::npos) << r.failure->message;
   EXPECT_NE(r.failure->message.find("all_reduce #18 (Float [3])"), std::string::npos) << r.failure->message;
-  EXPECT_EQ(r.failure->kind, "communication");  // caught by the fingerprint, not by the 3 s timeout
+  EXPECT_EQ(r.failure->kind, dmpcheck::check::FailureKind::kCommunication);  // caught by the fingerprint, not by the 3 s timeout
 }
 
 }  // namespace

@@ -64,7 +64,7 @@ TEST(Launcher, TheBudgetKillsAHungRun) {
   request.budget = std::chrono::milliseconds(500);
   const LaunchOutcome outcome = launch(request);
   ASSERT_TRUE(outcome.failure.has_value());
-  EXPECT_EQ(outcome.failure->kind, "timeout");
+  EXPECT_EQ(outcome.failure->kind, dmpcheck::check::FailureKind::kTimeout);
   EXPECT_LT(outcome.seconds, 5.0);
   for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid));
 }

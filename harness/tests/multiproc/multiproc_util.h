@@ -59,7 +59,7 @@ run::ScenarioOutcome run_cells_quietly(const scenario::Scenario& s, Wanted wante
   for (size_t i = 0; i < s.runs.size(); ++i) {
     if (wanted(s.runs[i])) outcome.results.push_back(run::run_cell(s, i, options));
   }
-  outcome.exit_code = run::exit_code_for(outcome.results);
+  outcome.exit_code = check::exit_status(outcome.results);
   std::filesystem::remove_all(options.out_dir);
   return outcome;
 }

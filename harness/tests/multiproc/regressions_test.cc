@@ -31,8 +31,8 @@ TEST_P(Regressions, ReproduceTheBugAndShowTheFix) {
     SCOPED_TRACE(r.run);
     // A cell of what the reference does not model (an fp16 table) is skipped saying so; its
     // release cells run in torchrec_sut/tests.
-    if (r.verdict == "skipped" && r.skip_reason.rfind("the reference DMP models fp32 tables only", 0) == 0) continue;
-    EXPECT_EQ(r.verdict, "pass") << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    if (r.verdict == check::Verdict::kSkipped && r.skip_reason.rfind("the reference DMP models fp32 tables only", 0) == 0) continue;
+    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
     ++passed;
   }
   EXPECT_GE(passed, 1);

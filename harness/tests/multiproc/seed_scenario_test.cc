@@ -20,7 +20,7 @@ void expect_seed_verdicts(const run::ScenarioOutcome& outcome, int world_size) {
   EXPECT_EQ(outcome.exit_code, 0);
   for (const auto& r : outcome.results) {
     SCOPED_TRACE(r.run);
-    EXPECT_EQ(r.verdict, "pass") << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
     EXPECT_EQ(r.environment.world_size, world_size);
     std::set<std::string> diverged;
     for (const auto& c : r.replicas) {
@@ -64,7 +64,7 @@ TEST(SeedScenario, AWrongExpectationFailsWithExitCodeOne) {
   EXPECT_EQ(outcome.exit_code, 1);
   ASSERT_EQ(outcome.results.size(), 4u);
   const auto& fixed = outcome.results[3];  // unseeded + current
-  EXPECT_EQ(fixed.verdict, "fail");
+  EXPECT_EQ(fixed.verdict, dmpcheck::check::Verdict::kFail);
   ASSERT_FALSE(fixed.expectation.failures.empty());
   EXPECT_NE(fixed.expectation.failures[0].find("was expected to diverge at init but is equal on every rank"),
             std::string::npos)

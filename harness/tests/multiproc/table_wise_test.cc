@@ -37,7 +37,7 @@ TEST(TableWise, MatchesTheUnshardedModelAtWorldSizesOneToThree) {
   ASSERT_EQ(outcome.results.size(), 6u);
   for (const auto& r : outcome.results) {
     SCOPED_TRACE(r.run);
-    EXPECT_EQ(r.verdict, "pass") << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
     EXPECT_TRUE(r.global_model_checked);
     EXPECT_GE(r.global_model.size(), 8u);  // four tables, dense weight and bias of two layers, optimizer state
     EXPECT_EQ(r.losses.size(), 3u);
@@ -61,7 +61,7 @@ TEST(TableWise, TheSeedBugAlsoBreaksEquivalenceWithTheUnshardedModel) {
   const auto outcome = testing::run_quietly(scenario::load_scenario_text(text, "table_wise_bug.yaml"));
   ASSERT_EQ(outcome.results.size(), 1u);
   const auto& r = outcome.results[0];
-  EXPECT_EQ(r.verdict, "fail");
+  EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kFail);
   bool global_failed = false;
   for (const auto& g : r.global_model) global_failed = global_failed || !g.within_tolerance;
   EXPECT_TRUE(global_failed);

@@ -42,7 +42,7 @@ TEST(Reports, JunitEscapesMarkup) {
   check::RunResult r;
   r.scenario = "a<b";
   r.run = "x&y";
-  r.verdict = "fail";
+  r.verdict = check::Verdict::kFail;
   r.expectation.failures = {"\"quoted\" <tag>"};
   suite.results = {r};
   const std::string xml = render_junit(suite);
@@ -53,3 +53,44 @@ TEST(Reports, JunitEscapesMarkup) {
 
 }  // namespace
 }  // namespace dmpcheck::report
+
+// One policy from outcome to exit status (docs/errors.md), and the names reports carry.
+TEST(Outcomes, OneExitStatusPolicyAndStableNames) {
+  using dmpcheck::check::FailureKind;
+  using dmpcheck::check::Verdict;
+  using dmpcheck::check::exit_status;
+  EXPECT_EQ(exit_status(Verdict::kPass, std::nullopt), 0);
+  EXPECT_EQ(exit_status(Verdict::kSkipped, std::nullopt), 0);
+  EXPECT_EQ(exit_status(Verdict::kFail, std::nullopt), 1);
+  EXPECT_EQ(exit_status(Verdict::kError, FailureKind::kInvalidScenario), 2);
+  for (FailureKind k : {FailureKind::kInvalidInput, FailureKind::kCommunication, FailureKind::kTimeout, FailureKind::kRankFailed,
+                        FailureKind::kInternal, FailureKind::kCrashed, FailureKind::kTorchRec, FailureKind::kUnsupported,
+                        FailureKind::kImport}) {
+    EXPECT_EQ(exit_status(Verdict::kError, k), 3) << dmpcheck::check::failure_kind_name(k);
+  }
+  EXPECT_EQ(exit_status(Verdict::kError, FailureKind::kInterrupted), 130);
+  // A failed expectation on a run whose error was expected is a pass: the verdict decides.
+  EXPECT_EQ(exit_status(Verdict::kPass, FailureKind::kTorchRec), 0);
+
+  std::vector<dmpcheck::check::RunResult> results(3);
+  results[0].verdict = Verdict::kPass;
+  results[1].verdict = Verdict::kFail;
+  results[2].verdict = Verdict::kSkipped;
+  EXPECT_EQ(exit_status(results), 1);
+  results[2].verdict = Verdict::kError;
+  results[2].failure = dmpcheck::check::RankFailure{1, FailureKind::kCrashed, "killed by signal 9", "", {}};
+  EXPECT_EQ(exit_status(results), 3);
+
+  // Every kind reads back from its own name; a name from a newer rank program is a rank failure.
+  for (auto name : dmpcheck::check::failure_kind_names()) {
+    ASSERT_TRUE(dmpcheck::check::parse_failure_kind(name).has_value()) << name;
+    EXPECT_EQ(dmpcheck::check::failure_kind_name(*dmpcheck::check::parse_failure_kind(name)), name);
+  }
+  nlohmann::json j = results[2];
+  EXPECT_EQ(j.at("verdict"), "error");
+  EXPECT_EQ(j.at("failure").at("kind"), "crashed");
+  j["failure"]["kind"] = "something_new";
+  EXPECT_EQ(j.get<dmpcheck::check::RunResult>().failure->kind, FailureKind::kRankFailed);
+  j["verdict"] = "passed";
+  EXPECT_THROW(j.get<dmpcheck::check::RunResult>(), dmpcheck::Error);
+}
