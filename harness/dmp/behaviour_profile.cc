@@ -17,6 +17,7 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     old.row_wise_fails_on_gloo = true;
     old.wrap_keeps_weights_loaded_before_it = false;
     old.ddp_first_bucket_cap_bytes = 1024 * 1024;  // torch 2.2 / 2.3
+    old.planner_counts_optimizer_state = false;
     all.push_back(old);
 
     BehaviourProfile fix;
@@ -29,11 +30,13 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     fix.wrap_keeps_weights_loaded_before_it = false;
     fix.row_wise_mean_divides_other_features = true;
     fix.ddp_first_bucket_cap_bytes = 1024 * 1024;  // torch 2.4
+    fix.planner_counts_optimizer_state = false;
     all.push_back(fix);
 
     BehaviourProfile latest = fix;
     latest.name = "torchrec-1.9";
     latest.ddp_first_bucket_cap_bytes = 25 * 1024 * 1024;  // torch 2.14
+    latest.planner_counts_optimizer_state = true;
     latest.description =
         "TorchRec 1.9 as measured against 1.9.2: data-parallel tables broadcast from rank 0 one by one, and "
         "trained by the dense optimizer after DDP averages their gradient (the in-backward optimizer is dropped)";

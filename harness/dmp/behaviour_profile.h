@@ -72,6 +72,10 @@ struct BehaviourProfile {
   // every row, with torch.optim's semantics.  Measured in torchrec 0.6.0 and 1.9.2 alike.  Off:
   // the sparse (fused) optimizer updates their touched rows, as the scenario's optimizers say.
   bool data_parallel_tables_use_dense_optimizer = false;
+  // TorchRec's planner counts the optimizer state in a shard's storage estimate, which orders
+  // the tables it places.  Off (measured in 0.6.0-0.8.0): it reads tensor._optimizer_class,
+  // which apply_optimizer_in_backward never sets, and counts none.
+  bool planner_counts_optimizer_state = true;
   // Every rank plans for itself with its own tie-breaks instead of taking rank 0's plan.
   bool plan_on_every_rank = false;
   // A checkpoint names data-parallel tables' optimizer state the torch.optim way

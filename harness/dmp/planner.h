@@ -72,22 +72,50 @@ struct PlannerInput {
   // Optimizer state bytes for a shard of rows x cols (Adagrad: rows*cols*4, row-wise
   // Adagrad: rows*4, Adam: 2*rows*cols*4, SGD: 0).
   std::function<int64_t(int64_t rows, int64_t cols)> state_bytes;
+  // TorchRec's storage estimate counts a shard's optimizer state as its weight bytes times this
+  // (sgd 0, adagrad 1, adam 2, rowwise_adagrad 1/dim of the whole table); TorchRec 0.6-0.8
+  // count none.  It orders the tables; unset: 0.
+  std::function<double(const EmbeddingBagConfig&)> state_multiplier;
   // Equal loads go to the first rank at or after this one (wrapping).  0 everywhere in a run;
   // a rank's own number under the plan-per-rank profile, where it makes plans differ.
   int tie_break_rank = 0;
 };
 
-// Tables are placed largest first (ties by name); each takes the first allowed type whose
-// shards fit, each shard going to the allowed rank (or host) holding the fewest bytes, ties to
-// the lowest.  Error(kInvalidScenario) names the table when a constraint cannot be met or
-// nothing fits.
+// TorchRec's estimate of one table_wise or column_wise shard's time per step on CPU (ms, its
+// fused kernel, batch 512 per rank): what its partitioner balances across ranks.
+struct ShardPerf {
+  double fwd_compute = 0, fwd_comms = 0, bwd_compute = 0, bwd_comms = 0;
+  double total() const { return fwd_compute + bwd_compute + fwd_comms + bwd_comms; }  // in TorchRec's order
+  ShardPerf& operator+=(const ShardPerf& o) {
+    fwd_compute += o.fwd_compute;
+    fwd_comms += o.fwd_comms;
+    bwd_compute += o.bwd_compute;
+    bwd_comms += o.bwd_comms;
+    return *this;
+  }
+};
+ShardPerf torchrec_shard_perf(int64_t cols, int world, int64_t element_bytes, bool weighted);
+// TorchRec's storage estimate of such a shard (bytes): weights, optimizer state, input and
+// output buffers for a batch of 512 per rank.
+int64_t torchrec_shard_storage(int64_t rows, int64_t cols, int world, int64_t element_bytes, double state_multiplier);
+// The width of TorchRec's column shards: the smallest multiple of 4 that divides dim and is at
+// least dim / column_shards (its min_partition; 128 when column_shards is 0), else dim.  So
+// TorchRec may make fewer shards than asked: dim 8 in 4 gives 2 shards of 4, dim 12 in 2 one.
+int64_t torchrec_column_width(int64_t dim, int column_shards);
+
+// TorchRec's placement on CPU (its GreedyPerfPartitioner as measured on 0.6.0 and 1.9.2):
+// tables spread alike over ranks (data_parallel, row_wise, table_row_wise) first, in model
+// order; then the others by TorchRec's storage estimate, largest first, ties in model order.
+// Each table takes the first allowed type whose shards fit (memory_per_rank); each table_wise
+// or column_wise shard goes to the allowed rank with the least estimated time so far (ties:
+// rank % local_world_size, then rank), shards of one table may share a rank.  Error
+// (kInvalidScenario) names the table when a constraint cannot be met or nothing fits.
+// `ranks` constraints are dmpcheck's own (TorchRec has none).
 //
 // Layouts:  table_wise   one shard, whole table.
 //           row_wise     one shard per allowed rank, blocks of ceil(rows / n) rows (the last
 //                        shards may be short or empty: rows=10 over 4 gives 3,3,3,1).
-//           column_wise  k shards of dim/k columns each, placed table-wise; k from the
-//                        constraint, else TorchRec's rule (width: the smallest multiple of 4
-//                        >= 128 dividing dim, else dim).
+//           column_wise  shards of torchrec_column_width(dim, column_shards) columns.
 //           table_row_wise  row_wise over the ranks of one host (local_world_size ranks).
 //           data_parallel   a full replica on every rank.
 ShardingPlan plan_sharding(const PlannerInput& input);

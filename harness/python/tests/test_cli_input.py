@@ -39,13 +39,26 @@ def test_a_model_over_the_hosts_memory_never_starts_a_rank(dmpcheck_bin, tmp_pat
         assert "Exception raised from" not in p.stderr  # no libtorch backtrace
 
 
-def test_a_column_split_that_does_not_divide_is_invalid_for_validate(dmpcheck_bin, tmp_path):
+def test_a_plan_that_cannot_be_met_is_invalid_for_validate(dmpcheck_bin, tmp_path):
     cw = tmp_path / "cw.yaml"
-    cw.write_text("version: 1\nname: cw\ntables:\n"
-                  "  - {name: t, rows: 10, dim: 10, features: [f], sharding: {types: [column_wise], column_shards: 3}}\n")
+    cw.write_text("version: 1\nname: cw\ntopology: {memory_per_rank: 100}\ntables:\n"
+                  "  - {name: t, rows: 10, dim: 10, features: [f], sharding: {types: [column_wise], column_shards: 2}}\n")
     p = cli(dmpcheck_bin, "validate", str(cw))
     assert p.returncode == 2
-    assert "dim 10 cannot be split into 3 column shards; shard counts that divide it: 1, 2, 5, 10" in p.stderr, p.stderr
+    assert "table 't' (10 x 10) fits nowhere: column_wise would put 400 bytes on rank 0 (limit 100)" in p.stderr, p.stderr
+
+
+def test_column_shards_are_torchrecs_min_partition(dmpcheck_bin, tmp_path):
+    """dim 10 in 3: TorchRec's min_partition 3 has no multiple of 4 dividing 10, so one shard of 10."""
+    cw = tmp_path / "cw.yaml"
+    cw.write_text("version: 1\nname: cw\ntables:\n"
+                  "  - {name: t, rows: 10, dim: 10, features: [f], sharding: {types: [column_wise], column_shards: 3}}\n"
+                  "  - {name: u, rows: 10, dim: 16, features: [g], sharding: {types: [column_wise], column_shards: 8}}\n")
+    p = cli(dmpcheck_bin, "explain", str(cw))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"t +column_wise +0: 10x10 @0,0 ", p.stdout), p.stdout
+    # u first (more storage: four shards' buffers), its shards alternating; then t on the tie, rank 0.
+    assert re.search(r"u +column_wise +0: 10x4 @0,0; 1: 10x4 @0,4; 0: 10x4 @0,8; 1: 10x4 @0,12 ", p.stdout), p.stdout
 
 
 def test_suite_filter_judges_only_what_it_selected(dmpcheck_bin, tmp_path):

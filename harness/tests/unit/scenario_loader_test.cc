@@ -247,16 +247,16 @@ TEST(ScenarioLoaderErrors, EveryErrorOfTheFileIsReportedAtOnce) {
 
 TEST(Preflight, APlanThatFailsIsRefusedBeforeAnyRankStarts) {
   const Scenario s = load_scenario_text(
-      "version: 1\nname: cw\ntables:\n  - {name: t, rows: 10, dim: 10, features: [f], sharding: {types: [column_wise], "
-      "column_shards: 3}}\n",
+      "version: 1\nname: cw\ntopology: {memory_per_rank: 100}\ntables:\n"
+      "  - {name: t, rows: 10, dim: 10, features: [f], sharding: {types: [column_wise], column_shards: 2}}\n",
       "cw.yaml");
   try {
     run::preflight(s, int64_t{1} << 40);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidScenario);
-    EXPECT_NE(std::string(e.what()).find("run 'default': the plan fails: table 't': dim 10 cannot be split into 3 column "
-                                         "shards; shard counts that divide it: 1, 2, 5, 10"),
+    EXPECT_NE(std::string(e.what()).find("run 'default': the plan fails: table 't' (10 x 10) fits nowhere: column_wise would "
+                                         "put 400 bytes on rank 0 (limit 100)"),
               std::string::npos)
         << e.what();
   }
