@@ -152,6 +152,7 @@ nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_
           {"steps", spec.steps},
           {"batch_size", spec.batch_size},
           {"sharder", spec.torchrec_sharder},
+          {"module", spec.torchrec_module},
           {"outputs", spec.expect.outputs.has_value()},
           {"timeout_s", spec.timeout_s},
           {"init", init},

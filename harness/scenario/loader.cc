@@ -404,8 +404,23 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
 
   r.section([&] {
     if (YAML::Node torchrec = root["torchrec"]) {
-      r.check_keys(torchrec, "torchrec", {"sharder"});
+      r.check_keys(torchrec, "torchrec", {"sharder", "module"});
       if (torchrec["sharder"]) run.torchrec_sharder = r.choice(torchrec["sharder"], "torchrec.sharder", {"extended", "stock"});
+      if (torchrec["module"]) {
+        run.torchrec_module = r.choice(torchrec["module"], "torchrec.module", {"embedding_bag_collection", "embedding_bag"});
+        if (run.torchrec_module == "embedding_bag") {
+          if (!root["tables"] || !root["tables"].IsSequence() || root["tables"].size() != 1 ||
+              !root["tables"][0]["features"] || root["tables"][0]["features"].size() != 1) {
+            r.fail(torchrec["module"], "torchrec.module",
+                   "'embedding_bag' is one torch.nn.EmbeddingBag: the scenario must have one table reading one feature");
+          }
+          if (torchrec["sharder"] && run.torchrec_sharder != "stock") {
+            r.fail(torchrec["sharder"], "torchrec.sharder",
+                   "an nn.EmbeddingBag is sharded by TorchRec's own EmbeddingBagSharder: 'stock' only");
+          }
+          run.torchrec_sharder = "stock";
+        }
+      }
     }
   });
   r.section([&] {

@@ -169,6 +169,11 @@ struct RunSpec {
   // extending TorchRec's EBC sharder, as dmpcheck's comparisons need; "stock": the sharder as a
   // user has it (TorchRec #1252).  `torchrec: {sharder: ...}` in the file.
   std::string torchrec_sharder = "extended";
+  // The module a release cell shards: "embedding_bag_collection" (the EBC, as everywhere), or
+  // "embedding_bag": the one table as a plain torch.nn.EmbeddingBag, sharded by TorchRec's
+  // EmbeddingBagSharder (TorchRec #602).  Reference cells model either as an EBC (the same
+  // arithmetic).  `torchrec: {module: ...}` in the file.
+  std::string torchrec_module = "embedding_bag_collection";
   bool on_torchrec() const { return system != kReferenceSystem; }
   std::string torchrec_version() const { return on_torchrec() ? system.substr(10) : std::string(); }
   int world_size = 2;

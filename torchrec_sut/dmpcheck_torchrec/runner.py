@@ -60,6 +60,44 @@ class Model(nn.Module):
         return x.mean()
 
 
+class BagModel(nn.Module):
+    """One torch.nn.EmbeddingBag -> Linear layers (ReLU between) -> mean: the model of TorchRec #602.
+
+    The bag sits where an EBC keeps its tables (ebc.embedding_bags.<table>), so its state_dict keys
+    are the EBC's and every comparison reads it alike."""
+
+    def __init__(self, table, layers, device="meta"):
+        super().__init__()
+        self.ebc = nn.Module()
+        self.ebc.embedding_bags = nn.ModuleDict(
+            {table["name"]: nn.EmbeddingBag(table["rows"], table["dim"], mode=table["pooling"], device=torch.device(device))})
+        self.table = table["name"]
+        self.feature = table["features"][0]
+        self.dense = nn.ModuleList()
+        width = table["dim"]
+        for out in layers:
+            self.dense.append(nn.Linear(width, out))
+            width = out
+
+    def forward(self, kjt):
+        bags = kjt[self.feature]
+        # nn.EmbeddingBag's offsets: where each bag starts (the KJT's offsets without the last).
+        pooled = self.ebc.embedding_bags[self.table](bags.values(), bags.offsets()[:-1])
+        x = pooled
+        for i, layer in enumerate(self.dense):
+            x = layer(x)
+            if i + 1 < len(self.dense):
+                x = torch.relu(x)
+        LAST_OUTPUTS.clear()
+        LAST_OUTPUTS["pooled_embeddings." + self.feature] = pooled.detach().clone()
+        LAST_OUTPUTS["model_output"] = x.detach().clone()
+        return x.mean()
+
+
+def _embedding_bag(spec):
+    return spec.get("module") == "embedding_bag"
+
+
 LAST_OUTPUTS = {}
 
 
@@ -135,7 +173,9 @@ def _constraints(spec):
         if c.get("ranks"):
             notes.append(f"{t['name']}: 'ranks' has no TorchRec ParameterConstraints field; the planner chose freely")
         if kwargs:
-            out[t["name"]] = ParameterConstraints(**kwargs)
+            # The planner keys constraints by the sharded parameter's name: a table's name in an
+            # EBC, "weight" for a plain nn.EmbeddingBag.
+            out["weight" if _embedding_bag(spec) else t["name"]] = ParameterConstraints(**kwargs)
     return out, notes
 
 
@@ -143,6 +183,11 @@ def _sharder(spec):
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.types import ShardingType
 
+    if _embedding_bag(spec):
+        # A plain nn.EmbeddingBag has its own sharder; its sharding types are the base class's.
+        from torchrec.distributed.embeddingbag import EmbeddingBagSharder
+
+        return EmbeddingBagSharder(), ["the table is a torch.nn.EmbeddingBag, sharded by TorchRec's EmbeddingBagSharder"]
     wanted = {st for t in spec["tables"] for st in t.get("constraints", {}).get("sharding_types", [])}
     extra = [st for st in (ShardingType.ROW_WISE.value, ShardingType.TABLE_ROW_WISE.value) if st in wanted]
     if not extra or spec.get("sharder") == "stock":
@@ -159,8 +204,10 @@ def _sharder(spec):
 
 def _plan_of(plan, table_names):
     out = []
-    for module_plan in plan.plan.values():
+    for module_path, module_plan in plan.plan.items():
         for table, ps in module_plan.items():
+            if table not in table_names and module_path.split(".")[-1] in table_names:
+                table = module_path.split(".")[-1]  # an nn.EmbeddingBag's "weight", by its table
             if table not in table_names:
                 continue
             shards = []
@@ -288,6 +335,14 @@ def build_model(spec, device="meta"):
     from torchrec import EmbeddingBagConfig, PoolingType
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
+    if _embedding_bag(spec):
+        t = spec["tables"][0]
+        if t["weighted"] or t.get("data_type", "fp32") != "fp32":
+            raise Unsupported("module embedding_bag: an unweighted fp32 table (what TorchRec #602's model has)")
+        model = BagModel(t, spec["dense_layers"], device)
+        opt_cls, opt_kwargs = _sparse_optimizer(spec["sparse_optimizer"])
+        apply_optimizer_in_backward(opt_cls, model.ebc.parameters(), dict(opt_kwargs))
+        return model
     weighted = [t["weighted"] for t in spec["tables"]]
     if any(weighted) and not all(weighted):
         raise Unsupported("weighted and unweighted tables in one EmbeddingBagCollection (TorchRec needs two)")

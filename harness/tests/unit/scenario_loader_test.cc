@@ -376,4 +376,21 @@ TEST(ScenarioLoader, InitLoadAndInitialStateNeedInitFrom) {
 }
 
 }  // namespace
+TEST(ScenarioLoader, AnEmbeddingBagModuleIsOneTableReadingOneFeature) {
+  // Two tables: refused at the key, with its line.
+  std::string message = error_of(std::string(kMinimal) + "torchrec: {module: embedding_bag}\n");
+  EXPECT_NE(message.find("s.yaml:12: field 'torchrec.module': 'embedding_bag' is one torch.nn.EmbeddingBag: the scenario "
+                         "must have one table reading one feature"),
+            std::string::npos)
+      << message;
+  const std::string one = "version: 1\nname: bag\ntables:\n  - {name: bag, rows: 8, dim: 4, features: [f]}\n";
+  message = error_of(one + "torchrec: {module: embedding_bag, sharder: extended}\n");
+  EXPECT_NE(message.find("field 'torchrec.sharder': an nn.EmbeddingBag is sharded by TorchRec's own EmbeddingBagSharder"),
+            std::string::npos)
+      << message;
+  const Scenario s = load_scenario_text(one + "torchrec: {module: embedding_bag}\n", "s.yaml");
+  EXPECT_EQ(s.runs.at(0).torchrec_module, "embedding_bag");
+  EXPECT_EQ(s.runs.at(0).torchrec_sharder, "stock");
+}
+
 }  // namespace dmpcheck::scenario
