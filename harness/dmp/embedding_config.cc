@@ -10,6 +10,7 @@ namespace dmpcheck::dmp {
 double EmbeddingBagConfig::init_bound() const { return std::sqrt(1.0 / static_cast<double>(num_embeddings)); }
 
 const char* pooling_name(PoolingType pooling) { return pooling == PoolingType::kSum ? "sum" : "mean"; }
+const char* pooling_name(const EmbeddingBagConfig& table) { return table.sequence ? "none" : pooling_name(table.pooling); }
 
 std::string table_weight_key(const std::string& table) { return "ebc.embedding_bags." + table + ".weight"; }
 std::string pooled_output_key(const std::string& feature) { return "pooled_embeddings." + feature; }

@@ -19,6 +19,11 @@ struct EmbeddingBagConfig {
   // The table's storage type as TorchRec's config names it: "fp32", "fp16" or "bf16".  The
   // reference DMP models fp32 only; release cells run the others (torchrec.DataType).
   std::string data_type = "fp32";
+  // A sequence table (`pooling: none`): TorchRec keeps it in an EmbeddingCollection, which
+  // returns each id's row, not a bag's pooled sum.  dmpcheck's model sums each bag's rows before
+  // the dense layers, so the reference computes it as a sum-pooled table (`pooling` is kSum):
+  // the same numbers, gradients and updates.
+  bool sequence = false;
 
   // TorchRec's default init_fn: uniform in [-sqrt(1/rows), sqrt(1/rows)].
   double init_bound() const;
@@ -26,6 +31,8 @@ struct EmbeddingBagConfig {
 };
 
 const char* pooling_name(PoolingType pooling);
+// "sum", "mean", or "none" for a sequence table.
+const char* pooling_name(const EmbeddingBagConfig& table);
 
 // The state_dict key of a table's weight in the unsharded model.
 std::string table_weight_key(const std::string& table);

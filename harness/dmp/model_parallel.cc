@@ -51,40 +51,47 @@ std::map<std::string, std::vector<at::Tensor>> draw_local_tables(const ModelConf
     w.uniform_(-t.init_bound(), t.init_bound(), generator);
     return w;
   };
-  std::vector<ShardingType> type_order;
-  for (const auto& t : model.tables) {
-    const ShardingType type = plan.of(t.name).type;
-    if (std::find(type_order.begin(), type_order.end(), type) == type_order.end()) type_order.push_back(type);
-  }
-  for (const ShardingType type : type_order) {
-    if (type != ShardingType::kDataParallel) {
-      for (const auto& t : model.tables) {
-        if (plan.of(t.name).type != type) continue;
-        for (const Shard& shard : plan.of(t.name).shards) {
-          if (shard.rank == rank) uniform(shard.rows, shard.cols, t);
-        }
-      }
-      continue;
-    }
-    std::vector<std::pair<PoolingType, std::vector<const EmbeddingBagConfig*>>> groups;
-    for (const auto& t : model.tables) {
-      if (plan.of(t.name).type != type) continue;
-      auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == t.pooling; });
-      if (group == groups.end()) group = groups.insert(groups.end(), {t.pooling, {}});
-      group->second.push_back(&t);
-    }
-    for (const auto& [pooling, members] : groups) {
-      int64_t elements = 0;
-      for (const auto* t : members) elements += t->num_embeddings * t->embedding_dim;
-      if (elements > 0) at::randn({elements}, generator);
-      for (const auto* t : members) uniform(t->num_embeddings, t->embedding_dim, *t);
-    }
-  }
+  // TorchRec's modules in model order: the EmbeddingBagCollection, then the EmbeddingCollection
+  // of the sequence tables; DMP builds and resets each module before the next.
+  std::vector<std::vector<const EmbeddingBagConfig*>> modules(2);
+  for (const auto& t : model.tables) modules[t.sequence ? 1 : 0].push_back(&t);
   std::map<std::string, std::vector<at::Tensor>> kept;
-  for (const auto& t : model.tables) {
-    auto& pieces = kept[t.name];
-    for (const Shard& shard : plan.of(t.name).shards) {
-      if (shard.rank == rank) pieces.push_back(uniform(shard.rows, shard.cols, t));
+  for (const auto& tables : modules) {
+    std::vector<ShardingType> type_order;
+    for (const auto* t : tables) {
+      const ShardingType type = plan.of(t->name).type;
+      if (std::find(type_order.begin(), type_order.end(), type) == type_order.end()) type_order.push_back(type);
+    }
+    for (const ShardingType type : type_order) {
+      if (type != ShardingType::kDataParallel) {
+        for (const auto* t : tables) {
+          if (plan.of(t->name).type != type) continue;
+          for (const Shard& shard : plan.of(t->name).shards) {
+            if (shard.rank == rank) uniform(shard.rows, shard.cols, *t);
+          }
+        }
+        continue;
+      }
+      std::vector<std::pair<PoolingType, std::vector<const EmbeddingBagConfig*>>> groups;
+      for (const auto* t : tables) {
+        if (plan.of(t->name).type != type) continue;
+        auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == t->pooling; });
+        if (group == groups.end()) group = groups.insert(groups.end(), {t->pooling, {}});
+        group->second.push_back(t);
+      }
+      for (const auto& [pooling, members] : groups) {
+        int64_t elements = 0;
+        for (const auto* t : members) elements += t->num_embeddings * t->embedding_dim;
+        if (elements > 0) at::randn({elements}, generator);
+        for (const auto* t : members) uniform(t->num_embeddings, t->embedding_dim, *t);
+      }
+    }
+    // reset_parameters of this module's tables.
+    for (const auto* t : tables) {
+      auto& pieces = kept[t->name];
+      for (const Shard& shard : plan.of(t->name).shards) {
+        if (shard.rank == rank) pieces.push_back(uniform(shard.rows, shard.cols, *t));
+      }
     }
   }
   return kept;

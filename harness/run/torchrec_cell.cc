@@ -138,7 +138,7 @@ nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_
                       {"rows", t.num_embeddings},
                       {"dim", t.embedding_dim},
                       {"features", t.feature_names},
-                      {"pooling", dmp::pooling_name(t.pooling)},
+                      {"pooling", dmp::pooling_name(t)},
                       {"weighted", t.weighted},
                       {"data_type", t.data_type},
                       {"constraints", constraints}});

@@ -507,11 +507,15 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       features.insert(c.feature_names[f]);  // several tables may read one feature (TorchRec names them feature@table)
     }
     if (t["pooling"]) {
-      c.pooling = r.choice(t["pooling"], path + ".pooling", {"sum", "mean"}) == "sum" ? dmp::PoolingType::kSum
-                                                                                     : dmp::PoolingType::kMean;
+      const std::string pooling = r.choice(t["pooling"], path + ".pooling", {"sum", "mean", "none"});
+      c.pooling = pooling == "mean" ? dmp::PoolingType::kMean : dmp::PoolingType::kSum;
+      c.sequence = pooling == "none";
     }
     if (t["weighted"]) {
       const bool weighted = r.choice(t["weighted"], path + ".weighted", {"true", "false"}) == "true";
+      if (weighted && c.sequence) {
+        r.fail(t["weighted"], path + ".weighted", "a sequence table (pooling: none) has no per-id weights in TorchRec's EmbeddingCollection");
+      }
       if (weighted && c.pooling == dmp::PoolingType::kMean && !run.on_torchrec()) {
         // Not FBGEMM's limit (TorchRec 1.9.2 accepts weighted mean pooling on CPU, and trains
         // differently from a weighted sum): the reference does not model it yet.
@@ -524,6 +528,30 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     if (t["data_type"]) c.data_type = r.choice(t["data_type"], path + ".data_type", {"fp32", "fp16", "bf16"});
     if (t["sharding"]) run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);
     run.model.tables.push_back(c);
+  });
+  r.section([&] {
+    // TorchRec's EmbeddingCollection requires one embedding dim for all its tables.
+    const dmp::EmbeddingBagConfig* first = nullptr;
+    for (size_t i = 0; i < run.model.tables.size(); ++i) {
+      const auto& t = run.model.tables[i];
+      if (!t.sequence) continue;
+      for (size_t j = 0; j < run.model.tables.size(); ++j) {
+        for (const auto& f : t.feature_names) {
+          const auto& other = run.model.tables[j].feature_names;
+          if (j != i && std::find(other.begin(), other.end(), f) != other.end()) {
+            r.fail(tables[i]["features"], fmt::format("tables[{}].features", i),
+                   fmt::format("feature '{}' of sequence table '{}' is read by table '{}' too; a sequence table's features are its own",
+                               f, t.name, run.model.tables[j].name));
+          }
+        }
+      }
+      if (first != nullptr && t.embedding_dim != first->embedding_dim) {
+        r.fail(tables[i]["dim"], fmt::format("tables[{}].dim", i),
+               fmt::format("sequence tables (pooling: none) share one EmbeddingCollection, whose tables need one dim: '{}' has {}, '{}' {}",
+                           first->name, first->embedding_dim, t.name, t.embedding_dim));
+      }
+      if (first == nullptr) first = &t;
+    }
   });
 
   // Dense MLP.

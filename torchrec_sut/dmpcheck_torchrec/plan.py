@@ -28,8 +28,8 @@ def main(argv):
     with open(argv[1]) as f:
         spec = json.load(f)
     world = int(spec["world_size"])
-    planner, sharder, notes = runner.build_planner(spec, world, int(spec.get("local_world_size") or world))
-    plan = planner.plan(runner.build_model(spec), [sharder])
+    planner, sharders, notes = runner.build_planner(spec, world, int(spec.get("local_world_size") or world))
+    plan = planner.plan(runner.build_model(spec), sharders)
     rows = runner._plan_of(plan, {t["name"] for t in spec["tables"]})
     tmp = argv[2] + ".tmp"
     with open(tmp, "w") as f:

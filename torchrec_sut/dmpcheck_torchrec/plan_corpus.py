@@ -47,8 +47,8 @@ def main(argv):
     plans = {}
     for i, c in enumerate(configs):
         spec = spec_of(c)
-        planner, sharder, _ = runner.build_planner(spec, c["world"], spec["local_world_size"])
-        rows = runner._plan_of(planner.plan(runner.build_model(spec), [sharder]), {t["name"] for t in spec["tables"]})
+        planner, sharders, _ = runner.build_planner(spec, c["world"], spec["local_world_size"])
+        rows = runner._plan_of(planner.plan(runner.build_model(spec), sharders), {t["name"] for t in spec["tables"]})
         plans[c["id"]] = {r["table"]: [[s["rank"], s["row_offset"], s["rows"], s["col_offset"], s["cols"]] for s in r["shards"]]
                           for r in rows}
         if (i + 1) % 100 == 0:

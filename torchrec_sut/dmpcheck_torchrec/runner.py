@@ -27,16 +27,20 @@ def _version(dist_name):
 
 
 class Model(nn.Module):
-    """EmbeddingBagCollection -> Linear layers (ReLU between) -> mean, as dmpcheck's reference."""
+    """EmbeddingBagCollection (and an EmbeddingCollection for sequence tables, each bag's rows
+    summed) -> Linear layers (ReLU between) -> mean, as dmpcheck's reference."""
 
-    def __init__(self, tables, layers, features, weighted, device="meta"):
+    def __init__(self, tables, layers, features, weighted, device="meta", sequence_tables=()):
         super().__init__()
-        from torchrec import EmbeddingBagCollection
+        from torchrec import EmbeddingBagCollection, EmbeddingCollection
 
         # On the meta device, as TorchRec users build large models: DMP materialises the tables
         # and draws each rank's shards itself.  On cpu where the user fills the tables first.
-        self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device(device), is_weighted=weighted)
-        width = sum(t.embedding_dim * len(t.feature_names) for t in tables)
+        self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device(device), is_weighted=weighted) if tables else None
+        self.ec = EmbeddingCollection(tables=list(sequence_tables), device=torch.device(device)) if sequence_tables else None
+        self.bag_features = [f for t in tables for f in t.feature_names]
+        self.sequence_features = [f for t in sequence_tables for f in t.feature_names]
+        width = sum(t.embedding_dim * len(t.feature_names) for t in list(tables) + list(sequence_tables))
         self.dense = nn.ModuleList()
         for out in layers:
             self.dense.append(nn.Linear(width, out))
@@ -44,7 +48,22 @@ class Model(nn.Module):
         self.features = features
 
     def forward(self, kjt):
-        pooled = self.ebc(kjt).to_dict()
+        if self.ec is None:
+            pooled = self.ebc(kjt).to_dict()
+        else:
+            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+            bags = kjt.to_dict()
+            pooled = {}
+            if self.ebc is not None:
+                pooled.update(self.ebc(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.bag_features})).to_dict())
+            sequences = self.ec(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.sequence_features}))
+            for f in self.sequence_features:
+                # Each bag's rows summed, in id order, as the model's input.
+                rows = sequences[f].values()
+                lengths = sequences[f].lengths().long()
+                bag = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+                pooled[f] = torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
         # By key, in the model's feature order: a sharded EBC may return its keys in sharding order.
         x = torch.cat([pooled[f] for f in self.features], dim=1)
         for i, layer in enumerate(self.dense):
@@ -243,6 +262,12 @@ def _table_of(key, tables):
     return None
 
 
+def _dmpcheck_name(key):
+    """dmpcheck names every table's tensors as an EBC's (ebc.embedding_bags.<table>.*), sequence
+    tables in the EmbeddingCollection (ec.embeddings.<table>.*) too."""
+    return "ebc.embedding_bags." + key[len("ec.embeddings."):] if key.startswith("ec.embeddings.") else key
+
+
 def _state_pieces(model, dense_opt, types, table_dims):
     """Every tensor this rank holds, under dmpcheck's names, with where it sits in the full tensor."""
     from torch.distributed._shard.sharded_tensor import ShardedTensor
@@ -264,10 +289,10 @@ def _state_pieces(model, dense_opt, types, table_dims):
     for key, v in model.state_dict().items():
         table = _table_of(key, types)
         if isinstance(v, ShardedTensor):
-            add_sharded(key, types[table], v, table)
+            add_sharded(_dmpcheck_name(key), types[table], v, table)
         elif torch.is_floating_point(v):
             sharding = types[table] if table else "dense"
-            pieces.append({"name": key, "sharding": sharding, "replicated": True, "full_sizes": list(v.shape),
+            pieces.append({"name": _dmpcheck_name(key), "sharding": sharding, "replicated": True, "full_sizes": list(v.shape),
                            "tensor": v})
     # The fused (in-backward) optimizer of the model-parallel tables.
     for key, states in model.fused_optimizer.state_dict()["state"].items():
@@ -283,7 +308,7 @@ def _state_pieces(model, dense_opt, types, table_dims):
         for sname, v in states.items():
             if not isinstance(v, torch.Tensor) or not torch.is_floating_point(v) or v.dim() == 0:
                 continue  # step counters
-            pieces.append({"name": f"{key}.{sname}", "sharding": types[table] if table else "dense",
+            pieces.append({"name": f"{_dmpcheck_name(key)}.{sname}", "sharding": types[table] if table else "dense",
                            "replicated": True, "full_sizes": list(v.shape), "tensor": v})
     return pieces
 
@@ -311,9 +336,9 @@ def _load_initial(model, path):
     with torch.no_grad():
         params = dict(model.named_parameters())
         for key, v in model.state_dict().items():
-            if key not in full:
+            if _dmpcheck_name(key) not in full:
                 continue
-            src = full[key]
+            src = full[_dmpcheck_name(key)]
             if isinstance(v, ShardedTensor):
                 for sh in v.local_shards():
                     offs = list(sh.metadata.shard_offsets)
@@ -343,37 +368,51 @@ def build_model(spec, device="meta"):
         opt_cls, opt_kwargs = _sparse_optimizer(spec["sparse_optimizer"])
         apply_optimizer_in_backward(opt_cls, model.ebc.parameters(), dict(opt_kwargs))
         return model
-    weighted = [t["weighted"] for t in spec["tables"]]
+    weighted = [t["weighted"] for t in spec["tables"] if t["pooling"] != "none"]
     if any(weighted) and not all(weighted):
         raise Unsupported("weighted and unweighted tables in one EmbeddingBagCollection (TorchRec needs two)")
     from torchrec import DataType
 
     pooling = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
     data_type = {"fp32": DataType.FP32, "fp16": DataType.FP16, "bf16": DataType.BF16}
+    from torchrec import EmbeddingConfig
+
     tables = [EmbeddingBagConfig(name=t["name"], embedding_dim=t["dim"], num_embeddings=t["rows"],
                                  feature_names=list(t["features"]), pooling=pooling[t["pooling"]],
                                  data_type=data_type[t.get("data_type", "fp32")])
-              for t in spec["tables"]]
+              for t in spec["tables"] if t["pooling"] != "none"]
+    # Sequence tables (pooling: none) go into an EmbeddingCollection.
+    sequence_tables = [EmbeddingConfig(name=t["name"], embedding_dim=t["dim"], num_embeddings=t["rows"],
+                                       feature_names=list(t["features"]), data_type=data_type[t.get("data_type", "fp32")])
+                       for t in spec["tables"] if t["pooling"] == "none"]
     # The EBC's output keys: a feature several tables read is "<feature>@<table>" (TorchRec's naming).
     readers = {}
     for t in spec["tables"]:
         for f in t["features"]:
             readers[f] = readers.get(f, 0) + 1
     features = [f if readers[f] == 1 else f"{f}@{t['name']}" for t in spec["tables"] for f in t["features"]]
-    model = Model(tables, spec["dense_layers"], features, all(weighted) and bool(weighted), device)
+    model = Model(tables, spec["dense_layers"], features, all(weighted) and bool(weighted), device, sequence_tables)
     opt_cls, opt_kwargs = _sparse_optimizer(spec["sparse_optimizer"])
-    apply_optimizer_in_backward(opt_cls, model.ebc.parameters(), dict(opt_kwargs))
+    for module in (model.ebc, model.ec):
+        if module is not None:
+            apply_optimizer_in_backward(opt_cls, module.parameters(), dict(opt_kwargs))
     return model
 
 
 def build_planner(spec, world, local_world):
-    """TorchRec's planner under the scenario's constraints, the sharder, and notes on what was adapted."""
+    """TorchRec's planner under the scenario's constraints, the sharders, and notes on what was adapted."""
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
 
     constraints, notes = _constraints(spec)
     sharder, sharder_notes = _sharder(spec)
+    sharders = [sharder]
+    if any(t["pooling"] == "none" for t in spec["tables"]):
+        from torchrec.distributed.embedding import EmbeddingCollectionSharder
+
+        sharders.append(EmbeddingCollectionSharder())
+        sharder_notes.append("sequence tables (pooling: none) are in an EmbeddingCollection; the model sums each bag's rows")
     topology = Topology(world_size=world, compute_device="cpu", local_world_size=local_world)
-    return EmbeddingShardingPlanner(topology=topology, constraints=constraints), sharder, notes + sharder_notes
+    return EmbeddingShardingPlanner(topology=topology, constraints=constraints), sharders, notes + sharder_notes
 
 
 def run(spec, exchange, out_dir, rank, import_s):
@@ -398,19 +437,20 @@ def run(spec, exchange, out_dir, rank, import_s):
     model = build_model(spec, "cpu" if before_wrap else "meta")
     if before_wrap:
         # The user's weights put into the unsharded model, which is then wrapped (TorchRec #1165).
-        full = dump.read_full(init["from_state"])
+        own = {_dmpcheck_name(k): k for k in model.state_dict()}
+        full = {own.get(k, k): v for k, v in dump.read_full(init["from_state"]).items()}
         missing = [k for k in full if k not in model.state_dict()]
         if missing:
             raise Unsupported(f"init.from holds {', '.join(missing)}, which the model does not")
         with torch.no_grad():
             model.load_state_dict(full, strict=False)
-    planner, sharder, notes = build_planner(spec, world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-    plan = planner.collective_plan(model, [sharder], dist.GroupMember.WORLD)
+    planner, sharders, notes = build_planner(spec, world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    plan = planner.collective_plan(model, sharders, dist.GroupMember.WORLD)
     plan_rows = _plan_of(plan, {t["name"] for t in spec["tables"]})
     types = {p["table"]: p["sharding"] for p in plan_rows}
     table_dims = {t["name"]: (t["rows"], t["dim"]) for t in spec["tables"]}
 
-    sharded = DistributedModelParallel(model, plan=plan, sharders=[sharder], device=device)
+    sharded = DistributedModelParallel(model, plan=plan, sharders=sharders, device=device)
     if before_wrap:
         notes.append(f"init.from's weights were loaded into the unsharded model before the wrap ({len(full)} tensors)")
     elif init.get("from_state"):

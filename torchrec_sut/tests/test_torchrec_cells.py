@@ -293,6 +293,33 @@ def test_a_deeper_mlp_is_bitwise_when_the_reference_has_torchs_blas(tmp_path):
         assert differing == [], differing
 
 
+def test_sequence_tables_agree_with_the_release_bitwise(tmp_path):
+    """Sequence tables (pooling: none) run in TorchRec's EmbeddingCollection on the release; the
+    reference computes them as sum-pooled tables (the model sums each bag's rows).  table_wise,
+    column_wise and row_wise on 1.9.2: every weight and optimizer state bitwise, from TorchRec's
+    initial draw (the EBC's tables drawn before the EmbeddingCollection's) on."""
+    need("1.9.2")
+    text = open(os.path.join(ROOT, "scenarios", "examples", "sequence_tables.yaml")).read()
+    text = "\n".join(line for line in text.splitlines() if "dp_seq" not in line)  # 1.9.2 fails it on CPU
+    scenario = tmp_path / "seq.yaml"
+    scenario.write_text(text.replace("world_size: [2, 3]", "world_size: [2]\n  system: [torchrec==1.9.2]")
+                        .replace("dense: {layers: [4, 1]}", "dense: {layers: [1]}")
+                        .replace("    global_model: {rtol: 1.0e-5, atol: 1.0e-6}\n",
+                                 "    reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}\n"))
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "reports" / "example-sequence-tables" / "2_torchrec__1.9.2.json"))
+    assert any("EmbeddingCollection" in n for n in r["system"]["notes"]), r["system"]["notes"]
+    names = {d["name"] for d in r["reference"]}
+    assert {"ebc.embedding_bags.tw_seq.weight", "ebc.embedding_bags.rw_seq.momentum1", "pooled_embeddings.f_cw_seq"} <= names, names
+    # Not bitwise, by construction: the Linear's forward (BLAS), and a row_wise table's bag sum,
+    # which the EmbeddingCollection leaves to the model (rows added in id order) while the
+    # reference adds each shard's partial sum.  Both within the tolerance (the run passed).
+    differing = [(d["name"], d["step"], d["elements_differing"]) for d in r["reference"]
+                 if d["elements_differing"] and d["name"] not in ("model_output", "pooled_embeddings.f_rw_seq")]
+    assert differing == [], differing
+
+
 def test_explain_prints_the_plan_of_the_releases_own_planner(tmp_path):
     """`explain --release` asks the release's planner (no training) and says whether it agrees: it does."""
     need("1.9.2")
