@@ -126,15 +126,19 @@ void UnshardedModel::sparse_step(Table& table, const at::Tensor& rows) {
   const at::Tensor w = table.weight.detach().index_select(0, rows);
   const double lr = sparse_.learning_rate, eps = sparse_.eps, wd = sparse_.weight_decay;
   at::Tensor updated;
+  // An fp16 table's SGD and Adagrad add their step rounded to fp16, then round the sum (FBGEMM's
+  // CPU kernels); the other optimizers' results are rounded once, below.
+  const bool fp16 = table.config.data_type == "fp16";
+  auto plus_fp16_step = [&](const at::Tensor& step) { return (w + step.to(at::kHalf).to(at::kFloat)).to(at::kHalf).to(at::kFloat); };
   switch (sparse_.type) {
     case dmp::FusedOptimizerType::kSgd:
-      updated = w - lr * g;
+      updated = fp16 ? plus_fp16_step(-lr * g) : w - lr * g;
       break;
     case dmp::FusedOptimizerType::kAdagrad: {
       at::Tensor& sum = table.state["momentum1"];
       const at::Tensor m = sum.index_select(0, rows) + g * g;
       sum.index_copy_(0, rows, m);
-      updated = w - lr * g / (m.sqrt() + eps);
+      updated = fp16 ? plus_fp16_step(-lr * g / (m.sqrt() + eps)) : w - lr * g / (m.sqrt() + eps);
       break;
     }
     case dmp::FusedOptimizerType::kRowWiseAdagrad: {
@@ -165,6 +169,8 @@ void UnshardedModel::sparse_step(Table& table, const at::Tensor& rows) {
     }
   }
   table.weight.detach().index_copy_(0, rows, updated);
+  at::Tensor stored = table.weight.detach();
+  dmp::round_to_storage(table.config, stored);  // an fp16 table keeps fp16 values
 }
 
 // torch.optim's SGD, Adagrad and Adam (defaults: no dampening, no Nesterov, no lr decay, no amsgrad).

@@ -1,5 +1,8 @@
 #include "dmp/embedding_config.h"
 
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
 #include <algorithm>
 #include <map>
 
@@ -10,6 +13,12 @@ namespace dmpcheck::dmp {
 double EmbeddingBagConfig::init_bound() const { return std::sqrt(1.0 / static_cast<double>(num_embeddings)); }
 
 const char* pooling_name(PoolingType pooling) { return pooling == PoolingType::kSum ? "sum" : "mean"; }
+void round_to_storage(const EmbeddingBagConfig& table, at::Tensor& weight) {
+  if (table.data_type != "fp16") return;
+  at::NoGradGuard no_grad;
+  weight.copy_(weight.to(at::kHalf).to(at::kFloat));
+}
+
 const char* pooling_name(const EmbeddingBagConfig& table) { return table.sequence ? "none" : pooling_name(table.pooling); }
 
 std::string table_weight_key(const std::string& table) { return "ebc.embedding_bags." + table + ".weight"; }

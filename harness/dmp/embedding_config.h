@@ -1,6 +1,8 @@
 // What a table is, independent of where it lives.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +33,10 @@ struct EmbeddingBagConfig {
 };
 
 const char* pooling_name(PoolingType pooling);
+// An fp16 table's storage as the reference models it: fp32 tensors holding only values an fp16
+// can (FBGEMM's CPU kernels read fp16 rows into fp32, accumulate in fp32 and round each updated
+// row back to fp16, to nearest).  Rounds `weight` in place when the table is fp16; else nothing.
+void round_to_storage(const EmbeddingBagConfig& table, at::Tensor& weight);
 // "sum", "mean", or "none" for a sequence table.
 const char* pooling_name(const EmbeddingBagConfig& table);
 

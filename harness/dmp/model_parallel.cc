@@ -49,6 +49,7 @@ std::map<std::string, std::vector<at::Tensor>> draw_local_tables(const ModelConf
   auto uniform = [&](int64_t rows, int64_t cols, const EmbeddingBagConfig& t) {
     at::Tensor w = at::empty({rows, cols}, at::kFloat);
     w.uniform_(-t.init_bound(), t.init_bound(), generator);
+    round_to_storage(t, w);  // an fp16 table: the fp32 draw, rounded to fp16
     return w;
   };
   // TorchRec's modules in model order: the EmbeddingBagCollection, then the EmbeddingCollection
@@ -150,6 +151,7 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
       const bool fused = placement.type != ShardingType::kDataParallel || !dense_trains_dp;
       TableShard local{config, placement.type, shard, drawn.at(config.name).at(piece++),
                        fused ? std::make_unique<FusedOptimizer>(options_.sparse_optimizer, shard.rows, shard.cols) : nullptr};
+      if (local.optimizer) local.optimizer->set_fp16_storage(config.data_type == "fp16");
       (placement.type == ShardingType::kDataParallel ? data_parallel : model_parallel).push_back(std::move(local));
     }
     if (placement.type != ShardingType::kDataParallel) {

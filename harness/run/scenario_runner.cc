@@ -63,10 +63,14 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
   std::optional<std::string> reason = comm::backend_unavailable_reason(spec.backend, local_world_size);
   for (const auto& t : spec.model.tables) {
-    if (!reason && t.data_type != "fp32") {
+    const auto c = spec.constraints.find(t.name);
+    const bool data_parallel = c != spec.constraints.end() && !c->second.sharding_types.empty() &&
+                               c->second.sharding_types.front() == dmp::ShardingType::kDataParallel;
+    if (!reason && (t.data_type == "bf16" || (t.data_type == "fp16" && data_parallel))) {
       // Said plainly, as a skip: the release cells of the same scenario still run.
-      reason = fmt::format("the reference DMP models fp32 tables only; table '{}' is {} (run it on a release: system: torchrec==X.Y.Z)",
-                           t.name, t.data_type);
+      reason = fmt::format("the reference DMP models fp32 tables and model-parallel fp16 ones; table '{}' is {}{} (run it on a "
+                           "release: system: torchrec==X.Y.Z)",
+                           t.name, t.data_type, data_parallel ? ", data_parallel" : "");
     }
   }
   if (reason) {

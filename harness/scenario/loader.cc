@@ -1038,7 +1038,10 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
         if (matches) {
           run.expect = parse_expectation(r, expect[i], path, table_names);
           for (const auto& t : run.model.tables) {
-            if (run.expect.reference && t.data_type != "fp32") {
+            const auto c = run.constraints.find(t.name);
+            const bool data_parallel = c != run.constraints.end() && !c->second.sharding_types.empty() &&
+                                       c->second.sharding_types.front() == dmp::ShardingType::kDataParallel;
+            if (run.expect.reference && (t.data_type == "bf16" || (t.data_type == "fp16" && data_parallel))) {
               r.fail(expect[i]["reference"], path + ".reference",
                      fmt::format("table '{}' is {}, which the reference DMP does not model, so it cannot run the comparison "
                                  "(run '{}')", t.name, t.data_type, run.name));

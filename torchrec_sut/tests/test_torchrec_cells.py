@@ -320,6 +320,49 @@ def test_sequence_tables_agree_with_the_release_bitwise(tmp_path):
     assert differing == [], differing
 
 
+FP16_TABLES = """version: 1
+name: fp16
+world_size: 2
+steps: 4
+batch_size: 4
+init: {mode: seeded, seed: 16}
+data: {seed: 5, ids_per_bag: [0, 3]}
+tables:
+  - {name: tw16, rows: 40, dim: 8, features: [f_tw], data_type: fp16, sharding: {types: [table_wise]}}
+  - {name: cw16, rows: 30, dim: 8, features: [f_cw], data_type: fp16, pooling: mean, sharding: {types: [column_wise], column_shards: 2}}
+  - {name: rw16, rows: 50, dim: 8, features: [f_rw], data_type: fp16, sharding: {types: [row_wise]}}
+  - {name: dp32, rows: 20, dim: 8, features: [f_dp], sharding: {types: [data_parallel]}}
+dense: {layers: [1]}
+optimizers:
+  sparse: {type: sgd, lr: 0.1}
+  dense: {type: sgd, lr: 0.1}
+matrix:
+  optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]
+  system: [torchrec==1.9.2]
+expect:
+  - reference: {profile: release, start: seed, rtol: 1.0e-3, atol: 1.0e-4}
+    outputs: {rtol: 1.0e-3, atol: 1.0e-4}
+"""
+
+
+def test_fp16_tables_agree_with_the_release_bitwise(tmp_path):
+    """fp16 tables: drawn in fp32 and rounded, read into fp32, and updated as FBGEMM's CPU kernels
+    round fp16 rows (SGD/Adagrad: w = h(w + h(step)); row-wise Adagrad: h(w + step), its mean
+    square summed in order).  Every weight, state and pooled embedding bitwise with 1.9.2."""
+    need("1.9.2")
+    scenario = tmp_path / "fp16.yaml"
+    scenario.write_text(FP16_TABLES)
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    for opt in ("sgd", "adagrad", "rowwise_adagrad"):
+        r = json.load(open(tmp_path / "reports" / "fp16" / f"{opt}_torchrec__1.9.2.json"))
+        assert any("weights held as torch.float16" in n for n in r["system"]["notes"]), r["system"]["notes"]
+        assert {d["step"] for d in r["reference"]} == set(range(5))
+        differing = [(d["name"], d["step"], d["elements_differing"]) for d in r["reference"]
+                     if d["elements_differing"] and d["name"] != "model_output"]
+        assert differing == [], (opt, differing)
+
+
 def test_explain_prints_the_plan_of_the_releases_own_planner(tmp_path):
     """`explain --release` asks the release's planner (no training) and says whether it agrees: it does."""
     need("1.9.2")

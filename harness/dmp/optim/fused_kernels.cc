@@ -1,5 +1,7 @@
 #include "dmp/optim/fused_kernels.h"
 
+#include <c10/util/Half.h>
+
 #include <cmath>
 
 namespace dmpcheck::dmp::kernels {
@@ -47,6 +49,42 @@ void rowwise_adagrad_rows(float* w, float* m, const float* g, const int64_t* row
     const float correction = wd_mode == 1 ? 1.0f - multiplier * wd : wd_mode == 2 ? decoupled_correction : 1.0f;
     for (int64_t j = 0; j < dim; ++j) wr[j] = wr[j] * correction - multiplier * gr[j];
   }
+}
+
+namespace {
+
+float to_fp16(float x) { return static_cast<float>(c10::Half(x)); }  // round to nearest even
+
+}  // namespace
+
+void sgd_rows_fp16(float* w, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim, float lr) {
+  for (int64_t i = begin; i < end; ++i) {
+    float* wr = w + rows[i] * dim;
+    const float* gr = g + i * dim;
+    for (int64_t j = 0; j < dim; ++j) wr[j] = to_fp16(wr[j] + to_fp16(-(lr * gr[j])));
+  }
+}
+
+void adagrad_rows_fp16(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
+                       float lr, float eps) {
+  for (int64_t i = begin; i < end; ++i) {
+    float* wr = w + rows[i] * dim;
+    float* mr = m + rows[i] * dim;
+    const float* gr = g + i * dim;
+    for (int64_t j = 0; j < dim; ++j) {
+      const float mj = static_cast<float>(static_cast<double>(mr[j]) + static_cast<double>(gr[j]) * gr[j]);
+      mr[j] = mj;
+      const float step = lr * gr[j];
+      const float delta = static_cast<float>(-static_cast<double>(step) / (std::sqrt(static_cast<double>(mj)) + eps));
+      wr[j] = to_fp16(wr[j] + to_fp16(delta));
+    }
+  }
+}
+
+float sequential_mean_square(const float* g, int64_t dim) {
+  float sum = 0;
+  for (int64_t j = 0; j < dim; ++j) sum = sum + g[j] * g[j];
+  return sum / static_cast<float>(dim);
 }
 
 float fbgemm_mean_square(const float* g, int64_t dim) {

@@ -31,6 +31,12 @@ void rowwise_adagrad_rows(float* w, float* m, const float* g, const int64_t* row
 // then divided (not multiplied by 1/D) by the width.
 float fbgemm_mean_square(const float* g, int64_t dim);
 
+// fp16 tables (values an fp16 holds, in fp32): FBGEMM's CPU arithmetic for them.
+void sgd_rows_fp16(float* w, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim, float lr);
+void adagrad_rows_fp16(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
+                       float lr, float eps);
+float sequential_mean_square(const float* g, int64_t dim);
+
 struct AdamScalars {
   float lr, eps, weight_decay, beta1, beta2, one_minus_beta1, one_minus_beta2, bias_correction1, bias_correction2;
 };

@@ -93,12 +93,23 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
   const float wd = static_cast<float>(config_.weight_decay);
   switch (config_.type) {
     case FusedOptimizerType::kSgd:
-      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) { kernels::sgd_rows(w, gp, rp, begin, end, dim, lr); });
+      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+        if (fp16_) {
+          kernels::sgd_rows_fp16(w, gp, rp, begin, end, dim, lr);
+        } else {
+          kernels::sgd_rows(w, gp, rp, begin, end, dim, lr);
+        }
+      });
       return;
     case FusedOptimizerType::kAdagrad: {
       float* m = state_[0].tensor.data_ptr<float>();
-      at::parallel_for(0, n, kRowGrain,
-                       [&](int64_t begin, int64_t end) { kernels::adagrad_rows(w, m, gp, rp, begin, end, dim, lr, eps); });
+      at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
+        if (fp16_) {
+          kernels::adagrad_rows_fp16(w, m, gp, rp, begin, end, dim, lr, eps);
+        } else {
+          kernels::adagrad_rows(w, m, gp, rp, begin, end, dim, lr, eps);
+        }
+      });
       return;
     }
     case FusedOptimizerType::kRowWiseAdagrad: {
@@ -108,7 +119,9 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
       at::Tensor mean_square = at::empty({n}, at::kFloat);
       const float* dp = decayed.data_ptr<float>();
       float* msp = mean_square.data_ptr<float>();
-      for (int64_t i = 0; i < n; ++i) msp[i] = kernels::fbgemm_mean_square(dp + i * dim, dim);
+      for (int64_t i = 0; i < n; ++i) {
+        msp[i] = fp16_ ? kernels::sequential_mean_square(dp + i * dim, dim) : kernels::fbgemm_mean_square(dp + i * dim, dim);
+      }
       const float* ms = msp;
       float* m = state_[0].tensor.data_ptr<float>();
       const int mode = l2 ? 1 : config_.weight_decay_mode == WeightDecayMode::kDecoupled ? 2 : 0;

@@ -74,6 +74,11 @@ class FusedOptimizer {
   int64_t step() const { return step_; }
   // Resuming from a checkpoint taken after `step` steps.
   void set_step(int64_t step) { step_ = step; }
+  // The table is stored in fp16 (the reference keeps fp16 values in fp32 tensors): updates are
+  // rounded as FBGEMM's CPU kernels round fp16 rows (measured on fbgemm-gpu-cpu 1.9.0):
+  // SGD and Adagrad add the update rounded to fp16 and round the sum, w = h(w + h(d));
+  // row-wise Adagrad rounds its fp32 result, w = h(w + d), its mean square summed in order.
+  void set_fp16_storage(bool fp16) { fp16_ = fp16; }
 
   static std::vector<StateSpec> state_specs(const FusedOptimizerConfig& config, int64_t rows, int64_t cols);
   // Bytes of state for a shard of rows x cols (what the planner balances).
@@ -85,6 +90,7 @@ class FusedOptimizer {
   FusedOptimizerConfig config_;
   std::vector<NamedTensor> state_;
   int64_t step_ = 0;
+  bool fp16_ = false;
 };
 
 }  // namespace dmpcheck::dmp

@@ -239,6 +239,7 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
     const RowGradients none{at::empty({0}, at::kLong), at::empty({0, shards_[s].weight.size(1)}, at::kFloat)};
     if (deduplicate_) {
       shards_[s].optimizer->apply(shards_[s].weight, per_shard[s].empty() ? none : row_gradients(per_shard[s]));
+      round_to_storage(shards_[s].config, shards_[s].weight);
       continue;
     }
     RowGradients occurrences = none;
@@ -252,6 +253,7 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
       occurrences = {at::cat(rows), at::cat(grads)};
     }
     shards_[s].optimizer->apply_in_turn(shards_[s].weight, occurrence_groups(occurrences));
+    round_to_storage(shards_[s].config, shards_[s].weight);
   }
 }
 
