@@ -39,6 +39,13 @@ def dmpcheck(*args, env=None, timeout=600):
     return subprocess.run([DMPCHECK, *args], capture_output=True, text=True, timeout=timeout, env=e)
 
 
+def not_bitwise(result, allowed=("model_output",)):
+    """(tensor, step, elements) of every comparison with the reference that is not bitwise, but
+    those named in `allowed` (the Linear's forward: a BLAS of its own on each side)."""
+    return [(d["name"], d["step"], d["elements_differing"]) for d in result["reference"]
+            if d["elements_differing"] and d["name"] not in allowed]
+
+
 def test_seed_on_real_releases(tmp_path):
     """The seed: real 0.6.0 diverges on all four tables at init and after the step; 1.9.2 is equal."""
     need("0.6.0", "1.9.2")
@@ -247,7 +254,7 @@ def test_the_profile_of_the_release_agrees_bit_for_bit(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(tmp_path / "reports" / "fidelity-sharding" / "rowwise_adagrad_2.json"))
     assert {d["step"] for d in r["reference"]} == {0, 1, 2, 3}
-    differing = [(d["name"], d["step"], d["elements_differing"]) for d in r["reference"] if d["elements_differing"]]
+    differing = not_bitwise(r, allowed=())
     assert differing == [], differing
 
 
@@ -265,7 +272,7 @@ def test_world_size_three_is_bitwise_through_ddps_rebuilt_buckets(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(tmp_path / "reports" / "fidelity-row-wise" / "adagrad_3.json"))
     assert {d["step"] for d in r["reference"]} == set(range(11))
-    differing = [(d["name"], d["step"], d["elements_differing"]) for d in r["reference"] if d["elements_differing"]]
+    differing = not_bitwise(r, allowed=())
     assert differing == [], differing
 
 
@@ -283,7 +290,7 @@ def test_a_deeper_mlp_is_bitwise_when_the_reference_has_torchs_blas(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(tmp_path / "reports" / "fidelity-dense" / "adagrad_2.json"))
     assert {d["step"] for d in r["reference"]} == set(range(6))
-    differing = [(d["name"], d["step"], d["elements_differing"]) for d in r["reference"] if d["elements_differing"]]
+    differing = not_bitwise(r, allowed=())
     built = dmpcheck("--version").stdout
     assert "built against libtorch" in built, built
     if "libtorch 1." in built:
@@ -315,8 +322,7 @@ def test_sequence_tables_agree_with_the_release_bitwise(tmp_path):
     # Not bitwise, by construction: the Linear's forward (BLAS), and a row_wise table's bag sum,
     # which the EmbeddingCollection leaves to the model (rows added in id order) while the
     # reference adds each shard's partial sum.  Both within the tolerance (the run passed).
-    differing = [(d["name"], d["step"], d["elements_differing"]) for d in r["reference"]
-                 if d["elements_differing"] and d["name"] not in ("model_output", "pooled_embeddings.f_rw_seq")]
+    differing = not_bitwise(r, allowed=("model_output", "pooled_embeddings.f_rw_seq"))
     assert differing == [], differing
 
 
@@ -358,8 +364,7 @@ def test_fp16_tables_agree_with_the_release_bitwise(tmp_path):
         r = json.load(open(tmp_path / "reports" / "fp16" / f"{opt}_torchrec__1.9.2.json"))
         assert any("weights held as torch.float16" in n for n in r["system"]["notes"]), r["system"]["notes"]
         assert {d["step"] for d in r["reference"]} == set(range(5))
-        differing = [(d["name"], d["step"], d["elements_differing"]) for d in r["reference"]
-                     if d["elements_differing"] and d["name"] != "model_output"]
+        differing = not_bitwise(r)
         assert differing == [], (opt, differing)
 
 

@@ -5,6 +5,11 @@
 #include <cmath>
 
 namespace dmpcheck::dmp::kernels {
+namespace {
+
+float to_fp16(float x) { return static_cast<float>(c10::Half(x)); }  // round to nearest even
+
+}  // namespace
 
 // Each kernel does FBGEMM's CPU arithmetic (fbgemm-gpu-cpu 0.6.0 and 1.9.0 alike, established by
 // experiment against the real kernels: every element of weights and state bitwise equal on tables
@@ -21,20 +26,41 @@ void sgd_rows(float* w, const float* g, const int64_t* rows, int64_t begin, int6
   }
 }
 
-void adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
-                  float lr, float eps) {
+namespace {
+
+// m + g*g rounded once; then lr*g as a float product, and the step in double, rounded once:
+// fp32 tables subtract it in double (one rounding), fp16 tables add it rounded to fp16 and
+// round the sum to fp16.
+template <bool kFp16>
+void adagrad_rows_as(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
+                     float lr, float eps) {
   for (int64_t i = begin; i < end; ++i) {
     float* wr = w + rows[i] * dim;
     float* mr = m + rows[i] * dim;
     const float* gr = g + i * dim;
     for (int64_t j = 0; j < dim; ++j) {
-      // m + g*g rounded once; then lr*g as a float product, and the rest in double, rounded once.
       const float mj = static_cast<float>(static_cast<double>(mr[j]) + static_cast<double>(gr[j]) * gr[j]);
       mr[j] = mj;
-      const float step = lr * gr[j];
-      wr[j] = static_cast<float>(static_cast<double>(wr[j]) - static_cast<double>(step) / (std::sqrt(static_cast<double>(mj)) + eps));
+      const double step = static_cast<double>(lr * gr[j]) / (std::sqrt(static_cast<double>(mj)) + eps);
+      if constexpr (kFp16) {
+        wr[j] = to_fp16(wr[j] + to_fp16(static_cast<float>(-step)));
+      } else {
+        wr[j] = static_cast<float>(static_cast<double>(wr[j]) - step);
+      }
     }
   }
+}
+
+}  // namespace
+
+void adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
+                  float lr, float eps) {
+  adagrad_rows_as<false>(w, m, g, rows, begin, end, dim, lr, eps);
+}
+
+void adagrad_rows_fp16(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
+                       float lr, float eps) {
+  adagrad_rows_as<true>(w, m, g, rows, begin, end, dim, lr, eps);
 }
 
 void rowwise_adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end,
@@ -51,33 +77,11 @@ void rowwise_adagrad_rows(float* w, float* m, const float* g, const int64_t* row
   }
 }
 
-namespace {
-
-float to_fp16(float x) { return static_cast<float>(c10::Half(x)); }  // round to nearest even
-
-}  // namespace
-
 void sgd_rows_fp16(float* w, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim, float lr) {
   for (int64_t i = begin; i < end; ++i) {
     float* wr = w + rows[i] * dim;
     const float* gr = g + i * dim;
     for (int64_t j = 0; j < dim; ++j) wr[j] = to_fp16(wr[j] + to_fp16(-(lr * gr[j])));
-  }
-}
-
-void adagrad_rows_fp16(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
-                       float lr, float eps) {
-  for (int64_t i = begin; i < end; ++i) {
-    float* wr = w + rows[i] * dim;
-    float* mr = m + rows[i] * dim;
-    const float* gr = g + i * dim;
-    for (int64_t j = 0; j < dim; ++j) {
-      const float mj = static_cast<float>(static_cast<double>(mr[j]) + static_cast<double>(gr[j]) * gr[j]);
-      mr[j] = mj;
-      const float step = lr * gr[j];
-      const float delta = static_cast<float>(-static_cast<double>(step) / (std::sqrt(static_cast<double>(mj)) + eps));
-      wr[j] = to_fp16(wr[j] + to_fp16(delta));
-    }
   }
 }
 
