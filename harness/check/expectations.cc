@@ -115,7 +115,7 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
                                        result.init_broadcast.seconds, *expect.max_broadcast_seconds));
   }
   if (expect.error) {
-    out.failures.push_back(fmt::format("expected the run to fail with an error containing '{}', but it completed", *expect.error));
+    out.failures.push_back(fmt::format("expected the run to fail with {}, but it completed", expect.error->describe()));
   }
   out.held = out.failures.empty();
   return out;

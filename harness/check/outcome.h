@@ -1,66 +1,18 @@
-// What a run came to, as types: its verdict, the kind of failure that stopped it, and the one
-// policy that turns results into dmpcheck's exit status (docs/errors.md).  Reports write these
-// as the names below; nothing compares their text.
+// The outcome types (common/outcome.h) where the checks and reports use them, as check::.
 #pragma once
 
-#include <optional>
-#include <string_view>
-#include <vector>
-
-#include "common/error.h"
+#include "common/outcome.h"
 
 namespace dmpcheck::check {
 
-enum class Verdict {
-  kPass,     // every expectation held (an expected failure included)
-  kFail,     // an expectation did not hold
-  kError,    // a rank failed or the scenario did not load: no verdict on expectations
-  kSkipped,  // the cell cannot run here (no GPU for NCCL, a table type the reference lacks)
-};
-
-std::string_view verdict_name(Verdict verdict);  // "pass", "fail", "error", "skipped"
-std::optional<Verdict> parse_verdict(std::string_view name);
-
-// Why a run stopped.  The first six are dmpcheck's ErrorKinds raised inside a rank; the others
-// are what the launcher saw or what a TorchRec release's rank program reported.
-enum class FailureKind {
-  kInvalidScenario,
-  kInvalidInput,
-  kCommunication,
-  kTimeout,      // a collective passed its deadline, or the run its budget
-  kRankFailed,   // a rank exited non-zero without saying why
-  kInternal,
-  kCrashed,      // a rank was killed by a signal
-  kInterrupted,  // dmpcheck itself received SIGINT or SIGTERM
-  kTorchRec,     // a release raised (its own exception, its own text)
-  kUnsupported,  // the release's rank program cannot express what the scenario asks
-  kImport,       // the release's environment could not import torch / torchrec
-};
-
-std::string_view failure_kind_name(FailureKind kind);
-std::optional<FailureKind> parse_failure_kind(std::string_view name);
-FailureKind failure_kind_of(ErrorKind kind);
-std::vector<std::string_view> failure_kind_names();
-
-// dmpcheck's exit status for one run: 0 passed or skipped, 1 an expectation did not hold,
-// 2 bad input found before any rank started (a scenario that did not load), 3 any other error,
-// 130 interrupted.  The status of many runs is the largest of theirs.
-int exit_status(Verdict verdict, std::optional<FailureKind> failure);
+using dmpcheck::exit_status;
+using dmpcheck::failure_kind_name;
+using dmpcheck::failure_kind_names;
+using dmpcheck::failure_kind_of;
+using dmpcheck::FailureKind;
+using dmpcheck::parse_failure_kind;
+using dmpcheck::parse_verdict;
+using dmpcheck::Verdict;
+using dmpcheck::verdict_name;
 
 }  // namespace dmpcheck::check
-
-// fmt prints both by name ("{}" -> "pass", "crashed").
-template <>
-struct fmt::formatter<dmpcheck::check::Verdict> : fmt::formatter<std::string_view> {
-  template <typename Context>
-  auto format(dmpcheck::check::Verdict v, Context& ctx) const {
-    return fmt::formatter<std::string_view>::format(dmpcheck::check::verdict_name(v), ctx);
-  }
-};
-template <>
-struct fmt::formatter<dmpcheck::check::FailureKind> : fmt::formatter<std::string_view> {
-  template <typename Context>
-  auto format(dmpcheck::check::FailureKind k, Context& ctx) const {
-    return fmt::formatter<std::string_view>::format(dmpcheck::check::failure_kind_name(k), ctx);
-  }
-};

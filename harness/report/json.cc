@@ -9,6 +9,24 @@
 #include "common/error.h"
 #include "common/file_io.h"
 
+namespace dmpcheck {
+
+// Both by their names (common/outcome.cc), in their own namespace for nlohmann::json to find.  A verdict this build cannot read is an error; a
+// failure kind it does not know (a newer rank program's) reads as rank_failed.
+void to_json(nlohmann::json& j, const Verdict& v) { j = std::string(verdict_name(v)); }
+void from_json(const nlohmann::json& j, Verdict& v) {
+  const auto parsed = parse_verdict(j.get<std::string>());
+  DMP_CHECK(parsed.has_value(), ErrorKind::kInvalidInput, "a run report's verdict '{}' is none of pass, fail, error, skipped",
+            j.get<std::string>());
+  v = *parsed;
+}
+void to_json(nlohmann::json& j, const FailureKind& v) { j = std::string(failure_kind_name(v)); }
+void from_json(const nlohmann::json& j, FailureKind& v) {
+  v = parse_failure_kind(j.get<std::string>()).value_or(FailureKind::kRankFailed);
+}
+
+}  // namespace dmpcheck
+
 namespace dmpcheck::check {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TensorCheck, name, sharding, phase, equal, max_abs_diff, elements_differing,
@@ -64,19 +82,6 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TablePlacement, table, sharding, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Environment, libtorch_version, backend, host, git_revision, world_size, cores,
                                    threads_per_rank)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ExpectationResult, description, held, failures)
-// Both by their names (check/outcome.cc).  A verdict this build cannot read is an error; a
-// failure kind it does not know (a newer rank program's) reads as rank_failed.
-void to_json(nlohmann::json& j, const Verdict& v) { j = std::string(verdict_name(v)); }
-void from_json(const nlohmann::json& j, Verdict& v) {
-  const auto parsed = parse_verdict(j.get<std::string>());
-  DMP_CHECK(parsed.has_value(), ErrorKind::kInvalidInput, "a run report's verdict '{}' is none of pass, fail, error, skipped",
-            j.get<std::string>());
-  v = *parsed;
-}
-void to_json(nlohmann::json& j, const FailureKind& v) { j = std::string(failure_kind_name(v)); }
-void from_json(const nlohmann::json& j, FailureKind& v) {
-  v = parse_failure_kind(j.get<std::string>()).value_or(FailureKind::kRankFailed);
-}
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankFailure, rank, kind, cause, message, last_lines)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Timings, init_s, train_s, check_s, total_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(StepDivergence, step, tensors_differing, max_abs_diff)

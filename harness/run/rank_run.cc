@@ -84,7 +84,7 @@ dmp::ShardingPlan collective_plan(comm::Communicator& comm, dmp::PlannerInput in
   for (unsigned char c : held) hash = (hash ^ c) * 1099511628211ull;
   const auto all = comm.all_gather(at::tensor({static_cast<int64_t>(hash >> 1)}, at::kLong));
   for (size_t r = 1; r < all.size(); ++r) {
-    DMP_CHECK(all[r].item<int64_t>() == all[0].item<int64_t>(), ErrorKind::kInternal,
+    DMP_CHECK(all[r].item<int64_t>() == all[0].item<int64_t>(), ErrorKind::kCommunication,
               "rank {} holds a different sharding plan from rank 0; rank {} has:\n{}", r, comm.rank(), held);
   }
   return plan;

@@ -39,13 +39,13 @@ check::RunResult failed_result(const scenario::Scenario& scenario, const scenari
   if (launched.failure) {
     result.failure = launched.failure;
     // A failure the scenario predicts is the expected outcome, not an error.
-    if (spec.expect.error && launched.failure->message.find(*spec.expect.error) != std::string::npos) {
+    if (spec.expect.error && spec.expect.error->matches(launched.failure->kind, launched.failure->message)) {
       result.verdict = check::Verdict::kPass;
       result.expectation.held = true;
     } else if (spec.expect.error) {
       result.verdict = check::Verdict::kFail;
-      result.expectation.failures.push_back(fmt::format("expected an error containing '{}', got: {}", *spec.expect.error,
-                                                        launched.failure->message));
+      result.expectation.failures.push_back(fmt::format("expected {}, got a {} error: {}", spec.expect.error->describe(),
+                                                        launched.failure->kind, launched.failure->message));
     }
   } else {
     check::RankFailure f;

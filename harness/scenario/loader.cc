@@ -789,7 +789,20 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
   if (node["initial_state"]) {
     e.initial_state = r.choice(node["initial_state"], path + ".initial_state", {"from", "not_from"}) == "from";
   }
-  if (node["error"]) e.error = r.string(node["error"], path + ".error");
+  if (YAML::Node error = node["error"]) {
+    // Typed: the failure kind, and for a release's errors the text of its own message.
+    if (!error.IsMap()) {
+      r.expected(error, path + ".error", "a mapping {kind: <failure kind>, message: <text the message contains>}, e.g. "
+                                         "{kind: torchrec, message: \"not supported\"}");
+    }
+    r.check_keys(error, path + ".error", {"kind", "message"});
+    std::vector<std::string> kinds;
+    for (auto k : failure_kind_names()) kinds.emplace_back(k);
+    Expectation::ExpectedError expected;
+    expected.kind = *parse_failure_kind(r.choice(r.required(error, path + ".error", "kind"), path + ".error.kind", kinds));
+    if (error["message"]) expected.message = r.string(error["message"], path + ".error.message");
+    e.error = expected;
+  }
   if (node["max_broadcast_seconds"]) {
     e.max_broadcast_seconds = r.number(node["max_broadcast_seconds"], path + ".max_broadcast_seconds", 0.0);
   }
@@ -819,6 +832,11 @@ std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) co
   return it == per_feature.end() ? std::make_pair(min_ids_per_bag, max_ids_per_bag) : it->second;
 }
 
+std::string Expectation::ExpectedError::describe() const {
+  return message.empty() ? fmt::format("an error of kind {}", kind)
+                         : fmt::format("an error of kind {} containing '{}'", kind, message);
+}
+
 std::string Expectation::describe() const {
   std::string text = replicas == ReplicaExpectation::kEqual
                          ? "replicas equal"
@@ -841,7 +859,7 @@ std::string Expectation::describe() const {
                         reference->rtol, reference->atol);
   }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
-  if (error) text = fmt::format("the run fails with an error containing '{}'", *error);
+  if (error) text = fmt::format("the run fails with {}", error->describe());
   return text;
 }
 

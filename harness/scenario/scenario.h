@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/outcome.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/model_parallel.h"
 #include "dmp/optim/dense_optimizer.h"
@@ -104,8 +105,17 @@ struct Expectation {
   // init seed instead of starting from the reference's, so step 0 compares the two draws.
   bool reference_draws_own_init = false;
   std::optional<double> max_broadcast_seconds;
-  // The run is expected to fail, with an error whose message contains this text.
-  std::optional<std::string> error;
+  // The run is expected to fail: with this failure kind, and (when set) a message containing
+  // this text (a release's own message, which is all that tells its errors apart).
+  struct ExpectedError {
+    FailureKind kind = FailureKind::kTorchRec;
+    std::string message;
+    bool matches(FailureKind seen, const std::string& seen_message) const {
+      return seen == kind && seen_message.find(message) != std::string::npos;
+    }
+    std::string describe() const;
+  };
+  std::optional<ExpectedError> error;
   SourceLocation where;
   std::string describe() const;
 };

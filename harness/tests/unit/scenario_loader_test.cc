@@ -393,4 +393,22 @@ TEST(ScenarioLoader, AnEmbeddingBagModuleIsOneTableReadingOneFeature) {
   EXPECT_EQ(s.runs.at(0).torchrec_sharder, "stock");
 }
 
+TEST(ScenarioLoader, AnExpectedErrorIsTypedByItsFailureKind) {
+  std::string message = error_of(std::string(kMinimal) + "expect:\n  - error: \"not supported\"\n");
+  EXPECT_NE(message.find("s.yaml:13: field 'expect[0].error': expected a mapping {kind: <failure kind>, message: <text the "
+                         "message contains>}"),
+            std::string::npos)
+      << message;
+  message = error_of(std::string(kMinimal) + "expect:\n  - error: {kind: oops}\n");
+  EXPECT_NE(message.find("field 'expect[0].error.kind'"), std::string::npos) << message;
+  EXPECT_NE(message.find("torchrec"), std::string::npos) << message;  // the kinds it may be
+  const Scenario s = load_scenario_text(std::string(kMinimal) + "expect:\n  - error: {kind: communication, message: plan}\n", "s.yaml");
+  const auto& expected = *s.runs.at(0).expect.error;
+  EXPECT_EQ(expected.kind, FailureKind::kCommunication);
+  EXPECT_TRUE(expected.matches(FailureKind::kCommunication, "rank 1 holds a different sharding plan"));
+  EXPECT_FALSE(expected.matches(FailureKind::kInternal, "rank 1 holds a different sharding plan"));  // the kind decides
+  EXPECT_FALSE(expected.matches(FailureKind::kCommunication, "connection reset"));
+  EXPECT_EQ(s.runs.at(0).expect.describe(), "the run fails with an error of kind communication containing 'plan'");
+}
+
 }  // namespace dmpcheck::scenario

@@ -1,0 +1,89 @@
+#include "common/outcome.h"
+
+#include <algorithm>
+
+#include <array>
+#include <utility>
+
+
+namespace dmpcheck {
+namespace {
+
+constexpr std::array<std::pair<FailureKind, std::string_view>, 11> kFailureKinds = {{
+    {FailureKind::kInvalidScenario, "invalid_scenario"},
+    {FailureKind::kInvalidInput, "invalid_input"},
+    {FailureKind::kCommunication, "communication"},
+    {FailureKind::kTimeout, "timeout"},
+    {FailureKind::kRankFailed, "rank_failed"},
+    {FailureKind::kInternal, "internal"},
+    {FailureKind::kCrashed, "crashed"},
+    {FailureKind::kInterrupted, "interrupted"},
+    {FailureKind::kTorchRec, "torchrec"},
+    {FailureKind::kUnsupported, "unsupported"},
+    {FailureKind::kImport, "import"},
+}};
+
+}  // namespace
+
+std::string_view verdict_name(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kPass: return "pass";
+    case Verdict::kFail: return "fail";
+    case Verdict::kError: return "error";
+    case Verdict::kSkipped: return "skipped";
+  }
+  return "error";
+}
+
+std::optional<Verdict> parse_verdict(std::string_view name) {
+  for (Verdict v : {Verdict::kPass, Verdict::kFail, Verdict::kError, Verdict::kSkipped}) {
+    if (verdict_name(v) == name) return v;
+  }
+  return std::nullopt;
+}
+
+std::string_view failure_kind_name(FailureKind kind) {
+  for (const auto& [k, name] : kFailureKinds) {
+    if (k == kind) return name;
+  }
+  return "internal";
+}
+
+std::optional<FailureKind> parse_failure_kind(std::string_view name) {
+  for (const auto& [k, n] : kFailureKinds) {
+    if (n == name) return k;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string_view> failure_kind_names() {
+  std::vector<std::string_view> out;
+  for (const auto& entry : kFailureKinds) out.push_back(entry.second);
+  return out;
+}
+
+FailureKind failure_kind_of(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kInvalidScenario: return FailureKind::kInvalidScenario;
+    case ErrorKind::kInvalidInput: return FailureKind::kInvalidInput;
+    case ErrorKind::kCommunication: return FailureKind::kCommunication;
+    case ErrorKind::kTimeout: return FailureKind::kTimeout;
+    case ErrorKind::kRankFailed: return FailureKind::kRankFailed;
+    case ErrorKind::kInternal: return FailureKind::kInternal;
+  }
+  return FailureKind::kInternal;
+}
+
+int exit_status(Verdict verdict, std::optional<FailureKind> failure) {
+  switch (verdict) {
+    case Verdict::kPass:
+    case Verdict::kSkipped: return 0;
+    case Verdict::kFail: return 1;
+    case Verdict::kError: break;
+  }
+  if (failure == FailureKind::kInterrupted) return 130;
+  // A scenario that did not load is bad input; anything else that errs is a rank's failure.
+  return failure == FailureKind::kInvalidScenario ? 2 : 3;
+}
+
+}  // namespace dmpcheck
