@@ -67,14 +67,6 @@ std::vector<std::string> sharding_type_names() {
   return names;
 }
 
-std::vector<int64_t> divisors(int64_t dim) {
-  std::vector<int64_t> out;
-  for (int64_t d = 1; d <= dim; ++d) {
-    if (dim % d == 0) out.push_back(d);
-  }
-  return out;
-}
-
 int64_t torchrec_column_width(int64_t dim, int column_shards) {
   const int64_t least = column_shards > 0 ? std::max<int64_t>(1, dim / column_shards) : 128;
   for (int64_t w = least; w < dim; ++w) {

@@ -120,7 +120,5 @@ int64_t torchrec_column_width(int64_t dim, int column_shards);
 //           data_parallel   a full replica on every rank.
 ShardingPlan plan_sharding(const PlannerInput& input);
 
-// Divisors of `dim`, for messages that say which column shard counts would work.
-std::vector<int64_t> divisors(int64_t dim);
 
 }  // namespace dmpcheck::dmp
