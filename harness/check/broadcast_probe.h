@@ -19,19 +19,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "check/run_result.h"
+
 namespace dmpcheck::comm {
 class Communicator;
 }
 
 namespace dmpcheck::check {
 
-struct LatencyStats {
-  double min_s = 0.0;
-  double p50_s = 0.0;
-  double p99_s = 0.0;  // nearest rank
-  double max_s = 0.0;
-  double mean_s = 0.0;
-};
 
 // Over `samples` (seconds); all zero when empty.
 LatencyStats latency_stats(std::vector<double> samples);
@@ -40,28 +35,6 @@ LatencyStats latency_stats(std::vector<double> samples);
 // iteration is done when its slowest rank is).  Every rank passes as many samples.
 std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<double>& samples);
 
-struct BroadcastMethodCost {
-  std::string method;  // per_tensor, coalesced, framework, raw
-  int64_t bucket_cap_bytes = 0;  // coalesced and framework; 0 otherwise
-  int64_t collectives = 0;       // broadcasts per iteration (buckets)
-  LatencyStats end_to_end;       // flatten, broadcast, copy back
-  double algbw_gbps = 0.0;
-  double busbw_gbps = 0.0;
-  std::optional<LatencyStats> device;  // NCCL only: the collectives' CUDA-event time
-  std::optional<double> device_algbw_gbps;
-};
-
-struct BroadcastProbe {
-  bool performed = false;
-  std::string backend;
-  int world_size = 0;
-  int64_t bytes = 0;
-  int64_t tensors = 0;
-  int warmup = 0;
-  int iterations = 0;
-  std::vector<BroadcastMethodCost> methods;
-  std::string note;  // e.g. why the framework baseline is missing
-};
 
 struct ProbeOptions {
   int warmup = 1;

@@ -9,10 +9,41 @@
 #include <utility>
 #include <vector>
 
-#include "check/broadcast_probe.h"
 #include "check/outcome.h"
 
 namespace dmpcheck::check {
+
+// What the rank-0 broadcast of replicated state cost (check/broadcast_probe.h measures it).
+struct LatencyStats {
+  double min_s = 0.0;
+  double p50_s = 0.0;
+  double p99_s = 0.0;  // nearest rank
+  double max_s = 0.0;
+  double mean_s = 0.0;
+};
+
+struct BroadcastMethodCost {
+  std::string method;  // per_tensor, coalesced, framework, raw
+  int64_t bucket_cap_bytes = 0;  // coalesced and framework; 0 otherwise
+  int64_t collectives = 0;       // broadcasts per iteration (buckets)
+  LatencyStats end_to_end;       // flatten, broadcast, copy back
+  double algbw_gbps = 0.0;
+  double busbw_gbps = 0.0;
+  std::optional<LatencyStats> device;  // NCCL only: the collectives' CUDA-event time
+  std::optional<double> device_algbw_gbps;
+};
+
+struct BroadcastProbe {
+  bool performed = false;
+  std::string backend;
+  int world_size = 0;
+  int64_t bytes = 0;
+  int64_t tensors = 0;
+  int warmup = 0;
+  int iterations = 0;
+  std::vector<BroadcastMethodCost> methods;
+  std::string note;  // e.g. why the framework baseline is missing
+};
 
 // One replicated tensor compared across ranks at one phase.  Agreed by all ranks.
 struct TensorCheck {

@@ -7,30 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "dmp/config.h"
+
 namespace dmpcheck::dmp {
 
-enum class PoolingType { kSum, kMean };
-
-struct EmbeddingBagConfig {
-  std::string name;
-  int64_t num_embeddings = 0;  // rows
-  int64_t embedding_dim = 0;
-  std::vector<std::string> feature_names;
-  PoolingType pooling = PoolingType::kSum;
-  bool weighted = false;  // its features carry per-id weights (TorchRec's weighted EBC)
-  // The table's storage type as TorchRec's config names it: "fp32", "fp16" or "bf16".  The
-  // reference DMP models fp32 only; release cells run the others (torchrec.DataType).
-  std::string data_type = "fp32";
-  // A sequence table (`pooling: none`): TorchRec keeps it in an EmbeddingCollection, which
-  // returns each id's row, not a bag's pooled sum.  dmpcheck's model sums each bag's rows before
-  // the dense layers, so the reference computes it as a sum-pooled table (`pooling` is kSum):
-  // the same numbers, gradients and updates.
-  bool sequence = false;
-
-  // TorchRec's default init_fn: uniform in [-sqrt(1/rows), sqrt(1/rows)].
-  double init_bound() const;
-  int64_t bytes() const { return num_embeddings * embedding_dim * 4; }  // fp32
-};
 
 const char* pooling_name(PoolingType pooling);
 // An fp16 table's storage as the reference models it: fp32 tensors holding only values an fp16

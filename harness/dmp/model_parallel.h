@@ -14,6 +14,7 @@
 
 #include "comm/coalesced.h"
 #include "dmp/behaviour_profile.h"
+#include "dmp/config.h"
 #include "dmp/dense.h"
 #include "dmp/dense_data_parallel.h"
 #include "dmp/embedding_config.h"
@@ -22,7 +23,6 @@
 #include "dmp/optim/fused_optimizer.h"
 #include "dmp/planner.h"
 #include "dmp/sharding/embedding_sharding.h"
-#include "dmp/planner.h"
 
 namespace dmpcheck::comm {
 class Communicator;
@@ -30,13 +30,6 @@ class Communicator;
 
 namespace dmpcheck::dmp {
 
-struct ModelConfig {
-  std::vector<EmbeddingBagConfig> tables;
-  std::vector<int64_t> dense_layers;  // output sizes; the input is the pooled width
-  std::vector<std::string> features() const;         // a batch's keys: each feature once
-  std::vector<std::string> embedding_names() const;  // each lookup's output name, in order
-  int64_t pooled_width() const;
-};
 
 struct DmpOptions {
   BehaviourProfile profile;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dmp/embedding_config.h"
+#include "dmp/config.h"
 
 namespace dmpcheck::dmp {
 

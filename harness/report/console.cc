@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "check/broadcast_probe.h"
+
 namespace dmpcheck::report {
 
 std::string system_label(const check::RunResult& r) {

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <string>
 
+#include "check/broadcast_probe.h"
 #include "check/run_result.h"
 #include "scenario/scenario.h"
 

@@ -1,4 +1,5 @@
 #include "common/error.h"
+#include "dmp/optim/fused_optimizer.h"
 #include "scenario/scenario.h"
 
 namespace dmpcheck::scenario {

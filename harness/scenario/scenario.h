@@ -12,9 +12,7 @@
 
 #include "common/outcome.h"
 #include "dmp/behaviour_profile.h"
-#include "dmp/model_parallel.h"
-#include "dmp/optim/dense_optimizer.h"
-#include "dmp/optim/fused_optimizer.h"
+#include "dmp/config.h"
 #include "dmp/planner.h"
 
 namespace dmpcheck::scenario {

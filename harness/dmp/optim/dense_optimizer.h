@@ -9,23 +9,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "dmp/config.h"
 #include "dmp/optim/fused_optimizer.h"
 
 namespace dmpcheck::dmp {
 
-enum class DenseOptimizerType { kSgd, kAdagrad, kAdam };
 
-struct DenseOptimizerConfig {
-  DenseOptimizerType type = DenseOptimizerType::kSgd;
-  double learning_rate = 0.01;
-  double momentum = 0.0;       // SGD
-  double eps = 1e-8;           // Adam's default; torch.optim.Adagrad's is 1e-10
-  double beta1 = 0.9;          // Adam
-  double beta2 = 0.999;        // Adam
-  double weight_decay = 0.0;
-};
-
-const char* dense_optimizer_name(DenseOptimizerType type);
 
 class DenseOptimizer {
  public:

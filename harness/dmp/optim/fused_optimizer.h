@@ -25,26 +25,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "dmp/config.h"
 #include "dmp/pooling.h"
 
 namespace dmpcheck::dmp {
 
-enum class FusedOptimizerType { kSgd, kAdagrad, kRowWiseAdagrad, kAdam };
-enum class WeightDecayMode { kNone, kL2, kDecoupled };
 
-struct FusedOptimizerConfig {
-  FusedOptimizerType type = FusedOptimizerType::kSgd;
-  double learning_rate = 0.01;
-  double eps = 1e-8;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double weight_decay = 0.0;
-  WeightDecayMode weight_decay_mode = WeightDecayMode::kNone;
-};
-
-const char* fused_optimizer_name(FusedOptimizerType type);
-std::vector<std::string> fused_optimizer_names();
-const char* weight_decay_mode_name(WeightDecayMode mode);
 
 struct NamedTensor {
   std::string name;

@@ -1,0 +1,73 @@
+// What a model and its optimizers are, as plain values: the configuration a scenario, a planner
+// input or a report names, without the tensors or the communicators that run it (no libtorch).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dmpcheck::dmp {
+
+enum class PoolingType { kSum, kMean };
+
+struct EmbeddingBagConfig {
+  std::string name;
+  int64_t num_embeddings = 0;  // rows
+  int64_t embedding_dim = 0;
+  std::vector<std::string> feature_names;
+  PoolingType pooling = PoolingType::kSum;
+  bool weighted = false;  // its features carry per-id weights (TorchRec's weighted EBC)
+  // The table's storage type as TorchRec's config names it: "fp32", "fp16" or "bf16".  The
+  // reference DMP models fp32 only; release cells run the others (torchrec.DataType).
+  std::string data_type = "fp32";
+  // A sequence table (`pooling: none`): TorchRec keeps it in an EmbeddingCollection, which
+  // returns each id's row, not a bag's pooled sum.  dmpcheck's model sums each bag's rows before
+  // the dense layers, so the reference computes it as a sum-pooled table (`pooling` is kSum):
+  // the same numbers, gradients and updates.
+  bool sequence = false;
+
+  // TorchRec's default init_fn: uniform in [-sqrt(1/rows), sqrt(1/rows)].
+  double init_bound() const;
+  int64_t bytes() const { return num_embeddings * embedding_dim * 4; }  // fp32
+};
+
+struct ModelConfig {
+  std::vector<EmbeddingBagConfig> tables;
+  std::vector<int64_t> dense_layers;  // output sizes; the input is the pooled width
+  std::vector<std::string> features() const;         // a batch's keys: each feature once
+  std::vector<std::string> embedding_names() const;  // each lookup's output name, in order
+  int64_t pooled_width() const;
+};
+
+enum class FusedOptimizerType { kSgd, kAdagrad, kRowWiseAdagrad, kAdam };
+enum class WeightDecayMode { kNone, kL2, kDecoupled };
+
+struct FusedOptimizerConfig {
+  FusedOptimizerType type = FusedOptimizerType::kSgd;
+  double learning_rate = 0.01;
+  double eps = 1e-8;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double weight_decay = 0.0;
+  WeightDecayMode weight_decay_mode = WeightDecayMode::kNone;
+};
+
+const char* fused_optimizer_name(FusedOptimizerType type);
+std::vector<std::string> fused_optimizer_names();
+const char* weight_decay_mode_name(WeightDecayMode mode);
+
+enum class DenseOptimizerType { kSgd, kAdagrad, kAdam };
+
+struct DenseOptimizerConfig {
+  DenseOptimizerType type = DenseOptimizerType::kSgd;
+  double learning_rate = 0.01;
+  double momentum = 0.0;       // SGD
+  double eps = 1e-8;           // Adam's default; torch.optim.Adagrad's is 1e-10
+  double beta1 = 0.9;          // Adam
+  double beta2 = 0.999;        // Adam
+  double weight_decay = 0.0;
+};
+
+const char* dense_optimizer_name(DenseOptimizerType type);
+
+}  // namespace dmpcheck::dmp
