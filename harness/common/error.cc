@@ -10,6 +10,7 @@ std::string_view error_kind_name(ErrorKind kind) {
     case ErrorKind::kTimeout: return "timeout";
     case ErrorKind::kRankFailed: return "rank_failed";
     case ErrorKind::kInternal: return "internal";
+    case ErrorKind::kInjected: return "injected";
   }
   return "unknown";
 }

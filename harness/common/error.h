@@ -22,6 +22,7 @@ enum class ErrorKind {
   kTimeout,           // a collective or a run exceeded its deadline
   kRankFailed,        // a rank process crashed or exited non-zero
   kInternal,          // a dmpcheck bug
+  kInjected,          // a fault the scenario asked for (`faults: {kind: throw}`)
 };
 
 std::string_view error_kind_name(ErrorKind kind);

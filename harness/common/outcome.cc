@@ -1,27 +1,24 @@
 #include "common/outcome.h"
 
-#include <algorithm>
-
-#include <array>
 #include <utility>
-
 
 namespace dmpcheck {
 namespace {
 
-constexpr std::array<std::pair<FailureKind, std::string_view>, 11> kFailureKinds = {{
+constexpr std::pair<FailureKind, std::string_view> kFailureKinds[] = {
     {FailureKind::kInvalidScenario, "invalid_scenario"},
     {FailureKind::kInvalidInput, "invalid_input"},
     {FailureKind::kCommunication, "communication"},
     {FailureKind::kTimeout, "timeout"},
     {FailureKind::kRankFailed, "rank_failed"},
     {FailureKind::kInternal, "internal"},
+    {FailureKind::kInjected, "injected"},
     {FailureKind::kCrashed, "crashed"},
     {FailureKind::kInterrupted, "interrupted"},
     {FailureKind::kTorchRec, "torchrec"},
     {FailureKind::kUnsupported, "unsupported"},
     {FailureKind::kImport, "import"},
-}};
+};
 
 }  // namespace
 
@@ -70,6 +67,7 @@ FailureKind failure_kind_of(ErrorKind kind) {
     case ErrorKind::kTimeout: return FailureKind::kTimeout;
     case ErrorKind::kRankFailed: return FailureKind::kRankFailed;
     case ErrorKind::kInternal: return FailureKind::kInternal;
+    case ErrorKind::kInjected: return FailureKind::kInjected;
   }
   return FailureKind::kInternal;
 }

@@ -22,7 +22,7 @@ enum class Verdict {
 std::string_view verdict_name(Verdict verdict);  // "pass", "fail", "error", "skipped"
 std::optional<Verdict> parse_verdict(std::string_view name);
 
-// Why a run stopped.  The first six are dmpcheck's ErrorKinds raised inside a rank; the others
+// Why a run stopped.  The first seven are dmpcheck's ErrorKinds raised inside a rank; the others
 // are what the launcher saw or what a TorchRec release's rank program reported.
 enum class FailureKind {
   kInvalidScenario,
@@ -31,6 +31,7 @@ enum class FailureKind {
   kTimeout,      // a collective passed its deadline, or the run its budget
   kRankFailed,   // a rank exited non-zero without saying why
   kInternal,
+  kInjected,     // the scenario injected it (a `throw` fault)
   kCrashed,      // a rank was killed by a signal
   kInterrupted,  // dmpcheck itself received SIGINT or SIGTERM
   kTorchRec,     // a release raised (its own exception, its own text)

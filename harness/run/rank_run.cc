@@ -163,7 +163,7 @@ void inject_faults(const scenario::RunSpec& spec, comm::Communicator& comm, int 
       case scenario::FaultKind::kKill: std::raise(SIGKILL); break;
       case scenario::FaultKind::kExit: std::_Exit(f.exit_code);
       case scenario::FaultKind::kThrow:
-        throw_error(ErrorKind::kInvalidInput, fmt::format("injected fault: rank {} throws at step {}", rank, step));
+        throw_error(ErrorKind::kInjected, fmt::format("injected fault: rank {} throws at step {}", rank, step));
       case scenario::FaultKind::kHang:
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
       case scenario::FaultKind::kDesync: {  // one collective the other ranks do not issue

@@ -162,7 +162,7 @@ int measure_fidelity(const ReleaseOptions& options) {
         // Per tensor, the worst over steps.
         std::map<std::string, Row> worst;
         for (const auto& d : r.reference) {
-          Row& w = worst.try_emplace(d.name, Row{release, s.name, labels[c], d.name}).first->second;
+          Row& w = worst.try_emplace(d.name, Row{release, s.name, labels[c], d.name, 0, 0, 0, 0, {}, false}).first->second;
           w.max_abs = std::max(w.max_abs, d.max_abs_diff);
           w.max_rel = std::max(w.max_rel, d.max_rel_diff);
           w.differing = std::max(w.differing, d.elements_differing);

@@ -53,7 +53,7 @@ TEST(Faults, AnExitStatusAndAnExceptionAreNamed) {
   EXPECT_EQ(exited.failure->cause, "exited with status 42");
   const auto thrown = run_with("{kind: throw, rank: 0, step: 1}");
   EXPECT_EQ(thrown.failure->rank, 0);
-  EXPECT_EQ(thrown.failure->kind, dmpcheck::check::FailureKind::kInvalidInput);
+  EXPECT_EQ(thrown.failure->kind, dmpcheck::check::FailureKind::kInjected);
   EXPECT_NE(thrown.failure->message.find("injected fault: rank 0 throws at step 1"), std::string::npos);
 }
 
