@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   g++ cmake ninja-build ccache git
+  clang-format-14 clang-tidy-14 clang-14    # ci/lint.py: the format and the tidy checks of every build
   libtorch-dev        # libtorch 1.13, CPU, with c10d, ProcessGroupGloo, TCPStore
   libgloo-dev         # the Gloo headers that c10d's ProcessGroupGloo.hpp includes
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev

@@ -234,7 +234,8 @@ void train_step_unsharded(benchmark::State& state) {
   dmp::DenseOptimizer dense_optimizer(f.spec.dense_optimizer, mlp.parameters());
   std::vector<std::unique_ptr<dmp::FusedOptimizer>> optimizers;
   for (const auto& t : model.tables) {
-    optimizers.push_back(std::make_unique<dmp::FusedOptimizer>(f.spec.sparse_optimizer, t.num_embeddings, t.embedding_dim));
+    optimizers.push_back(
+        std::make_unique<dmp::FusedOptimizer>(f.spec.sparse_optimizer, t.num_embeddings, t.embedding_dim));
   }
   int step = 0;
   for (auto _ : state) {
@@ -307,32 +308,54 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 void register_all() {
   const int64_t mib = 1 << 20;
-  benchmark::RegisterBenchmark("memcpy/160MiB", memcpy_bandwidth)->Arg(160 * mib)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("memcpy/160MiB", memcpy_bandwidth)
+      ->Arg(160 * mib)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   struct Named {
     const char* name;
     dmp::FusedOptimizerType type;
   };
-  for (const Named& o : {Named{"sgd", dmp::FusedOptimizerType::kSgd}, Named{"adagrad", dmp::FusedOptimizerType::kAdagrad},
-                         Named{"rowwise_adagrad", dmp::FusedOptimizerType::kRowWiseAdagrad},
-                         Named{"adam", dmp::FusedOptimizerType::kAdam}}) {
+  for (const Named& o :
+       {Named{"sgd", dmp::FusedOptimizerType::kSgd}, Named{"adagrad", dmp::FusedOptimizerType::kAdagrad},
+        Named{"rowwise_adagrad", dmp::FusedOptimizerType::kRowWiseAdagrad},
+        Named{"adam", dmp::FusedOptimizerType::kAdam}}) {
     benchmark::RegisterBenchmark(fmt::format("fused_{}/rows:1M/dim:128/unique:64K", o.name).c_str(),
                                  [type = o.type](benchmark::State& s) { fused_optimizer(s, type); })
         ->Args({1 << 20, 128, 1 << 16})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
-  benchmark::RegisterBenchmark("kjt_bucketize/batch:4096", kjt_bucketize)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("kjt_permute/keys:8/batch:4096", kjt_permute)->Arg(4096)->UseRealTime()->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("kjt_bucketize/batch:4096", kjt_bucketize)
+      ->Arg(4096)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("kjt_permute/keys:8/batch:4096", kjt_permute)
+      ->Arg(4096)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("pooled_forward/batch:4096/dim:128", pooled_forward)
-      ->Args({4096, 128})->UseRealTime()->Unit(benchmark::kMicrosecond);
+      ->Args({4096, 128})
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("pooled_backward/batch:4096/dim:128", pooled_backward)
-      ->Args({4096, 128})->UseRealTime()->Unit(benchmark::kMicrosecond);
+      ->Args({4096, 128})
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("flatten_unflatten/tensors:256/elements:4096", flatten_unflatten)
-      ->Args({256, 4096})->UseRealTime()->Unit(benchmark::kMicrosecond);
+      ->Args({256, 4096})
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("flatten_unflatten/tensors:4/elements:16M", flatten_unflatten)
-      ->Args({4, 16 * mib})->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("train_step/unsharded", train_step_unsharded)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("train_step/dmp_data_parallel_world1_gloo", train_step_dmp)->UseRealTime()->Unit(benchmark::kMillisecond);
+      ->Args({4, 16 * mib})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("train_step/unsharded", train_step_unsharded)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("train_step/dmp_data_parallel_world1_gloo", train_step_dmp)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 #include <map>
 
 #include <ATen/ATen.h>
-#include <fmt/format.h>
 #include <ATen/core/grad_mode.h>
+#include <fmt/format.h>
 
 #include "comm/coalesced.h"
 #include "comm/communicator.h"
@@ -36,17 +36,22 @@ class DeviceTimeAccumulator final : public comm::Communicator {
   }
   void all_reduce(at::Tensor& tensor, comm::ReduceOp op) override { inner_.all_reduce(tensor, op); }
   std::vector<at::Tensor> all_gather(const at::Tensor& input) override { return inner_.all_gather(input); }
-  at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& in, const std::vector<int64_t>& out) override {
+  at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& in,
+                        const std::vector<int64_t>& out) override {
     return inner_.all_to_all(input, in, out);
   }
-  at::Tensor reduce_scatter(const at::Tensor& input, comm::ReduceOp op) override { return inner_.reduce_scatter(input, op); }
+  at::Tensor reduce_scatter(const at::Tensor& input, comm::ReduceOp op) override {
+    return inner_.reduce_scatter(input, op);
+  }
   void barrier() override { inner_.barrier(); }
 
   void reset() {
     device_seconds_ = 0.0;
     timed_ = false;
   }
-  std::optional<double> device_seconds() const { return timed_ ? std::optional<double>(device_seconds_) : std::nullopt; }
+  std::optional<double> device_seconds() const {
+    return timed_ ? std::optional<double>(device_seconds_) : std::nullopt;
+  }
 
  private:
   comm::Communicator& inner_;
@@ -110,8 +115,8 @@ LatencyStats latency_stats(std::vector<double> samples) {
 BroadcastProbe probe_broadcast(comm::Communicator& comm, const std::vector<at::Tensor>& tensors,
                                const ProbeOptions& options, const std::function<void(const std::string&)>& progress) {
   DMP_CHECK(options.iterations >= 1 && options.warmup >= 0, ErrorKind::kInvalidInput,
-            "the broadcast probe needs at least 1 iteration and no negative warm-up (got {} and {})", options.iterations,
-            options.warmup);
+            "the broadcast probe needs at least 1 iteration and no negative warm-up (got {} and {})",
+            options.iterations, options.warmup);
   at::NoGradGuard no_grad;
   BroadcastProbe probe;
   probe.performed = true;
@@ -143,7 +148,8 @@ BroadcastProbe probe_broadcast(comm::Communicator& comm, const std::vector<at::T
       if (auto d = timed.device_seconds()) device.push_back(*d);
     }
     cost.end_to_end = latency_stats(max_over_ranks(comm, host));
-    cost.algbw_gbps = cost.end_to_end.mean_s > 0 ? static_cast<double>(probe.bytes) / cost.end_to_end.mean_s / 1e9 : 0.0;
+    cost.algbw_gbps =
+        cost.end_to_end.mean_s > 0 ? static_cast<double>(probe.bytes) / cost.end_to_end.mean_s / 1e9 : 0.0;
     cost.busbw_gbps = cost.algbw_gbps;  // broadcast: factor 1
     // Every rank of a backend reports device time or none does, so this stays collective.
     if (device.size() == host.size()) {
@@ -218,10 +224,10 @@ std::string render_probe(const BroadcastProbe& probe) {
   out += fmt::format("{:<20} {:>7} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>8} {:>11}\n", "method", "bcasts",
                      "time(us)", "min(us)", "p50(us)", "p99(us)", "max(us)", "algbw", "busbw", "device(us)");
   for (const auto& m : probe.methods) {
-    out += fmt::format("{:<20} {:>7} {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f} {:>8.3f} {:>8.3f} {:>11}\n", caption(m),
-                       m.collectives, m.end_to_end.mean_s * 1e6, m.end_to_end.min_s * 1e6, m.end_to_end.p50_s * 1e6,
-                       m.end_to_end.p99_s * 1e6, m.end_to_end.max_s * 1e6, m.algbw_gbps, m.busbw_gbps,
-                       m.device ? fmt::format("{:.1f}", m.device->mean_s * 1e6) : std::string("-"));
+    out += fmt::format("{:<20} {:>7} {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f} {:>11.1f} {:>8.3f} {:>8.3f} {:>11}\n",
+                       caption(m), m.collectives, m.end_to_end.mean_s * 1e6, m.end_to_end.min_s * 1e6,
+                       m.end_to_end.p50_s * 1e6, m.end_to_end.p99_s * 1e6, m.end_to_end.max_s * 1e6, m.algbw_gbps,
+                       m.busbw_gbps, m.device ? fmt::format("{:.1f}", m.device->mean_s * 1e6) : std::string("-"));
   }
   out += "  (algbw = bytes / mean time in GB/s, 1 GB = 1e9 bytes; busbw = algbw for broadcast)\n";
   if (!probe.note.empty()) out += fmt::format("  note: {}\n", probe.note);
@@ -244,7 +250,8 @@ std::string render_probe(const BroadcastProbe& probe) {
     std::vector<std::string> ratios;
     if (per_tensor) ratios.push_back(ratio(*per_tensor, "faster than per_tensor"));
     if (raw) ratios.push_back(ratio(*raw, "the throughput of raw"));
-    if (const auto* f = find("framework", m.bucket_cap_bytes)) ratios.push_back(ratio(*f, "the throughput of framework"));
+    if (const auto* f = find("framework", m.bucket_cap_bytes))
+      ratios.push_back(ratio(*f, "the throughput of framework"));
     if (!ratios.empty()) out += fmt::format("  ratio {}: {}\n", caption(m), fmt::join(ratios, ", "));
   }
   return out;

@@ -27,14 +27,12 @@ class Communicator;
 
 namespace dmpcheck::check {
 
-
 // Over `samples` (seconds); all zero when empty.
 LatencyStats latency_stats(std::vector<double> samples);
 
 // Collective: element i becomes the maximum over ranks of every rank's samples[i] (an
 // iteration is done when its slowest rank is).  Every rank passes as many samples.
 std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<double>& samples);
-
 
 struct ProbeOptions {
   int warmup = 1;

@@ -11,8 +11,8 @@ namespace dmpcheck::check {
 namespace {
 
 std::string describe_difference(const TensorCheck& c) {
-  return fmt::format("{} differs at {} on rank(s) {} vs rank 0: max |diff| {:.3g}, {} of {} elements", c.name,
-                     c.phase, fmt::join(c.differing_ranks, ","), c.max_abs_diff, c.elements_differing, c.numel);
+  return fmt::format("{} differs at {} on rank(s) {} vs rank 0: max |diff| {:.3g}, {} of {} elements", c.name, c.phase,
+                     fmt::join(c.differing_ranks, ","), c.max_abs_diff, c.elements_differing, c.numel);
 }
 
 }  // namespace
@@ -34,13 +34,15 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     }
   }
   for (const auto& c : result.replicas) {
-    const bool phase_expects_divergence =
-        std::any_of(expect.at.begin(), expect.at.end(), [&](scenario::Phase p) { return c.phase == scenario::phase_name(p); });
+    const bool phase_expects_divergence = std::any_of(
+        expect.at.begin(), expect.at.end(), [&](scenario::Phase p) { return c.phase == scenario::phase_name(p); });
     const bool should_diverge = expect.replicas == scenario::ReplicaExpectation::kDiverge &&
                                 expected_diverged.count(c.name) && phase_expects_divergence;
-    const bool may_diverge = expect.replicas == scenario::ReplicaExpectation::kDiverge && expected_diverged.count(c.name);
+    const bool may_diverge =
+        expect.replicas == scenario::ReplicaExpectation::kDiverge && expected_diverged.count(c.name);
     if (should_diverge && c.equal) {
-      out.failures.push_back(fmt::format("{} was expected to diverge at {} but is equal on every rank", c.name, c.phase));
+      out.failures.push_back(
+          fmt::format("{} was expected to diverge at {} but is equal on every rank", c.name, c.phase));
     } else if (!c.equal && !may_diverge) {
       out.failures.push_back(describe_difference(c) + " (expected equal)");
     }
@@ -53,14 +55,17 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
       for (const auto& g : result.global_model) {
         if (g.within_tolerance) continue;
         out.failures.push_back(
-            g.comparable ? fmt::format("{} differs from the unsharded model at step {}: max |diff| {:.3g} exceeds rtol {} / atol {}",
-                                       g.name, g.step, g.max_abs_diff, tol.rtol, tol.atol)
-                         : fmt::format("{} cannot be compared with the unsharded model: {}", g.name, g.note));
+            g.comparable
+                ? fmt::format(
+                      "{} differs from the unsharded model at step {}: max |diff| {:.3g} exceeds rtol {} / atol {}",
+                      g.name, g.step, g.max_abs_diff, tol.rtol, tol.atol)
+                : fmt::format("{} cannot be compared with the unsharded model: {}", g.name, g.note));
       }
     } else if (std::all_of(result.global_model.begin(), result.global_model.end(),
                            [](const GlobalModelCheck& g) { return g.within_tolerance; })) {
-      out.failures.push_back(fmt::format("expected to differ from the unsharded model, but every tensor is within rtol {} / atol {}",
-                                         tol.rtol, tol.atol));
+      out.failures.push_back(
+          fmt::format("expected to differ from the unsharded model, but every tensor is within rtol {} / atol {}",
+                      tol.rtol, tol.atol));
     }
   }
   if (expect.initial_state) {
@@ -69,13 +74,17 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     } else if (*expect.initial_state) {
       for (const auto& d : result.init_from) {
         if (d.within_tolerance) continue;
-        out.failures.push_back(d.note.empty() ? fmt::format("{} is not init.from's before any step: {} of {} elements differ, max |diff| {:.3g}",
-                                                            d.name, d.elements_differing, d.numel, d.max_abs_diff)
-                                              : fmt::format("{}: {}", d.name, d.note));
+        out.failures.push_back(
+            d.note.empty()
+                ? fmt::format("{} is not init.from's before any step: {} of {} elements differ, max |diff| {:.3g}",
+                              d.name, d.elements_differing, d.numel, d.max_abs_diff)
+                : fmt::format("{}: {}", d.name, d.note));
       }
-    } else if (std::all_of(result.init_from.begin(), result.init_from.end(), [](const ReferenceDiff& d) { return d.within_tolerance; })) {
-      out.failures.push_back(fmt::format("expected the initial state to differ from init.from, but all {} tensors are init.from's",
-                                         result.init_from.size()));
+    } else if (std::all_of(result.init_from.begin(), result.init_from.end(),
+                           [](const ReferenceDiff& d) { return d.within_tolerance; })) {
+      out.failures.push_back(
+          fmt::format("expected the initial state to differ from init.from, but all {} tensors are init.from's",
+                      result.init_from.size()));
     }
   }
   if (expect.reference) {
@@ -83,10 +92,12 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
       out.failures.push_back("the side-by-side comparison with the reference did not run");
     } else if (!expect.reference->match) {
       // `match: false`: the release is expected to leave the reference (a behaviour it does not share).
-      if (std::all_of(result.reference.begin(), result.reference.end(), [](const ReferenceDiff& d) { return d.within_tolerance; })) {
-        out.failures.push_back(fmt::format("expected to differ from the reference, but every tensor is within rtol {} / atol {} "
-                                           "at every step",
-                                           expect.reference->rtol, expect.reference->atol));
+      if (std::all_of(result.reference.begin(), result.reference.end(),
+                      [](const ReferenceDiff& d) { return d.within_tolerance; })) {
+        out.failures.push_back(
+            fmt::format("expected to differ from the reference, but every tensor is within rtol {} / atol {} "
+                        "at every step",
+                        expect.reference->rtol, expect.reference->atol));
       }
     } else {
       // One line per tensor: where it first leaves the tolerance, and its worst step.
@@ -100,12 +111,12 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
       }
       for (const auto& name : order) {
         const auto [first, worst] = broken.at(name);
-        out.failures.push_back(
-            first->note.empty()
-                ? fmt::format("{} leaves the tolerance (rtol {} / atol {}) at step {}; worst at step {}: max |diff| {:.3g} (rel {:.3g})",
-                              name, expect.reference->rtol, expect.reference->atol, first->step, worst->step,
-                              worst->max_abs_diff, worst->max_rel_diff)
-                : fmt::format("{} from step {}: {}", name, first->step, first->note));
+        out.failures.push_back(first->note.empty()
+                                   ? fmt::format("{} leaves the tolerance (rtol {} / atol {}) at step {}; worst at "
+                                                 "step {}: max |diff| {:.3g} (rel {:.3g})",
+                                                 name, expect.reference->rtol, expect.reference->atol, first->step,
+                                                 worst->step, worst->max_abs_diff, worst->max_rel_diff)
+                                   : fmt::format("{} from step {}: {}", name, first->step, first->note));
       }
     }
   }

@@ -37,8 +37,8 @@ GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actua
 GlobalModelTracker::GlobalModelTracker(const dmp::ModelConfig& model, const dmp::DmpOptions& options,
                                        const std::map<std::string, at::Tensor>& initial_state, int64_t steps_done,
                                        Tolerances tolerances, Tolerances output_tolerances)
-    : reference_(std::make_unique<UnshardedModel>(model, options.sparse_optimizer, options.dense_optimizer, initial_state,
-                                                  steps_done)),
+    : reference_(std::make_unique<UnshardedModel>(model, options.sparse_optimizer, options.dense_optimizer,
+                                                  initial_state, steps_done)),
       tolerances_(tolerances),
       output_tolerances_(output_tolerances) {}
 
@@ -57,11 +57,13 @@ void GlobalModelTracker::forward_and_compare(const dmp::KeyedJaggedTensor& globa
   compare_all(sharded_outputs, reference_->forward(global_batch), step, output_tolerances_);
 }
 
-void GlobalModelTracker::compare_all(const std::map<std::string, at::Tensor>& sharded, const std::map<std::string, at::Tensor>& expected,
-                                     int step, Tolerances tolerances) {
+void GlobalModelTracker::compare_all(const std::map<std::string, at::Tensor>& sharded,
+                                     const std::map<std::string, at::Tensor>& expected, int step,
+                                     Tolerances tolerances) {
   for (const auto& [name, actual] : sharded) {
     auto it = expected.find(name);
-    GlobalModelCheck check = it == expected.end() ? GlobalModelCheck{} : compare_tensor(name, actual, it->second, tolerances, step);
+    GlobalModelCheck check =
+        it == expected.end() ? GlobalModelCheck{} : compare_tensor(name, actual, it->second, tolerances, step);
     if (it == expected.end()) {
       check.name = name;
       check.step = step;
@@ -70,7 +72,8 @@ void GlobalModelTracker::compare_all(const std::map<std::string, at::Tensor>& sh
       check.note = "the unsharded model has no such tensor";
     }
     const std::string& key = name;  // structured bindings cannot be captured in C++17 (clang)
-    auto existing = std::find_if(results_.begin(), results_.end(), [&](const GlobalModelCheck& c) { return c.name == key; });
+    auto existing =
+        std::find_if(results_.begin(), results_.end(), [&](const GlobalModelCheck& c) { return c.name == key; });
     if (existing == results_.end()) {
       results_.push_back(check);
     } else if (!check.comparable || (existing->comparable && check.max_allowed_excess > existing->max_allowed_excess)) {
@@ -82,15 +85,16 @@ void GlobalModelTracker::compare_all(const std::map<std::string, at::Tensor>& sh
 std::vector<GlobalModelCheck> GlobalModelTracker::results() const { return results_; }
 
 ReferenceDiff diff_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected, int step,
-                          double rtol, double atol, const std::string& actual_label, const std::string& expected_label) {
+                          double rtol, double atol, const std::string& actual_label,
+                          const std::string& expected_label) {
   ReferenceDiff d;
   d.name = name;
   d.step = step;
   d.numel = actual.numel();
   if (actual.sizes() != expected.sizes()) {
     d.within_tolerance = false;
-    d.note = fmt::format("shapes differ: {} [{}], {} [{}]", actual_label, fmt::join(actual.sizes(), ", "), expected_label,
-                         fmt::join(expected.sizes(), ", "));
+    d.note = fmt::format("shapes differ: {} [{}], {} [{}]", actual_label, fmt::join(actual.sizes(), ", "),
+                         expected_label, fmt::join(expected.sizes(), ", "));
     return d;
   }
   const at::Tensor a = actual.to(at::kFloat), b = expected.to(at::kFloat);
@@ -98,7 +102,9 @@ ReferenceDiff diff_tensor(const std::string& name, const at::Tensor& actual, con
   d.max_abs_diff = diff.numel() ? diff.max().item<double>() : 0.0;
   d.elements_differing = a.ne(b).sum().item<int64_t>();
   const at::Tensor nonzero = b.ne(0);
-  d.max_rel_diff = nonzero.any().item<bool>() ? (diff.masked_select(nonzero) / b.abs().masked_select(nonzero)).max().item<double>() : 0.0;
+  d.max_rel_diff = nonzero.any().item<bool>()
+                       ? (diff.masked_select(nonzero) / b.abs().masked_select(nonzero)).max().item<double>()
+                       : 0.0;
   d.within_tolerance = diff.le(atol + rtol * b.abs()).all().item<bool>();
   return d;
 }

@@ -36,17 +36,18 @@ class GlobalModelTracker {
   // `sharded_state` (gather_full_state() after the same step) with it, and the step's forward
   // outputs (`sharded_outputs`, every rank's rows in rank order) with the unsharded forward's,
   // recorded at step - 1: the outputs at step s are computed from the weights after s steps.
-  void step_and_compare(const dmp::KeyedJaggedTensor& global_batch, const std::map<std::string, at::Tensor>& sharded_state,
+  void step_and_compare(const dmp::KeyedJaggedTensor& global_batch,
+                        const std::map<std::string, at::Tensor>& sharded_state,
                         const std::map<std::string, at::Tensor>& sharded_outputs, int step);
   // The forward alone (a run of zero steps): outputs compared at `step`.
-  void forward_and_compare(const dmp::KeyedJaggedTensor& global_batch, const std::map<std::string, at::Tensor>& sharded_outputs,
-                           int step);
+  void forward_and_compare(const dmp::KeyedJaggedTensor& global_batch,
+                           const std::map<std::string, at::Tensor>& sharded_outputs, int step);
   // Per tensor, the worst step seen so far.
   std::vector<GlobalModelCheck> results() const;
 
  private:
-  void compare_all(const std::map<std::string, at::Tensor>& actual, const std::map<std::string, at::Tensor>& expected, int step,
-                   Tolerances tolerances);
+  void compare_all(const std::map<std::string, at::Tensor>& actual, const std::map<std::string, at::Tensor>& expected,
+                   int step, Tolerances tolerances);
 
   std::unique_ptr<UnshardedModel> reference_;
   Tolerances tolerances_;

@@ -65,8 +65,8 @@ std::vector<TensorCheck> check_replicas(comm::Communicator& comm, const std::vec
   const auto all = comm.all_gather(mine);
   for (size_t r = 1; r < all.size(); ++r) {
     DMP_CHECK(all[r].item<int64_t>() == all[0].item<int64_t>(), ErrorKind::kInternal,
-              "rank {} and rank 0 hold different sets of replicated tensors at {}; rank {} holds:\n{}", r,
-              phase, comm.rank(), signature);
+              "rank {} and rank 0 hold different sets of replicated tensors at {}; rank {} holds:\n{}", r, phase,
+              comm.rank(), signature);
   }
   std::vector<TensorCheck> checks;
   for (const auto& t : tensors) {

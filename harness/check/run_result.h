@@ -23,7 +23,7 @@ struct LatencyStats {
 };
 
 struct BroadcastMethodCost {
-  std::string method;  // per_tensor, coalesced, framework, raw
+  std::string method;            // per_tensor, coalesced, framework, raw
   int64_t bucket_cap_bytes = 0;  // coalesced and framework; 0 otherwise
   int64_t collectives = 0;       // broadcasts per iteration (buckets)
   LatencyStats end_to_end;       // flatten, broadcast, copy back
@@ -48,11 +48,11 @@ struct BroadcastProbe {
 // One replicated tensor compared across ranks at one phase.  Agreed by all ranks.
 struct TensorCheck {
   std::string name;
-  std::string sharding;  // data_parallel, dense
-  std::string phase;     // init, final
-  bool equal = true;     // bitwise identical on every rank
-  double max_abs_diff = 0.0;         // largest |x_r - x_0| over ranks r and elements
-  int64_t elements_differing = 0;    // elements where some rank differs from rank 0
+  std::string sharding;            // data_parallel, dense
+  std::string phase;               // init, final
+  bool equal = true;               // bitwise identical on every rank
+  double max_abs_diff = 0.0;       // largest |x_r - x_0| over ranks r and elements
+  int64_t elements_differing = 0;  // elements where some rank differs from rank 0
   int64_t numel = 0;
   std::vector<int> differing_ranks;  // ranks whose copy differs from rank 0's
 };
@@ -60,11 +60,11 @@ struct TensorCheck {
 // One full tensor of the sharded model compared with the unsharded model's; the worst step.
 struct GlobalModelCheck {
   std::string name;
-  int step = 0;                     // 1-based step where the excess was largest
+  int step = 0;  // 1-based step where the excess was largest
   double max_abs_diff = 0.0;
   double max_allowed_excess = -1e300;  // max(|a-b| - (atol + rtol*|b|)); <= 0 within tolerance
   bool within_tolerance = true;
-  bool comparable = true;           // false when shapes differ (a note says why)
+  bool comparable = true;  // false when shapes differ (a note says why)
   std::string note;
   int64_t numel = 0;
 };
@@ -138,11 +138,11 @@ struct ReferenceDiff {
   std::string name;
   int step = 0;
   double max_abs_diff = 0.0;
-  double max_rel_diff = 0.0;        // over elements whose reference value is not 0
-  int64_t elements_differing = 0;   // not bitwise equal
+  double max_rel_diff = 0.0;       // over elements whose reference value is not 0
+  int64_t elements_differing = 0;  // not bitwise equal
   int64_t numel = 0;
-  bool within_tolerance = true;     // every |a - b| <= atol + rtol * |b|
-  std::string note;                 // "only in TorchRec", "only in the reference", "shapes differ: ..."
+  bool within_tolerance = true;  // every |a - b| <= atol + rtol * |b|
+  std::string note;              // "only in TorchRec", "only in the reference", "shapes differ: ..."
 };
 
 // What ran: the reference DMP (under a behaviour profile) or an installed TorchRec release.
@@ -169,8 +169,8 @@ struct RunResult {
   SystemUnderTest system;
   Environment environment;
   std::vector<TablePlacement> plan;
-  std::vector<TensorCheck> replicas;        // every replicated tensor at init and at the end
-  std::vector<StepDivergence> divergence;   // per step, from init on
+  std::vector<TensorCheck> replicas;       // every replicated tensor at init and at the end
+  std::vector<StepDivergence> divergence;  // per step, from init on
   bool global_model_checked = false;
   std::vector<GlobalModelCheck> global_model;
   // TorchRec cells with `expect: reference`: every tensor after every step against the

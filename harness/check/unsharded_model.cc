@@ -10,7 +10,9 @@
 namespace dmpcheck::check {
 namespace {
 
-std::string table_key(const std::string& table, const std::string& what) { return "ebc.embedding_bags." + table + "." + what; }
+std::string table_key(const std::string& table, const std::string& what) {
+  return "ebc.embedding_bags." + table + "." + what;
+}
 
 at::Tensor leaf(const at::Tensor& t) {
   at::Tensor out = t.detach().clone().to(at::kFloat);
@@ -26,7 +28,8 @@ UnshardedModel::UnshardedModel(const dmp::ModelConfig& model, const dmp::FusedOp
     : model_(model), sparse_(sparse), dense_(dense), steps_(steps_done) {
   auto get = [&](const std::string& key) -> const at::Tensor& {
     auto it = state.find(key);
-    DMP_CHECK(it != state.end(), ErrorKind::kInternal, "the unsharded model needs '{}' from the sharded model's state", key);
+    DMP_CHECK(it != state.end(), ErrorKind::kInternal, "the unsharded model needs '{}' from the sharded model's state",
+              key);
     return it->second;
   };
   auto optional_state = [&](const std::string& key, const std::vector<int64_t>& sizes) {
@@ -79,11 +82,13 @@ at::Tensor UnshardedModel::forward_impl(const dmp::KeyedJaggedTensor& batch, std
       const at::Tensor values = batch.values_of(k).to(at::kLong);
       const at::Tensor lengths = batch.lengths_of(k).to(at::kLong);
       at::Tensor offsets = at::zeros({lengths.numel()}, at::kLong);
-      if (lengths.numel() > 1) offsets.narrow(0, 1, lengths.numel() - 1).copy_(lengths.cumsum(0).narrow(0, 0, lengths.numel() - 1));
+      if (lengths.numel() > 1)
+        offsets.narrow(0, 1, lengths.numel() - 1).copy_(lengths.cumsum(0).narrow(0, 0, lengths.numel() - 1));
       at::Tensor per_sample;
       if (table.config.weighted && batch.weights_of(k)) per_sample = batch.weights_of(k)->to(at::kFloat);
       const int64_t mode = table.config.pooling == dmp::PoolingType::kMean ? 1 : 0;
-      pooled.push_back(std::get<0>(at::embedding_bag(table.weight, values, offsets, false, mode, false, per_sample, false)));
+      pooled.push_back(
+          std::get<0>(at::embedding_bag(table.weight, values, offsets, false, mode, false, per_sample, false)));
       last_outputs_[dmp::pooled_output_key(names[pooled.size() - 1])] = pooled.back().detach().clone();
       ids.push_back(values);
     }
@@ -129,11 +134,11 @@ void UnshardedModel::sparse_step(Table& table, const at::Tensor& rows) {
   // An fp16 table's SGD and Adagrad add their step rounded to fp16, then round the sum (FBGEMM's
   // CPU kernels); the other optimizers' results are rounded once, below.
   const bool fp16 = table.config.data_type == "fp16";
-  auto plus_fp16_step = [&](const at::Tensor& step) { return (w + step.to(at::kHalf).to(at::kFloat)).to(at::kHalf).to(at::kFloat); };
+  auto plus_fp16_step = [&](const at::Tensor& step) {
+    return (w + step.to(at::kHalf).to(at::kFloat)).to(at::kHalf).to(at::kFloat);
+  };
   switch (sparse_.type) {
-    case dmp::FusedOptimizerType::kSgd:
-      updated = fp16 ? plus_fp16_step(-lr * g) : w - lr * g;
-      break;
+    case dmp::FusedOptimizerType::kSgd: updated = fp16 ? plus_fp16_step(-lr * g) : w - lr * g; break;
     case dmp::FusedOptimizerType::kAdagrad: {
       at::Tensor& sum = table.state["momentum1"];
       const at::Tensor m = sum.index_select(0, rows) + g * g;

@@ -26,7 +26,8 @@ class UnshardedModel {
   // The weights and optimizer state come from `state` (full tensors named as the DMP's
   // gather_full_state() names them), as after `steps_done` steps.
   UnshardedModel(const dmp::ModelConfig& model, const dmp::FusedOptimizerConfig& sparse,
-                 const dmp::DenseOptimizerConfig& dense, const std::map<std::string, at::Tensor>& state, int64_t steps_done);
+                 const dmp::DenseOptimizerConfig& dense, const std::map<std::string, at::Tensor>& state,
+                 int64_t steps_done);
 
   // One training step on the global batch; returns the loss.  Its forward's outputs are kept
   // (last_outputs).

@@ -2,8 +2,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "common/error.h"
 #include "common/revision.h"
@@ -12,12 +12,12 @@
 #include "dmp/planner.h"
 #include "report/explain.h"
 #include "run/bench.h"
-#include "run/scenario_runner.h"
-#include "run/suite.h"
-#include "run/torchrec_cell.h"
 #include "run/launcher.h"
 #include "run/preflight.h"
 #include "run/releases.h"
+#include "run/scenario_runner.h"
+#include "run/suite.h"
+#include "run/torchrec_cell.h"
 #include "run/worker.h"
 #include "scenario/scenario.h"
 
@@ -68,11 +68,11 @@ int command_validate(const std::vector<std::string>& paths) {
     std::cout << fmt::format("{}: valid (scenario '{}', {} run(s))\n", file, s.name, s.runs.size());
     for (const auto& spec : s.runs) {
       const run::RunMemory memory = run::estimate_run_memory(spec);
-      std::cout << fmt::format("  - {} : {} ranks, {} steps, {}, init {}; expect {}; peak memory about {} on this host\n",
-                               spec.name, spec.world_size, spec.steps,
-                               spec.on_torchrec() ? "on " + spec.system : "profile " + spec.profile.name,
-                               scenario::init_mode_name(spec.init.mode), spec.expect.describe(),
-                               run::human_bytes(static_cast<double>(memory.host_bytes)));
+      std::cout << fmt::format(
+          "  - {} : {} ranks, {} steps, {}, init {}; expect {}; peak memory about {} on this host\n", spec.name,
+          spec.world_size, spec.steps, spec.on_torchrec() ? "on " + spec.system : "profile " + spec.profile.name,
+          scenario::init_mode_name(spec.init.mode), spec.expect.describe(),
+          run::human_bytes(static_cast<double>(memory.host_bytes)));
     }
   }
   if (invalid > 0) std::cerr << fmt::format("dmpcheck validate: {} of {} file(s) invalid\n", invalid, files.size());
@@ -96,7 +96,7 @@ int command_explain(const std::vector<std::string>& files, const std::vector<std
         }
         std::cout << fmt::format("  {}'s own planner{}:\n", label,
                                  ours.serialize() == theirs.serialize() ? " places every shard as above"
-                                                                         : " places them differently")
+                                                                        : " places them differently")
                   << report::explain_placement(run, theirs);
       }
     }
@@ -119,8 +119,8 @@ struct RunFlags {
 int command_gather(const std::string& directory, const std::string& output) {
   const dmp::FullState state = dmp::load_sharded_checkpoint(directory);
   dmp::save_unsharded_checkpoint(output, state);
-  std::cout << fmt::format("{}: {} tensors after {} step(s), unsharded, written to {}\n", directory, state.tensors.size(),
-                           state.steps, output);
+  std::cout << fmt::format("{}: {} tensors after {} step(s), unsharded, written to {}\n", directory,
+                           state.tensors.size(), state.steps, output);
   return 0;
 }
 
@@ -130,7 +130,8 @@ int command_suite(const run::SuiteOptions& given) {
   options.out = &std::cout;
   const auto outcome = run::run_suite(options);
   std::cout << fmt::format("dmpcheck suite: {} in {:.1f} s\n", tally(outcome.results), outcome.seconds);
-  std::cout << fmt::format("reports: {0}/junit.xml {0}/summary.md {0}/report.html and one JSON per run\n", outcome.report_dir);
+  std::cout << fmt::format("reports: {0}/junit.xml {0}/summary.md {0}/report.html and one JSON per run\n",
+                           outcome.report_dir);
   return outcome.exit_code;
 }
 
@@ -173,8 +174,8 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
           const std::string other = it == outcome.results[i].digests.end() ? "missing" : it->second;
           if (other == digest) continue;
           deterministic = false;
-          std::cout << fmt::format("NONDETERMINISTIC {} [{}]: {} is {} in repetition 1 but {} in repetition {}\n", s.name,
-                                   first[i].run, name, digest, other, attempt + 1);
+          std::cout << fmt::format("NONDETERMINISTIC {} [{}]: {} is {} in repetition 1 but {} in repetition {}\n",
+                                   s.name, first[i].run, name, digest, other, attempt + 1);
         }
       }
     }
@@ -256,73 +257,93 @@ int command_bench(const BenchFlags& flags) {
 int main(int argc, char** argv) {
   CLI::App app{
       "dmpcheck: a correctness harness for TorchRec-style distributed embedding training.\n"
-      "Exit status: 0 every expectation held, 1 one did not, 2 bad input, 3 a rank failed or timed out, 130 interrupted.\n"
+      "Exit status: 0 every expectation held, 1 one did not, 2 bad input, 3 a rank failed or timed out, 130 "
+      "interrupted.\n"
       "Docs: README.md, docs/scenarios.md (the scenario format), docs/reliability.md, docs/sharding.md."};
   app.footer(profiles_help());
-  app.set_version_flag("--version", [] {
-    return fmt::format("dmpcheck {}, built against {}", git_revision(), run::libtorch_build());
-  });
+  app.set_version_flag(
+      "--version", [] { return fmt::format("dmpcheck {}, built against {}", git_revision(), run::libtorch_build()); });
   app.require_subcommand(1);
 
   std::vector<std::string> run_files;
   RunFlags flags;
   auto* run_cmd = app.add_subcommand("run", "Run scenario files: spawn the ranks, train, compare replicas, judge");
   run_cmd->add_option("scenario", run_files, "Scenario YAML file(s)")->required()->check(CLI::ExistingFile);
-  run_cmd->add_option("--out", flags.out_dir, "Report directory (reports/<scenario>/<run>.json)")->capture_default_str();
+  run_cmd->add_option("--out", flags.out_dir, "Report directory (reports/<scenario>/<run>.json)")
+      ->capture_default_str();
   run_cmd->add_flag("--quiet", flags.quiet, "Do not echo the ranks' own output");
-  run_cmd->add_option("--timeout", flags.timeout_s, "Deadline in seconds of every collective (overrides the scenarios' timeout_s)")
+  run_cmd
+      ->add_option("--timeout", flags.timeout_s,
+                   "Deadline in seconds of every collective (overrides the scenarios' timeout_s)")
       ->check(CLI::PositiveNumber);
-  run_cmd->add_option("--repeat", flags.repeat, "Run each scenario N times; fail unless every tensor digest is identical")
+  run_cmd
+      ->add_option("--repeat", flags.repeat, "Run each scenario N times; fail unless every tensor digest is identical")
       ->check(CLI::Range(1, 1000));
   run_cmd->add_option("--budget", flags.budget, "Seconds a run may take in all before its ranks are killed");
-  run_cmd->add_option("--checkpoint-dir", flags.checkpoint_dir,
-                      "After the last step every rank saves its shards to DIR/<scenario>/<run>/rank<r>.pt (torch.load reads them)");
-  run_cmd->add_option("--dump-batches", flags.dump_batches_dir,
-                      "Rank 0 writes every global batch to DIR/<scenario>/<run>/batch<step>.pt, to feed TorchRec the same data");
-  run_cmd->add_option("--filter", flags.filter, "Only the runs whose '<scenario> [<run>]' matches this regex (as suite --filter)");
-  run_cmd->add_option("--ranks", flags.ranks,
-                      "fork: ranks are forked from this warm process (no second libtorch start-up); exec: a fresh "
-                      "`dmpcheck worker` per rank (also DMPCHECK_RANKS=exec)")
+  run_cmd->add_option(
+      "--checkpoint-dir", flags.checkpoint_dir,
+      "After the last step every rank saves its shards to DIR/<scenario>/<run>/rank<r>.pt (torch.load reads them)");
+  run_cmd->add_option(
+      "--dump-batches", flags.dump_batches_dir,
+      "Rank 0 writes every global batch to DIR/<scenario>/<run>/batch<step>.pt, to feed TorchRec the same data");
+  run_cmd->add_option("--filter", flags.filter,
+                      "Only the runs whose '<scenario> [<run>]' matches this regex (as suite --filter)");
+  run_cmd
+      ->add_option("--ranks", flags.ranks,
+                   "fork: ranks are forked from this warm process (no second libtorch start-up); exec: a fresh "
+                   "`dmpcheck worker` per rank (also DMPCHECK_RANKS=exec)")
       ->check(CLI::IsMember({"fork", "exec"}))
       ->capture_default_str();
 
   run::SuiteOptions suite;
-  auto* suite_cmd = app.add_subcommand("suite", "Run every scenario and matrix cell under the given paths; write JSON, JUnit XML, Markdown and HTML reports");
+  auto* suite_cmd = app.add_subcommand(
+      "suite",
+      "Run every scenario and matrix cell under the given paths; write JSON, JUnit XML, Markdown and HTML reports");
   suite_cmd->add_option("paths", suite.paths, "Scenario files or directories (searched for *.yaml)")->required();
   suite_cmd->add_option("--filter", suite.filter, "Only cells whose '<scenario> [<run>]' matches this regex");
-  suite_cmd->add_option("--jobs,-j", suite.jobs, "Runs at once, while their ranks fit on the cores")->capture_default_str();
+  suite_cmd->add_option("--jobs,-j", suite.jobs, "Runs at once, while their ranks fit on the cores")
+      ->capture_default_str();
   suite_cmd->add_option("--out", suite.out_root, "Reports go to <out>/<timestamp>/")->capture_default_str();
   suite_cmd->add_option("--budget", suite.budget_s, "Seconds a run may take in all before its ranks are killed");
   std::string suite_ranks = "fork";
-  suite_cmd->add_option("--ranks", suite_ranks,
-                        "fork: ranks are forked from this warm process (with --jobs 1); exec: a fresh `dmpcheck worker` per "
-                        "rank (also DMPCHECK_RANKS=exec)")
+  suite_cmd
+      ->add_option("--ranks", suite_ranks,
+                   "fork: ranks are forked from this warm process (with --jobs 1); exec: a fresh `dmpcheck worker` per "
+                   "rank (also DMPCHECK_RANKS=exec)")
       ->check(CLI::IsMember({"fork", "exec"}))
       ->capture_default_str();
 
   std::string report_dir;
-  auto* report_cmd = app.add_subcommand("report", "Render junit.xml, summary.md and report.html again from the run JSON files in a directory");
-  report_cmd->add_option("directory", report_dir, "A suite's report directory")->required()->check(CLI::ExistingDirectory);
+  auto* report_cmd = app.add_subcommand(
+      "report", "Render junit.xml, summary.md and report.html again from the run JSON files in a directory");
+  report_cmd->add_option("directory", report_dir, "A suite's report directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
 
   std::string gather_dir, gather_out;
   auto* checkpoint_cmd = app.add_subcommand("checkpoint", "Work with checkpoints");
-  auto* gather_cmd = checkpoint_cmd->add_subcommand("gather", "Assemble a sharded checkpoint directory into one unsharded file");
-  gather_cmd->add_option("directory", gather_dir, "Directory holding rank<r>.pt")->required()->check(CLI::ExistingDirectory);
+  auto* gather_cmd =
+      checkpoint_cmd->add_subcommand("gather", "Assemble a sharded checkpoint directory into one unsharded file");
+  gather_cmd->add_option("directory", gather_dir, "Directory holding rank<r>.pt")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   gather_cmd->add_option("output", gather_out, "Unsharded file to write (a dict with 'state_dict')")->required();
   checkpoint_cmd->require_subcommand(1);
 
   std::vector<std::string> validate_files;
   auto* validate_cmd = app.add_subcommand("validate", "Check scenario files without running them");
-  validate_cmd->add_option("scenario", validate_files, "Scenario YAML files or directories (searched for *.yaml)")->required();
+  validate_cmd->add_option("scenario", validate_files, "Scenario YAML files or directories (searched for *.yaml)")
+      ->required();
 
   std::vector<std::string> explain_files;
   auto* explain_cmd = app.add_subcommand("explain", "Print each run's sharding plan and the collectives a step issues");
   explain_cmd->add_option("scenario", explain_files, "Scenario YAML file(s)")->required();
   std::vector<std::string> explain_releases;
-  explain_cmd->add_option("--release", explain_releases,
-                          "Also print the plan this TorchRec release's own planner makes for each run (its installed "
-                          "environment, ci/torchrec-env.sh), and whether it places the shards as the reference does; "
-                          "comma-separated for several")
+  explain_cmd
+      ->add_option("--release", explain_releases,
+                   "Also print the plan this TorchRec release's own planner makes for each run (its installed "
+                   "environment, ci/torchrec-env.sh), and whether it places the shards as the reference does; "
+                   "comma-separated for several")
       ->delimiter(',');
 
   BenchFlags bench;
@@ -330,43 +351,64 @@ int main(int argc, char** argv) {
       "bench",
       "Measure collectives the way nccl-tests does (sizes x collectives x backends x world sizes, each size checked "
       "on seeded inputs), or with --scenario what broadcasting a model's replicated parameters costs");
-  bench_cmd->add_option("--collective,-c", bench.collectives,
-                        "broadcast, all_reduce, all_gather, reduce_scatter, all_to_all, or all (repeat or comma-separate)")
+  bench_cmd
+      ->add_option("--collective,-c", bench.collectives,
+                   "broadcast, all_reduce, all_gather, reduce_scatter, all_to_all, or all (repeat or comma-separate)")
       ->delimiter(',')
       ->capture_default_str();
-  bench_cmd->add_option("--minbytes,-b", bench.min_bytes, "Smallest size (bytes; K, M, G suffixes as nccl-tests)")->capture_default_str();
+  bench_cmd->add_option("--minbytes,-b", bench.min_bytes, "Smallest size (bytes; K, M, G suffixes as nccl-tests)")
+      ->capture_default_str();
   bench_cmd->add_option("--maxbytes,-e", bench.max_bytes, "Largest size")->capture_default_str();
-  bench_cmd->add_option("--stepfactor,-f", bench.factor, "Multiply the size by this between rows")->capture_default_str();
+  bench_cmd->add_option("--stepfactor,-f", bench.factor, "Multiply the size by this between rows")
+      ->capture_default_str();
   bench_cmd->add_option("--warmup_iters,-w", bench.warmup, "Untimed iterations per size")->capture_default_str();
   bench_cmd->add_option("--iters,-n", bench.iterations, "Timed iterations per size")->capture_default_str();
-  bench_cmd->add_option("--backend", bench.backends, "gloo, nccl (repeat or comma-separate); unavailable ones are skipped with the reason. With --scenario: run each "
-                        "run on each of these instead of its own backend")
+  bench_cmd
+      ->add_option("--backend", bench.backends,
+                   "gloo, nccl (repeat or comma-separate); unavailable ones are skipped with the reason. With "
+                   "--scenario: run each "
+                   "run on each of these instead of its own backend")
       ->delimiter(',')
       ->capture_default_str();
-  bench_cmd->add_option("--world,-g", bench.world_sizes, "World sizes (repeat or comma-separate)")->delimiter(',')->capture_default_str();
+  bench_cmd->add_option("--world,-g", bench.world_sizes, "World sizes (repeat or comma-separate)")
+      ->delimiter(',')
+      ->capture_default_str();
   bench_cmd->add_option("--threads", bench.threads, "Intra-op threads per rank (default: cores / ranks)");
   bench_cmd->add_option("--timeout", bench.timeout_s, "Deadline in seconds of every collective")->capture_default_str();
   bench_cmd->add_option("--json", bench.json_path, "Also write the results as JSON to this file");
-  bench_cmd->add_option("--scenario", bench.scenario,
-                        "Instead of the sweep: build each run of this scenario and time every way of broadcasting its "
-                        "replicated parameters (per tensor, coalesced at each --bucket-cap, c10d's, one raw buffer)")
+  bench_cmd
+      ->add_option("--scenario", bench.scenario,
+                   "Instead of the sweep: build each run of this scenario and time every way of broadcasting its "
+                   "replicated parameters (per tensor, coalesced at each --bucket-cap, c10d's, one raw buffer)")
       ->check(CLI::ExistingFile);
   bench_cmd->add_option("--run", bench.run_filter, "With --scenario: only runs whose name contains this");
-  bench_cmd->add_option("--bucket-cap", bench.bucket_caps, "With --scenario: bucket caps to compare (default 1M,25M,250M)")
+  bench_cmd
+      ->add_option("--bucket-cap", bench.bucket_caps, "With --scenario: bucket caps to compare (default 1M,25M,250M)")
       ->delimiter(',');
 
   run::ReleaseOptions releases;
   auto* bisect_cmd = app.add_subcommand(
-      "bisect", "Run a scenario's cells on each TorchRec release (its `system` replaced) and print the first release whose "
-                "behaviour differs (replicas equal, which diverge, or the error)");
-  bisect_cmd->add_option("scenario", releases.scenario_files, "Scenario YAML file")->required()->check(CLI::ExistingFile);
-  bisect_cmd->add_option("--releases", releases.releases, "Releases in order, comma-separated (e.g. 0.6.0,0.7.0,0.8.0,1.9.2); "
-                         "install them with bash ci/torchrec-env.sh")->delimiter(',')->required();
-  bisect_cmd->add_option("--out", releases.out_dir, "Report directory (<out>/bisect-<release>/...)")->capture_default_str();
+      "bisect",
+      "Run a scenario's cells on each TorchRec release (its `system` replaced) and print the first release whose "
+      "behaviour differs (replicas equal, which diverge, or the error)");
+  bisect_cmd->add_option("scenario", releases.scenario_files, "Scenario YAML file")
+      ->required()
+      ->check(CLI::ExistingFile);
+  bisect_cmd
+      ->add_option("--releases", releases.releases,
+                   "Releases in order, comma-separated (e.g. 0.6.0,0.7.0,0.8.0,1.9.2); "
+                   "install them with bash ci/torchrec-env.sh")
+      ->delimiter(',')
+      ->required();
+  bisect_cmd->add_option("--out", releases.out_dir, "Report directory (<out>/bisect-<release>/...)")
+      ->capture_default_str();
   auto* fidelity_cmd = app.add_subcommand(
-      "fidelity", "Measure the reference DMP against TorchRec releases (fidelity scenarios, `expect: reference`) and write "
-                  "the Markdown table (docs/fidelity.md)");
-  fidelity_cmd->add_option("scenario", releases.scenario_files, "Fidelity scenario files (fidelity/*.yaml)")->required()->check(CLI::ExistingFile);
+      "fidelity",
+      "Measure the reference DMP against TorchRec releases (fidelity scenarios, `expect: reference`) and write "
+      "the Markdown table (docs/fidelity.md)");
+  fidelity_cmd->add_option("scenario", releases.scenario_files, "Fidelity scenario files (fidelity/*.yaml)")
+      ->required()
+      ->check(CLI::ExistingFile);
   fidelity_cmd->add_option("--releases", releases.releases, "Releases, comma-separated")->delimiter(',')->required();
   fidelity_cmd->add_option("--output", releases.output, "Markdown file to write")->required();
   fidelity_cmd->add_option("--out", releases.out_dir, "Report directory for the runs' JSON")->capture_default_str();

@@ -133,8 +133,8 @@ class AuthStoreServer::Impl {
     addrinfo* found = nullptr;
     const std::string service = std::to_string(port);
     const int rc = getaddrinfo(address.c_str(), service.c_str(), &hints, &found);
-    DMP_CHECK(rc == 0, ErrorKind::kCommunication, "cannot host the run's store on {}: the address does not resolve ({})",
-              address, gai_strerror(rc));
+    DMP_CHECK(rc == 0, ErrorKind::kCommunication,
+              "cannot host the run's store on {}: the address does not resolve ({})", address, gai_strerror(rc));
     std::string why;
     for (addrinfo* a = found; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
       const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -161,7 +161,8 @@ class AuthStoreServer::Impl {
     fcntl(listen_fd_, F_SETFL, fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
     if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       close(listen_fd_);
-      throw_error(ErrorKind::kCommunication, fmt::format("cannot host the run's store: pipe: {}", std::strerror(errno)));
+      throw_error(ErrorKind::kCommunication,
+                  fmt::format("cannot host the run's store: pipe: {}", std::strerror(errno)));
     }
     thread_ = std::thread([this] { loop(); });
   }
@@ -268,16 +269,12 @@ class AuthStoreServer::Impl {
         wake_waiters();
         return;
       }
-      case kCheck:
-        c.out += encode(kOk, {keys_present(args) ? "1" : "0"});
-        return;
+      case kCheck: c.out += encode(kOk, {keys_present(args) ? "1" : "0"}); return;
       case kDelete:
         if (!need(1)) return;
         c.out += encode(kOk, {data_.erase(args[0]) > 0 ? "1" : "0"});
         return;
-      case kNumKeys:
-        c.out += encode(kOk, {std::to_string(data_.size())});
-        return;
+      case kNumKeys: c.out += encode(kOk, {std::to_string(data_.size())}); return;
       case kCompareSet: {
         if (!need(3)) return;
         auto it = data_.find(args[0]);
@@ -298,9 +295,7 @@ class AuthStoreServer::Impl {
         }
         return;
       }
-      default:
-        c.out += encode(kFailed, {fmt::format("unknown request {}", op)});
-        c.closing = true;
+      default: c.out += encode(kFailed, {fmt::format("unknown request {}", op)}); c.closing = true;
     }
   }
 
@@ -409,7 +404,8 @@ class AuthStoreServer::Impl {
   std::thread thread_;
 };
 
-AuthStoreServer::AuthStoreServer(const std::string& address, uint16_t port, std::string secret, RefusedCallback on_refused)
+AuthStoreServer::AuthStoreServer(const std::string& address, uint16_t port, std::string secret,
+                                 RefusedCallback on_refused)
     : impl_(std::make_unique<Impl>(address, port, std::move(secret), std::move(on_refused))) {}
 AuthStoreServer::~AuthStoreServer() = default;
 uint16_t AuthStoreServer::port() const { return impl_->port(); }
@@ -493,9 +489,11 @@ AuthStoreClient::AuthStoreClient(const std::string& host, uint16_t port, const s
   const auto deadline = Clock::now() + timeout;
   int error = 0;
   while ((fd_ = connect_once(host, port, &error)) < 0) {
-    DMP_CHECK(Clock::now() < deadline, ErrorKind::kTimeout,
-              "Timeout: nothing accepted a connection at {} within {} ms (last error: {}); rank 0 hosts the run's store "
-              "there", where_, timeout.count(), std::strerror(error));
+    DMP_CHECK(
+        Clock::now() < deadline, ErrorKind::kTimeout,
+        "Timeout: nothing accepted a connection at {} within {} ms (last error: {}); rank 0 hosts the run's store "
+        "there",
+        where_, timeout.count(), std::strerror(error));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   try {
@@ -503,7 +501,8 @@ AuthStoreClient::AuthStoreClient(const std::string& host, uint16_t port, const s
     std::string greeting;
     DMP_CHECK(read_exact(fd_, greeting, kMagicSize + kHex, handshake, where_) &&
                   greeting.compare(0, kMagicSize, kMagic, kMagicSize) == 0,
-              ErrorKind::kCommunication, "what listens at {} is not a dmpcheck store (it did not greet as one)", where_);
+              ErrorKind::kCommunication, "what listens at {} is not a dmpcheck store (it did not greet as one)",
+              where_);
     const std::string nonce_s = greeting.substr(kMagicSize);
     const std::string nonce_c = random_secret();
     write_all(fd_, nonce_c + client_proof(secret, nonce_s, nonce_c), where_);
@@ -535,7 +534,8 @@ std::vector<std::string> AuthStoreClient::call(uint8_t op, const std::vector<std
   std::lock_guard<std::mutex> lock(mutex_);
   write_all(fd_, encode(op, args), where_);
   // The server answers a wait when it ends; allow it a moment beyond.
-  const auto deadline = wait_for.count() <= 0 ? Clock::time_point::max() : Clock::now() + wait_for + std::chrono::seconds(30);
+  const auto deadline =
+      wait_for.count() <= 0 ? Clock::time_point::max() : Clock::now() + wait_for + std::chrono::seconds(30);
   std::string header, body;
   DMP_CHECK(read_exact(fd_, header, 4, deadline, where_), ErrorKind::kCommunication,
             "the run's store at {} closed the connection (rank 0 has gone?)", where_);

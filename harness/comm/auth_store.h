@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace dmpcheck::comm {
 

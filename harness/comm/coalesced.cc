@@ -78,8 +78,7 @@ CoalescedBroadcastStats broadcast_coalesced(Communicator& comm, const std::vecto
   return stats;
 }
 
-void all_reduce_mean_coalesced(Communicator& comm, const std::vector<at::Tensor>& tensors,
-                               int64_t bucket_cap_bytes) {
+void all_reduce_mean_coalesced(Communicator& comm, const std::vector<at::Tensor>& tensors, int64_t bucket_cap_bytes) {
   // DDP's arithmetic: each gradient times 1/world_size (rounded to the gradient's type) into the
   // bucket, then the sum; dividing the sum instead differs in the last bit for world sizes that
   // are not powers of two.

@@ -19,10 +19,10 @@ struct CoalescedBroadcastOptions {
 };
 
 struct CoalescedBroadcastStats {
-  int64_t bytes = 0;     // payload bytes broadcast
+  int64_t bytes = 0;  // payload bytes broadcast
   int64_t tensors = 0;
   int64_t collectives = 0;  // broadcasts issued (buckets)
-  double seconds = 0.0;  // this rank's wall time, flatten and copy-back included
+  double seconds = 0.0;     // this rank's wall time, flatten and copy-back included
 };
 
 // Collective: every rank passes tensors of identical shapes and dtypes in the same order.
@@ -32,7 +32,6 @@ CoalescedBroadcastStats broadcast_coalesced(Communicator& comm, const std::vecto
 
 // Collective: sums `tensors` over ranks in place, then divides by world size (DDP's gradient
 // averaging), packed into buckets of at most `bucket_cap_bytes`.
-void all_reduce_mean_coalesced(Communicator& comm, const std::vector<at::Tensor>& tensors,
-                               int64_t bucket_cap_bytes);
+void all_reduce_mean_coalesced(Communicator& comm, const std::vector<at::Tensor>& tensors, int64_t bucket_cap_bytes);
 
 }  // namespace dmpcheck::comm

@@ -81,8 +81,8 @@ class FingerprintingCommunicator final : public Communicator {
     for (size_t r = 0; r < all.size(); ++r) {
       if (all[r].equal(all[static_cast<size_t>(rank())])) continue;
       throw_error(ErrorKind::kCommunication,
-                  fmt::format("collective mismatch: rank {} is running {}, but rank {} is running {}", rank(), describe(mine), r,
-                              describe(all[r])));
+                  fmt::format("collective mismatch: rank {} is running {}, but rank {} is running {}", rank(),
+                              describe(mine), r, describe(all[r])));
     }
   }
 

@@ -22,16 +22,14 @@ int64_t parse_int(const std::string& name, const std::string& text, int64_t min,
   } catch (const std::exception&) {
     used = 0;
   }
-  DMP_CHECK(used == text.size() && !text.empty() && value >= min && value <= max,
-            ErrorKind::kInvalidInput, "environment variable {}='{}': expected an integer in [{}, {}]",
-            name, text, min, max);
+  DMP_CHECK(used == text.size() && !text.empty() && value >= min && value <= max, ErrorKind::kInvalidInput,
+            "environment variable {}='{}': expected an integer in [{}, {}]", name, text, min, max);
   return value;
 }
 
 }  // namespace
 
-RankEnvironment rank_environment_from(
-    const std::function<std::optional<std::string>(const std::string&)>& lookup) {
+RankEnvironment rank_environment_from(const std::function<std::optional<std::string>(const std::string&)>& lookup) {
   struct Names {
     const char* launcher;
     const char* rank;
@@ -42,7 +40,8 @@ RankEnvironment rank_environment_from(
   static const Names kLaunchers[] = {
       {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
       {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
-      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE"},
       {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
   };
   const Names* names = nullptr;
@@ -52,16 +51,19 @@ RankEnvironment rank_environment_from(
       break;
     }
   }
-  DMP_CHECK(names != nullptr, ErrorKind::kInvalidInput,
-            "no rank variables are set: a rank needs RANK and WORLD_SIZE (torchrun, `dmpcheck run`), SLURM_PROCID and "
-            "SLURM_NTASKS (srun), OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE (Open MPI) or PMI_RANK and PMI_SIZE, plus "
-            "MASTER_ADDR and MASTER_PORT");
+  DMP_CHECK(
+      names != nullptr, ErrorKind::kInvalidInput,
+      "no rank variables are set: a rank needs RANK and WORLD_SIZE (torchrun, `dmpcheck run`), SLURM_PROCID and "
+      "SLURM_NTASKS (srun), OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE (Open MPI) or PMI_RANK and PMI_SIZE, plus "
+      "MASTER_ADDR and MASTER_PORT");
   auto required = [&](const std::string& name) {
     auto value = lookup(name);
     DMP_CHECK(value.has_value(), ErrorKind::kInvalidInput,
               "environment variable {} is not set; under {} a rank needs {}, {}, MASTER_ADDR and MASTER_PORT{}", name,
               names->launcher, names->rank, names->size,
-              std::string(names->launcher) == "torchrun" ? "" : " (set MASTER_ADDR and MASTER_PORT yourself, e.g. the first host and a free port)");
+              std::string(names->launcher) == "torchrun"
+                  ? ""
+                  : " (set MASTER_ADDR and MASTER_PORT yourself, e.g. the first host and a free port)");
     return *value;
   };
   RankEnvironment env;
@@ -110,8 +112,8 @@ std::string gloo_listen_address(const RankEnvironment& env) {
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
   const int rc = ::getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &found);
-  DMP_CHECK(rc == 0 && found != nullptr, ErrorKind::kInvalidInput, "MASTER_ADDR '{}' does not resolve: {}", env.master_addr,
-            rc == 0 ? "no IPv4 address" : ::gai_strerror(rc));
+  DMP_CHECK(rc == 0 && found != nullptr, ErrorKind::kInvalidInput, "MASTER_ADDR '{}' does not resolve: {}",
+            env.master_addr, rc == 0 ? "no IPv4 address" : ::gai_strerror(rc));
   sockaddr_in target = *reinterpret_cast<sockaddr_in*>(found->ai_addr);
   ::freeaddrinfo(found);
   target.sin_port = htons(env.master_port);
@@ -128,7 +130,7 @@ std::string gloo_listen_address(const RankEnvironment& env) {
             env.master_addr, std::strerror(err));
   char text[INET_ADDRSTRLEN] = {0};
   ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
-  const std::string address = text;
+  std::string address = text;
   // MASTER_ADDR on this very host (e.g. 127.0.0.1) routes through loopback; peers elsewhere
   // could never reach that.  Then the host name's address is the one to listen on.
   if (address.rfind("127.", 0) == 0) {

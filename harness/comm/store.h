@@ -39,8 +39,8 @@ class Store {
   // Connections this process's server refused (0 for a client or a file store).
   int refused_count() const;
 
-  uint16_t port() const;               // 0 for a file store
-  const std::string& path() const;     // empty for a TCP store
+  uint16_t port() const;            // 0 for a file store
+  const std::string& path() const;  // empty for a TCP store
   void set(const std::string& key, const std::string& value);
   // Blocks until `key` exists or the store's timeout passes (Error kTimeout).
   std::string get(const std::string& key);

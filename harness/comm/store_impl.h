@@ -11,7 +11,7 @@ namespace dmpcheck::comm {
 
 class StoreImpl {
  public:
-  c10::intrusive_ptr<c10d::Store> store;  // an AuthStoreClient or FileStore, or a PrefixStore over one
+  c10::intrusive_ptr<c10d::Store> store;    // an AuthStoreClient or FileStore, or a PrefixStore over one
   std::shared_ptr<AuthStoreServer> server;  // when this process hosts the store (kept alive by every view)
   uint16_t port = 0;
   std::string path;  // a FileStore's file

@@ -16,13 +16,13 @@
 namespace dmpcheck {
 
 enum class ErrorKind {
-  kInvalidScenario,   // a scenario file is malformed or asks for the impossible
-  kInvalidInput,      // a batch, a tensor or an environment variable is malformed
-  kCommunication,     // a collective or the rendezvous failed
-  kTimeout,           // a collective or a run exceeded its deadline
-  kRankFailed,        // a rank process crashed or exited non-zero
-  kInternal,          // a dmpcheck bug
-  kInjected,          // a fault the scenario asked for (`faults: {kind: throw}`)
+  kInvalidScenario,  // a scenario file is malformed or asks for the impossible
+  kInvalidInput,     // a batch, a tensor or an environment variable is malformed
+  kCommunication,    // a collective or the rendezvous failed
+  kTimeout,          // a collective or a run exceeded its deadline
+  kRankFailed,       // a rank process crashed or exited non-zero
+  kInternal,         // a dmpcheck bug
+  kInjected,         // a fault the scenario asked for (`faults: {kind: throw}`)
 };
 
 std::string_view error_kind_name(ErrorKind kind);
@@ -36,23 +36,23 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
-[[noreturn]] void throw_error(ErrorKind kind, std::string message);
+[[noreturn]] void throw_error(ErrorKind kind, const std::string& message);
 [[noreturn]] void throw_internal(const char* file, int line, const char* condition, std::string message);
 
 }  // namespace dmpcheck
 
 // DMP_CHECK(condition, kind, "format {}", args...): always-on check of user input.
-#define DMP_CHECK(condition, kind, ...)                                   \
-  do {                                                                    \
-    if (!(condition)) {                                                   \
-      ::dmpcheck::throw_error((kind), ::fmt::format(__VA_ARGS__));        \
-    }                                                                     \
+#define DMP_CHECK(condition, kind, ...)                            \
+  do {                                                             \
+    if (!(condition)) {                                            \
+      ::dmpcheck::throw_error((kind), ::fmt::format(__VA_ARGS__)); \
+    }                                                              \
   } while (false)
 
 // DMP_INTERNAL_ASSERT(condition, "format {}", args...): an invariant of dmpcheck itself.
-#define DMP_INTERNAL_ASSERT(condition, ...)                                              \
-  do {                                                                                   \
-    if (!(condition)) {                                                                  \
+#define DMP_INTERNAL_ASSERT(condition, ...)                                                   \
+  do {                                                                                        \
+    if (!(condition)) {                                                                       \
       ::dmpcheck::throw_internal(__FILE__, __LINE__, #condition, ::fmt::format(__VA_ARGS__)); \
-    }                                                                                    \
+    }                                                                                         \
   } while (false)

@@ -17,7 +17,8 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   const fs::path target(path);
   std::error_code ec;
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
-  DMP_CHECK(!ec, ErrorKind::kInvalidInput, "cannot create the directory {}: {}", target.parent_path().string(), ec.message());
+  DMP_CHECK(!ec, ErrorKind::kInvalidInput, "cannot create the directory {}: {}", target.parent_path().string(),
+            ec.message());
   std::string temporary = path + ".XXXXXX";
   const int fd = ::mkstemp(temporary.data());
   DMP_CHECK(fd >= 0, ErrorKind::kInvalidInput, "cannot create a file next to {}: {}", path, std::strerror(errno));

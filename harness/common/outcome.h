@@ -28,8 +28,8 @@ enum class FailureKind {
   kInvalidScenario,
   kInvalidInput,
   kCommunication,
-  kTimeout,      // a collective passed its deadline, or the run its budget
-  kRankFailed,   // a rank exited non-zero without saying why
+  kTimeout,     // a collective passed its deadline, or the run its budget
+  kRankFailed,  // a rank exited non-zero without saying why
   kInternal,
   kInjected,     // the scenario injected it (a `throw` fault)
   kCrashed,      // a rank was killed by a signal

@@ -58,9 +58,11 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     };
     variant("torchrec#2362", "row_wise mean pooling divides each shard's partial sum by the shard's share of the bag",
             [](BehaviourProfile& p) { p.row_wise_mean_divides_by_local_length = true; });
-    variant("torchrec#2808", "the mean-pooling divisor overwrites the lengths of sum-pooled row_wise features before the all-to-all",
+    variant("torchrec#2808",
+            "the mean-pooling divisor overwrites the lengths of sum-pooled row_wise features before the all-to-all",
             [](BehaviourProfile& p) { p.mean_divisor_mutates_lengths = true; });
-    variant("torchrec#1252", "the stock EBC sharder offers no row_wise or table_row_wise on CPU, so planning such a table fails",
+    variant("torchrec#1252",
+            "the stock EBC sharder offers no row_wise or table_row_wise on CPU, so planning such a table fails",
             [](BehaviourProfile& p) { p.row_wise_offered_on_cpu = false; });
     variant("torchrec#1165", "weights loaded into the model before DMP wraps it are replaced by the wrap's own draw",
             [](BehaviourProfile& p) { p.wrap_keeps_weights_loaded_before_it = false; });
@@ -71,8 +73,10 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
             [](BehaviourProfile& p) { p.divide_model_parallel_gradients_by_world_size = false; });
     variant("torchrec#1298", "fused optimizers update a row once per occurrence instead of once per batch",
             [](BehaviourProfile& p) { p.deduplicate_row_gradients = false; });
-    variant("torchrec#2394", "checkpoints name data-parallel optimizer state the torch.optim way, so a resume under another plan drops it",
-            [](BehaviourProfile& p) { p.data_parallel_state_keys_differ = true; });
+    variant(
+        "torchrec#2394",
+        "checkpoints name data-parallel optimizer state the torch.optim way, so a resume under another plan drops it",
+        [](BehaviourProfile& p) { p.data_parallel_state_keys_differ = true; });
     variant("torchrec#1497", "a checkpoint cannot be loaded into a table whose sharding type changed",
             [](BehaviourProfile& p) { p.load_requires_same_sharding = true; });
     variant("dense-not-broadcast", "the dense wrapper does not broadcast rank 0's parameters when it wraps",

@@ -136,15 +136,20 @@ FullState load_sharded_checkpoint(const std::string& directory) {
   state.steps = field(head, "steps", first).toInt();
   for (int64_t r = 0; r < world_size; ++r) {
     const std::string path = fmt::format("{}/rank{}.pt", directory, r);
-    DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "{}: missing; the checkpoint was saved by {} ranks", path, world_size);
+    DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "{}: missing; the checkpoint was saved by {} ranks", path,
+              world_size);
     const GenericDict dict = r == 0 ? head : as_dict(read_pickle(path), path);
     for (const auto& item : field(dict, "pieces", path).toListRef()) {
       const GenericDict piece = item.toGenericDict();
       const std::string name = field(piece, "name", path).toStringRef();
       const std::string sharding = field(piece, "sharding", path).toStringRef();
       const at::Tensor tensor = field(piece, "tensor", path).toTensor();
-      const Shard placement{static_cast<int>(r), field(piece, "row_offset", path).toInt(), field(piece, "rows", path).toInt(),
-                            field(piece, "col_offset", path).toInt(), field(piece, "cols", path).toInt(), 0};
+      const Shard placement{static_cast<int>(r),
+                            field(piece, "row_offset", path).toInt(),
+                            field(piece, "rows", path).toInt(),
+                            field(piece, "col_offset", path).toInt(),
+                            field(piece, "cols", path).toInt(),
+                            0};
       auto it = state.tensors.find(name);
       if (it == state.tensors.end()) {
         const auto sizes = ints_of(field(piece, "full_sizes", path));
@@ -222,21 +227,22 @@ KeyedJaggedTensor load_batch(const std::string& path) {
   DMP_CHECK(key_list.isList(), ErrorKind::kInvalidInput, "{}: 'keys' is not a list of feature names", path);
   std::vector<std::string> keys;
   for (const auto& k : key_list.toListRef()) {
-    DMP_CHECK(k.isString(), ErrorKind::kInvalidInput, "{}: 'keys' holds a {}, not a feature name", path, std::string(k.tagKind()));
+    DMP_CHECK(k.isString(), ErrorKind::kInvalidInput, "{}: 'keys' holds a {}, not a feature name", path,
+              std::string(k.tagKind()));
     keys.push_back(k.toStringRef());
   }
   at::Tensor values = tensor_field("values");
   at::Tensor lengths = tensor_field("lengths");
   DMP_CHECK(!values.is_floating_point() && !lengths.is_floating_point(), ErrorKind::kInvalidInput,
-            "{}: 'values' and 'lengths' must be integer tensors (they are {} and {})", path, c10::toString(values.scalar_type()),
-            c10::toString(lengths.scalar_type()));
+            "{}: 'values' and 'lengths' must be integer tensors (they are {} and {})", path,
+            c10::toString(values.scalar_type()), c10::toString(lengths.scalar_type()));
   std::optional<at::Tensor> weights;
   if (top.contains("weights") && !top.at("weights").isNone()) weights = tensor_field("weights").to(at::kFloat);
   const c10::IValue stride = field(top, "stride", path);
   DMP_CHECK(stride.isInt(), ErrorKind::kInvalidInput, "{}: 'stride' (bags per feature) is not an integer", path);
-  DMP_CHECK(keys.empty() || lengths.numel() == stride.toInt() * static_cast<int64_t>(keys.size()), ErrorKind::kInvalidInput,
-            "{}: {} lengths for {} keys of stride {} (expected {})", path, lengths.numel(), keys.size(), stride.toInt(),
-            stride.toInt() * static_cast<int64_t>(keys.size()));
+  DMP_CHECK(keys.empty() || lengths.numel() == stride.toInt() * static_cast<int64_t>(keys.size()),
+            ErrorKind::kInvalidInput, "{}: {} lengths for {} keys of stride {} (expected {})", path, lengths.numel(),
+            keys.size(), stride.toInt(), stride.toInt() * static_cast<int64_t>(keys.size()));
   try {
     return KeyedJaggedTensor(keys, values.to(at::kLong).contiguous(), lengths.to(at::kLong).contiguous(), weights);
   } catch (const Error& e) {

@@ -33,7 +33,7 @@ struct EmbeddingBagConfig {
 
 struct ModelConfig {
   std::vector<EmbeddingBagConfig> tables;
-  std::vector<int64_t> dense_layers;  // output sizes; the input is the pooled width
+  std::vector<int64_t> dense_layers;                 // output sizes; the input is the pooled width
   std::vector<std::string> features() const;         // a batch's keys: each feature once
   std::vector<std::string> embedding_names() const;  // each lookup's output name, in order
   int64_t pooled_width() const;
@@ -61,10 +61,10 @@ enum class DenseOptimizerType { kSgd, kAdagrad, kAdam };
 struct DenseOptimizerConfig {
   DenseOptimizerType type = DenseOptimizerType::kSgd;
   double learning_rate = 0.01;
-  double momentum = 0.0;       // SGD
-  double eps = 1e-8;           // Adam's default; torch.optim.Adagrad's is 1e-10
-  double beta1 = 0.9;          // Adam
-  double beta2 = 0.999;        // Adam
+  double momentum = 0.0;  // SGD
+  double eps = 1e-8;      // Adam's default; torch.optim.Adagrad's is 1e-10
+  double beta1 = 0.9;     // Adam
+  double beta2 = 0.999;   // Adam
   double weight_decay = 0.0;
 };
 

@@ -8,8 +8,7 @@
 
 namespace dmpcheck::dmp {
 
-DenseDataParallel::DenseDataParallel(comm::Communicator& comm, DenseMlp& mlp,
-                                     const DenseOptimizerConfig& optimizer,
+DenseDataParallel::DenseDataParallel(comm::Communicator& comm, DenseMlp& mlp, const DenseOptimizerConfig& optimizer,
                                      const DenseDataParallelOptions& options, std::vector<NamedTensor> also_trained)
     : comm_(comm), mlp_(mlp), options_(options), optimizer_(optimizer, [&] {
         // In TorchRec's named_parameters() order: the tables come before the dense layers.

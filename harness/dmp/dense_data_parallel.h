@@ -18,7 +18,7 @@ class Communicator;
 namespace dmpcheck::dmp {
 
 struct DenseDataParallelOptions {
-  int64_t bucket_cap_bytes = 25 * 1024 * 1024;  // DDP's default bucket_cap_mb=25
+  int64_t bucket_cap_bytes = 25 * 1024 * 1024;        // DDP's default bucket_cap_mb=25
   int64_t first_bucket_cap_bytes = 25 * 1024 * 1024;  // of the buckets rebuilt in backward order
   bool broadcast_at_wrap = true;
 };
@@ -40,8 +40,8 @@ class DenseDataParallel {
   // bucket in registration order, then rebuilds its buckets in the order the gradients became
   // ready: for an MLP the reverse of registration, cut where a bucket reaches its cap (the first
   // bucket's cap, then bucket_cap_bytes).  Measured on torchrec 0.6.0 and 1.9.2 with a comm hook.
-  static std::vector<std::vector<size_t>> buckets(const std::vector<int64_t>& bytes, int64_t step,
-                                                  int64_t first_cap, int64_t cap);
+  static std::vector<std::vector<size_t>> buckets(const std::vector<int64_t>& bytes, int64_t step, int64_t first_cap,
+                                                  int64_t cap);
   const comm::CoalescedBroadcastStats& wrap_broadcast() const { return wrap_broadcast_; }
   std::vector<NamedTensor> optimizer_state() const { return optimizer_.state(); }
   void load_optimizer_state(const std::map<std::string, at::Tensor>& state, int64_t steps) {

@@ -15,7 +15,8 @@ at::Tensor KeyedTensor::at_key(const std::string& key) const {
     if (keys[i] == key) return values.narrow(1, offset, length_per_key[i]);
     offset += length_per_key[i];
   }
-  throw_error(ErrorKind::kInvalidInput, fmt::format("KeyedTensor has no key '{}' (keys: {})", key, fmt::join(keys, ", ")));
+  throw_error(ErrorKind::kInvalidInput,
+              fmt::format("KeyedTensor has no key '{}' (keys: {})", key, fmt::join(keys, ", ")));
 }
 
 EmbeddingBagCollection::EmbeddingBagCollection(std::vector<EmbeddingBagConfig> tables) : tables_(std::move(tables)) {

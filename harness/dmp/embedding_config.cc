@@ -19,7 +19,9 @@ void round_to_storage(const EmbeddingBagConfig& table, at::Tensor& weight) {
   weight.copy_(weight.to(at::kHalf).to(at::kFloat));
 }
 
-const char* pooling_name(const EmbeddingBagConfig& table) { return table.sequence ? "none" : pooling_name(table.pooling); }
+const char* pooling_name(const EmbeddingBagConfig& table) {
+  return table.sequence ? "none" : pooling_name(table.pooling);
+}
 
 std::string table_weight_key(const std::string& table) { return "ebc.embedding_bags." + table + ".weight"; }
 std::string pooled_output_key(const std::string& feature) { return "pooled_embeddings." + feature; }

@@ -11,7 +11,6 @@
 
 namespace dmpcheck::dmp {
 
-
 const char* pooling_name(PoolingType pooling);
 // An fp16 table's storage as the reference models it: fp32 tensors holding only values an fp16
 // can (FBGEMM's CPU kernels read fp16 rows into fp32, accumulate in fp32 and round each updated

@@ -8,24 +8,22 @@
 
 namespace dmpcheck::dmp {
 
-KeyedJaggedTensor::KeyedJaggedTensor(std::vector<std::string> keys, at::Tensor values,
-                                     at::Tensor lengths, std::optional<at::Tensor> weights)
-    : keys_(std::move(keys)), values_(std::move(values)), lengths_(std::move(lengths)),
-      weights_(std::move(weights)) {
+KeyedJaggedTensor::KeyedJaggedTensor(std::vector<std::string> keys, at::Tensor values, at::Tensor lengths,
+                                     std::optional<at::Tensor> weights)
+    : keys_(std::move(keys)), values_(std::move(values)), lengths_(std::move(lengths)), weights_(std::move(weights)) {
   std::set<std::string> unique(keys_.begin(), keys_.end());
-  DMP_CHECK(unique.size() == keys_.size(), ErrorKind::kInvalidInput,
-            "KeyedJaggedTensor: keys must be unique, got {}", fmt::join(keys_, ", "));
+  DMP_CHECK(unique.size() == keys_.size(), ErrorKind::kInvalidInput, "KeyedJaggedTensor: keys must be unique, got {}",
+            fmt::join(keys_, ", "));
   DMP_CHECK(values_.dim() == 1 && values_.scalar_type() == at::kLong, ErrorKind::kInvalidInput,
-            "KeyedJaggedTensor: values must be a 1-D int64 tensor of ids, got {}-D {}",
-            values_.dim(), std::string(c10::toString(values_.scalar_type())));
+            "KeyedJaggedTensor: values must be a 1-D int64 tensor of ids, got {}-D {}", values_.dim(),
+            std::string(c10::toString(values_.scalar_type())));
   DMP_CHECK(lengths_.dim() == 1 && lengths_.scalar_type() == at::kLong, ErrorKind::kInvalidInput,
             "KeyedJaggedTensor: lengths must be a 1-D int64 tensor, got {}-D {}", lengths_.dim(),
             std::string(c10::toString(lengths_.scalar_type())));
   const int64_t num_keys = static_cast<int64_t>(keys_.size());
   if (num_keys == 0) {
     DMP_CHECK(lengths_.numel() == 0 && values_.numel() == 0, ErrorKind::kInvalidInput,
-              "KeyedJaggedTensor: no keys but {} lengths and {} values", lengths_.numel(),
-              values_.numel());
+              "KeyedJaggedTensor: no keys but {} lengths and {} values", lengths_.numel(), values_.numel());
   } else {
     DMP_CHECK(lengths_.numel() % num_keys == 0, ErrorKind::kInvalidInput,
               "KeyedJaggedTensor: {} lengths is not a multiple of {} keys (lengths must hold "
@@ -37,17 +35,15 @@ KeyedJaggedTensor::KeyedJaggedTensor(std::vector<std::string> keys, at::Tensor v
     const int64_t min_length = lengths_.min().item<int64_t>();
     if (min_length < 0) {
       const int64_t at_index = (lengths_ < 0).nonzero()[0][0].item<int64_t>();
-      throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("KeyedJaggedTensor: negative length {} for key '{}', bag {}", min_length,
-                              keys_[at_index / stride_], at_index % stride_));
+      throw_error(ErrorKind::kInvalidInput, fmt::format("KeyedJaggedTensor: negative length {} for key '{}', bag {}",
+                                                        min_length, keys_[at_index / stride_], at_index % stride_));
     }
   }
   const int64_t total = lengths_.numel() > 0 ? lengths_.sum().item<int64_t>() : 0;
   DMP_CHECK(total == values_.numel(), ErrorKind::kInvalidInput,
             "KeyedJaggedTensor: lengths sum to {} but there are {} values", total, values_.numel());
   if (weights_) {
-    DMP_CHECK(weights_->dim() == 1 && weights_->numel() == values_.numel() &&
-                  weights_->is_floating_point(),
+    DMP_CHECK(weights_->dim() == 1 && weights_->numel() == values_.numel() && weights_->is_floating_point(),
               ErrorKind::kInvalidInput,
               "KeyedJaggedTensor: weights must be a 1-D float tensor with one weight per id ({}), "
               "got {} elements",
@@ -61,8 +57,8 @@ size_t KeyedJaggedTensor::key_index(const std::string& key) const {
   for (size_t i = 0; i < keys_.size(); ++i) {
     if (keys_[i] == key) return i;
   }
-  throw_error(ErrorKind::kInvalidInput, fmt::format("KeyedJaggedTensor has no key '{}' (keys: {})",
-                                                    key, fmt::join(keys_, ", ")));
+  throw_error(ErrorKind::kInvalidInput,
+              fmt::format("KeyedJaggedTensor has no key '{}' (keys: {})", key, fmt::join(keys_, ", ")));
 }
 
 int64_t KeyedJaggedTensor::value_offset(size_t key, int64_t bag) const {

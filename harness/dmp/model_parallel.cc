@@ -26,7 +26,8 @@ std::string table_state_key(const std::string& table, const std::string& state) 
 // column shard j's state at [j * rows, (j + 1) * rows).  A [rows, k] tensor (one column per
 // shard: checkpoints dmpcheck wrote before it followed TorchRec) is read too.
 at::Tensor piece_of(at::Tensor& full, const Shard& placement, int64_t column_shard, bool row_state) {
-  if (!row_state) return full.narrow(0, placement.row_offset, placement.rows).narrow(1, placement.col_offset, placement.cols);
+  if (!row_state)
+    return full.narrow(0, placement.row_offset, placement.rows).narrow(1, placement.col_offset, placement.cols);
   if (full.dim() == 2) return full.narrow(0, placement.row_offset, placement.rows).select(1, column_shard);
   return full.narrow(0, column_shard * placement.rows + placement.row_offset, placement.rows);
 }
@@ -122,11 +123,12 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   if (comm_.backend_name() == "gloo") {
     for (const auto& t : plan_.tables) {
       if (!row_split(t.table)) continue;
-      DMP_CHECK(options_.profile.row_wise_offered_on_cpu, ErrorKind::kInvalidInput,
-                "table '{}' is {}: RuntimeError: No available sharding type and compute kernel combination after applying "
-                "user provided constraints for {} (profile {}: the EBC sharder offers data_parallel, table_wise, "
-                "column_wise and table_column_wise on cpu)",
-                t.table, sharding_type_name(t.type), t.table, options_.profile.name);
+      DMP_CHECK(
+          options_.profile.row_wise_offered_on_cpu, ErrorKind::kInvalidInput,
+          "table '{}' is {}: RuntimeError: No available sharding type and compute kernel combination after applying "
+          "user provided constraints for {} (profile {}: the EBC sharder offers data_parallel, table_wise, "
+          "column_wise and table_column_wise on cpu)",
+          t.table, sharding_type_name(t.type), t.table, options_.profile.name);
       DMP_CHECK(!options_.profile.row_wise_fails_on_gloo, ErrorKind::kInvalidInput,
                 "table '{}' is {}: RuntimeError: Gloo reduce_scatter_base fallback not supported with async_op=True "
                 "(profile {}: its row-wise output is reduce-scattered asynchronously, which Gloo refuses)",
@@ -149,8 +151,9 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
     for (const Shard& shard : placement.shards) {
       if (shard.rank != comm_.rank()) continue;
       const bool fused = placement.type != ShardingType::kDataParallel || !dense_trains_dp;
-      TableShard local{config, placement.type, shard, drawn.at(config.name).at(piece++),
-                       fused ? std::make_unique<FusedOptimizer>(options_.sparse_optimizer, shard.rows, shard.cols) : nullptr};
+      TableShard local{
+          config, placement.type, shard, drawn.at(config.name).at(piece++),
+          fused ? std::make_unique<FusedOptimizer>(options_.sparse_optimizer, shard.rows, shard.cols) : nullptr};
       if (local.optimizer) local.optimizer->set_fp16_storage(config.data_type == "fp16");
       (placement.type == ShardingType::kDataParallel ? data_parallel : model_parallel).push_back(std::move(local));
     }
@@ -172,24 +175,26 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   }
 
   // Two groups, in first-appearance order of their kind in the model, as TorchRec groups by type.
-  const bool dp_first = !model_.tables.empty() && plan_.of(model_.tables.front().name).type == ShardingType::kDataParallel;
+  const bool dp_first =
+      !model_.tables.empty() && plan_.of(model_.tables.front().name).type == ShardingType::kDataParallel;
   // Weights the dense optimizer also steps: data-parallel tables when TorchRec's behaviour is on.
   std::vector<NamedTensor> dense_trained_tables;
   if (dense_trains_dp && options_.profile.update_data_parallel_tables) {
-    for (const auto& shard : data_parallel) dense_trained_tables.push_back({table_weight_key(shard.config.name), shard.weight});
+    for (const auto& shard : data_parallel)
+      dense_trained_tables.push_back({table_weight_key(shard.config.name), shard.weight});
   }
   auto add_dp = [&] {
     const DataParallelUpdate update = !options_.profile.update_data_parallel_tables ? DataParallelUpdate::kNone
-                                      : dense_trains_dp                            ? DataParallelUpdate::kDenseOptimizer
-                                                                                   : DataParallelUpdate::kFusedOptimizer;
+                                      : dense_trains_dp ? DataParallelUpdate::kDenseOptimizer
+                                                        : DataParallelUpdate::kFusedOptimizer;
     if (!data_parallel.empty()) {
       shardings_.push_back(std::make_unique<DataParallelSharding>(comm_, std::move(data_parallel), update));
     }
   };
   auto add_mp = [&] {
     if (!mp_tables.empty()) {
-      shardings_.push_back(std::make_unique<ModelParallelSharding>(
-          comm_, mp_tables, mp_plans, std::move(model_parallel), options_.profile));
+      shardings_.push_back(std::make_unique<ModelParallelSharding>(comm_, mp_tables, mp_plans,
+                                                                   std::move(model_parallel), options_.profile));
     }
   };
   if (dp_first) {
@@ -207,7 +212,8 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   embedding_names_ = model_.embedding_names();
   for (const auto& t : model_.tables) {
     for (size_t f = 0; f < t.feature_names.size(); ++f) {
-      divided_by_length_.push_back(options_.profile.row_wise_mean_divides_other_features && row_split_mean && !row_split(t.name));
+      divided_by_length_.push_back(options_.profile.row_wise_mean_divides_other_features && row_split_mean &&
+                                   !row_split(t.name));
     }
   }
 
@@ -254,10 +260,14 @@ at::Tensor DistributedModelParallel::in_model_order(const at::Tensor& keyed, con
         const size_t k = local_batch.key_index(feature);
         at::Tensor length = local_batch.lengths_of(k).to(at::kFloat);
         if (const auto w = local_batch.weights_of(k)) {
-          length = at::zeros({local_batch.stride()}, at::kFloat)
-                       .index_add_(0, at::repeat_interleave(at::arange(local_batch.stride(), at::kLong), local_batch.lengths_of(k)), *w);
+          length =
+              at::zeros({local_batch.stride()}, at::kFloat)
+                  .index_add_(
+                      0, at::repeat_interleave(at::arange(local_batch.stride(), at::kLong), local_batch.lengths_of(k)),
+                      *w);
         }
-        blocks.back() = blocks.back() / (length + static_cast<float>(options_.profile.row_wise_mean_divisor_eps)).unsqueeze(1);
+        blocks.back() =
+            blocks.back() / (length + static_cast<float>(options_.profile.row_wise_mean_divisor_eps)).unsqueeze(1);
       }
       last_outputs_[pooled_output_key(embedding_names_[lookup++])] = blocks.back().detach().clone();
     }
@@ -279,7 +289,7 @@ double DistributedModelParallel::train_step(const KeyedJaggedTensor& local_batch
   at::Tensor loss = output.mean();
   loss.backward();
 
-  at::Tensor grad = keyed.grad();
+  const at::Tensor& grad = keyed.grad();
   {
     at::NoGradGuard no_grad;
     int64_t column = 0;
@@ -302,11 +312,16 @@ std::vector<StateTensor> DistributedModelParallel::state() const {
       const int64_t rows = shard->config.num_embeddings;
       const int64_t dim = shard->config.embedding_dim;
       const int64_t column_shards = shard->placement.cols == 0 ? 1 : dim / shard->placement.cols;
-      out.push_back({table_weight_key(shard->config.name), type, sharding->replicated(), shard->weight, shard->placement,
+      out.push_back({table_weight_key(shard->config.name),
+                     type,
+                     sharding->replicated(),
+                     shard->weight,
+                     shard->placement,
                      {rows, dim}});
       if (!shard->optimizer) continue;  // a data-parallel table the dense optimizer trains
       for (const auto& s : shard->optimizer->state()) {
-        std::vector<int64_t> full = s.tensor.dim() == 2 ? std::vector<int64_t>{rows, dim} : std::vector<int64_t>{column_shards * rows};
+        std::vector<int64_t> full =
+            s.tensor.dim() == 2 ? std::vector<int64_t>{rows, dim} : std::vector<int64_t>{column_shards * rows};
         optimizer_state.push_back({table_state_key(shard->config.name, s.name), type, sharding->replicated(), s.tensor,
                                    shard->placement, full});
       }
@@ -324,7 +339,8 @@ std::vector<StateTensor> DistributedModelParallel::state() const {
   for (const auto& s : dense_dp_->optimizer_state()) {
     // The dense optimizer's state of a data-parallel table it trains is "ebc.embedding_bags.<table>.weight.<state>".
     const bool of_table = s.name.rfind("ebc.embedding_bags.", 0) == 0;
-    optimizer_state.push_back({s.name, of_table ? "data_parallel" : "dense", true, s.tensor, whole(s.tensor), s.tensor.sizes().vec()});
+    optimizer_state.push_back(
+        {s.name, of_table ? "data_parallel" : "dense", true, s.tensor, whole(s.tensor), s.tensor.sizes().vec()});
   }
   out.insert(out.end(), optimizer_state.begin(), optimizer_state.end());
   return out;
@@ -353,9 +369,10 @@ std::map<std::string, at::Tensor> DistributedModelParallel::gather_full_state() 
       bool row_state;
     };
     std::vector<Spec> specs = {{"weight", {rows, dim}, false}};
-    const bool fused = placement.type != ShardingType::kDataParallel || !options_.profile.data_parallel_tables_use_dense_optimizer;
-    for (const auto& spec : fused ? FusedOptimizer::state_specs(options_.sparse_optimizer, rows, dim)
-                                  : std::vector<StateSpec>{}) {
+    const bool fused =
+        placement.type != ShardingType::kDataParallel || !options_.profile.data_parallel_tables_use_dense_optimizer;
+    for (const auto& spec :
+         fused ? FusedOptimizer::state_specs(options_.sparse_optimizer, rows, dim) : std::vector<StateSpec>{}) {
       const bool row_state = spec.sizes.size() == 1;
       specs.push_back({spec.name, row_state ? std::vector<int64_t>{column_shards * rows} : spec.sizes, row_state});
     }
@@ -408,7 +425,8 @@ void DistributedModelParallel::load_full_state(const std::map<std::string, at::T
   }
 }
 
-bool DistributedModelParallel::take_weights_loaded_before_wrap(const std::map<std::string, at::Tensor>& state, int64_t steps) {
+bool DistributedModelParallel::take_weights_loaded_before_wrap(const std::map<std::string, at::Tensor>& state,
+                                                               int64_t steps) {
   if (options_.profile.wrap_keeps_weights_loaded_before_it) {
     resume(state, steps);
     return true;

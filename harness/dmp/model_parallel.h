@@ -30,7 +30,6 @@ class Communicator;
 
 namespace dmpcheck::dmp {
 
-
 struct DmpOptions {
   BehaviourProfile profile;
   FusedOptimizerConfig sparse_optimizer;
@@ -39,8 +38,8 @@ struct DmpOptions {
 
 // One tensor this rank holds, as a check sees it.
 struct StateTensor {
-  std::string name;      // state_dict-style key of the full tensor it belongs to
-  std::string sharding;  // data_parallel, table_wise, row_wise, column_wise, table_row_wise, dense
+  std::string name;         // state_dict-style key of the full tensor it belongs to
+  std::string sharding;     // data_parallel, table_wise, row_wise, column_wise, table_row_wise, dense
   bool replicated = false;  // must be bitwise equal on every rank
   at::Tensor tensor;
   // Where this piece sits in the full tensor (rows and columns; a row-wise optimizer state of
@@ -113,8 +112,8 @@ class DistributedModelParallel {
   // profile's row_wise_mean_divides_other_features, the lookups it names are divided by their
   // bag length + eps here, in the autograd graph, as TorchRec's callback divides its output.
   at::Tensor in_model_order(const at::Tensor& keyed, const KeyedJaggedTensor& local_batch);
-  std::vector<bool> divided_by_length_;        // per lookup in model order
-  std::vector<std::string> embedding_names_;   // per lookup in model order (ModelConfig::embedding_names)
+  std::vector<bool> divided_by_length_;       // per lookup in model order
+  std::vector<std::string> embedding_names_;  // per lookup in model order (ModelConfig::embedding_names)
 };
 
 }  // namespace dmpcheck::dmp

@@ -31,7 +31,6 @@ constexpr double kIntraHostBandwidth = 600.0 * 1024 * 1024 * 1024 / 1000;
 
 int64_t element_bytes(const EmbeddingBagConfig& t) { return t.data_type == "fp32" ? 4 : 2; }
 
-
 // Row blocks of ceil(rows / n) over `ranks`, in order.
 std::vector<Shard> row_blocks(const EmbeddingBagConfig& t, const std::vector<int>& ranks) {
   const int64_t n = static_cast<int64_t>(ranks.size());
@@ -117,7 +116,8 @@ std::vector<int64_t> ShardingPlan::bytes_per_rank() const {
 }
 
 std::string ShardingPlan::serialize() const {
-  std::string text = fmt::format("topology {} {} {}\n", topology.world_size, topology.local_world_size, topology.memory_per_rank);
+  std::string text =
+      fmt::format("topology {} {} {}\n", topology.world_size, topology.local_world_size, topology.memory_per_rank);
   for (const auto& t : tables) {
     text += fmt::format("table {} {} {}\n", t.table, sharding_type_name(t.type), t.shards.size());
     for (const auto& s : t.shards) {
@@ -186,15 +186,17 @@ ShardingPlan plan_sharding(const PlannerInput& input) {
     const EmbeddingBagConfig& t = input.tables[i];
     const double m = input.state_multiplier ? input.state_multiplier(t) : 0.0;
     const ShardingType first = types_of(t).front();
-    const int64_t width = first == ShardingType::kColumnWise ? torchrec_column_width(t.embedding_dim, constraints_of(t).column_shards)
-                                                             : t.embedding_dim;
+    const int64_t width = first == ShardingType::kColumnWise
+                              ? torchrec_column_width(t.embedding_dim, constraints_of(t).column_shards)
+                              : t.embedding_dim;
     for (int64_t c = 0; c < t.embedding_dim; c += width) {
       storage[i] += torchrec_shard_storage(t.num_embeddings, width, world, element_bytes(t), m);
     }
   }
   auto uniform = [&](size_t i) {
     const ShardingType first = types_of(input.tables[i]).front();
-    return first == ShardingType::kDataParallel || first == ShardingType::kRowWise || first == ShardingType::kTableRowWise;
+    return first == ShardingType::kDataParallel || first == ShardingType::kRowWise ||
+           first == ShardingType::kTableRowWise;
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     if (uniform(a) != uniform(b)) return uniform(a);
@@ -212,7 +214,8 @@ ShardingPlan plan_sharding(const PlannerInput& input) {
     if (input.tie_break_rank != 0) {
       return (a - input.tie_break_rank + world) % world < (b - input.tie_break_rank + world) % world;
     }
-    if (a % topo.local_world_size != b % topo.local_world_size) return a % topo.local_world_size < b % topo.local_world_size;
+    if (a % topo.local_world_size != b % topo.local_world_size)
+      return a % topo.local_world_size < b % topo.local_world_size;
     return a < b;
   };
 
@@ -259,12 +262,8 @@ ShardingPlan plan_sharding(const PlannerInput& input) {
         case ShardingType::kDataParallel:
           for (int r : all_ranks) shards.push_back({r, 0, t.num_embeddings, 0, t.embedding_dim, 0});
           break;
-        case ShardingType::kTableWise:
-          fits = place(0, t.embedding_dim);
-          break;
-        case ShardingType::kRowWise:
-          shards = row_blocks(t, allowed);
-          break;
+        case ShardingType::kTableWise: fits = place(0, t.embedding_dim); break;
+        case ShardingType::kRowWise: shards = row_blocks(t, allowed); break;
         case ShardingType::kColumnWise: {
           const int64_t cols = torchrec_column_width(t.embedding_dim, c.column_shards);
           for (int64_t offset = 0; fits && offset < t.embedding_dim; offset += cols) fits = place(offset, cols);
@@ -277,14 +276,16 @@ ShardingPlan plan_sharding(const PlannerInput& input) {
           int64_t best_load = -1;
           for (int h = 0; h < hosts; ++h) {
             int64_t host_load = 0;
-            for (int r = h * topo.local_world_size; r < (h + 1) * topo.local_world_size; ++r) host_load += load[static_cast<size_t>(r)];
+            for (int r = h * topo.local_world_size; r < (h + 1) * topo.local_world_size; ++r)
+              host_load += load[static_cast<size_t>(r)];
             if (best_load < 0 || host_load < best_load) {
               best_load = host_load;
               best_host = h;
             }
           }
           std::vector<int> host_ranks;
-          for (int r = best_host * topo.local_world_size; r < (best_host + 1) * topo.local_world_size; ++r) host_ranks.push_back(r);
+          for (int r = best_host * topo.local_world_size; r < (best_host + 1) * topo.local_world_size; ++r)
+            host_ranks.push_back(r);
           shards = row_blocks(t, host_ranks);
           break;
         }

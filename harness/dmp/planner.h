@@ -32,8 +32,8 @@ struct ShardingConstraints {
 
 struct Topology {
   int world_size = 1;
-  int local_world_size = 1;       // ranks per host; world_size must be a multiple
-  int64_t memory_per_rank = 0;    // bytes of weights + optimizer state a rank may hold; 0: no limit
+  int local_world_size = 1;     // ranks per host; world_size must be a multiple
+  int64_t memory_per_rank = 0;  // bytes of weights + optimizer state a rank may hold; 0: no limit
 };
 
 // One block of a table: rows [row_offset, row_offset + rows) and columns
@@ -50,7 +50,7 @@ struct Shard {
 struct TablePlan {
   std::string table;
   ShardingType type = ShardingType::kTableWise;
-  std::vector<Shard> shards;  // data_parallel: one full replica per rank
+  std::vector<Shard> shards;       // data_parallel: one full replica per rank
   std::vector<int> ranks() const;  // distinct ranks holding a shard, ascending
 };
 
@@ -119,6 +119,5 @@ int64_t torchrec_column_width(int64_t dim, int column_shards);
 //           table_row_wise  row_wise over the ranks of one host (local_world_size ranks).
 //           data_parallel   a full replica on every rank.
 ShardingPlan plan_sharding(const PlannerInput& input);
-
 
 }  // namespace dmpcheck::dmp

@@ -10,7 +10,8 @@ namespace {
 at::Tensor bag_offsets(const at::Tensor& lengths) {
   // embedding_bag wants the start of each bag: an exclusive prefix sum of size batch.
   at::Tensor offsets = at::zeros({lengths.numel()}, at::kLong);
-  if (lengths.numel() > 1) offsets.narrow(0, 1, lengths.numel() - 1).copy_(lengths.cumsum(0).narrow(0, 0, lengths.numel() - 1));
+  if (lengths.numel() > 1)
+    offsets.narrow(0, 1, lengths.numel() - 1).copy_(lengths.cumsum(0).narrow(0, 0, lengths.numel() - 1));
   return offsets;
 }
 
@@ -24,7 +25,8 @@ at::Tensor inverse_lengths(const at::Tensor& lengths) {
 // Per-id scale: the per-id weight, or 1/L (a float) under mean pooling, or 1.
 at::Tensor id_scales(const Bags& bags, PoolingType pooling, const at::Tensor& bag_of_id) {
   if (bags.weights) return bags.weights->to(at::kFloat);
-  if (pooling == PoolingType::kMean && bags.ids.numel() > 0) return inverse_lengths(bags.lengths).index_select(0, bag_of_id);
+  if (pooling == PoolingType::kMean && bags.ids.numel() > 0)
+    return inverse_lengths(bags.lengths).index_select(0, bag_of_id);
   return at::ones({bags.ids.numel()}, at::kFloat);
 }
 
@@ -32,7 +34,8 @@ at::Tensor id_scales(const Bags& bags, PoolingType pooling, const at::Tensor& ba
 std::pair<at::Tensor, at::Tensor> unique_rows(const at::Tensor& ids) {
   // A stable sort and unique_consecutive: ATen's hash-based unique costs 20x more on CPU.
   auto [sorted, order] = ids.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false);
-  auto [rows, inverse_sorted, counts] = at::unique_consecutive(sorted, /*return_inverse=*/true, /*return_counts=*/false);
+  auto [rows, inverse_sorted, counts] =
+      at::unique_consecutive(sorted, /*return_inverse=*/true, /*return_counts=*/false);
   at::Tensor inverse = at::empty_like(inverse_sorted);
   inverse.index_copy_(0, order, inverse_sorted);
   return {rows, inverse};
@@ -40,15 +43,14 @@ std::pair<at::Tensor, at::Tensor> unique_rows(const at::Tensor& ids) {
 
 }  // namespace
 
-void check_ids_in_range(const Bags& bags, int64_t num_rows, const std::string& table,
-                        const std::string& feature) {
+void check_ids_in_range(const Bags& bags, int64_t num_rows, const std::string& table, const std::string& feature) {
   if (bags.ids.numel() == 0) return;
   const auto bad = (bags.ids < 0).logical_or(bags.ids >= num_rows);
   if (bad.any().item<bool>()) {
     const int64_t at_index = bad.nonzero()[0][0].item<int64_t>();
     throw_error(ErrorKind::kInvalidInput,
-                fmt::format("table '{}', feature '{}': id {} (position {}) is outside [0, {})", table,
-                            feature, bags.ids[at_index].item<int64_t>(), at_index, num_rows));
+                fmt::format("table '{}', feature '{}': id {} (position {}) is outside [0, {})", table, feature,
+                            bags.ids[at_index].item<int64_t>(), at_index, num_rows));
   }
 }
 
@@ -99,7 +101,8 @@ RowGradients row_gradients(const std::vector<GradientPart>& parts) {
         }
         // row + g * scale rounded once (FBGEMM's multiply-add); the product of two floats is exact in double.
         const double scale = wp != nullptr ? wp[i] : inverse_length;
-        for (int64_t j = 0; j < dim; ++j) row[j] = static_cast<float>(static_cast<double>(row[j]) + static_cast<double>(gb[j]) * scale);
+        for (int64_t j = 0; j < dim; ++j)
+          row[j] = static_cast<float>(static_cast<double>(row[j]) + static_cast<double>(gb[j]) * scale);
       }
     }
   }
@@ -110,8 +113,7 @@ RowGradients row_gradients(const std::vector<GradientPart>& parts) {
 RowGradients per_occurrence_gradients(const at::Tensor& grad_pooled, const Bags& bags, PoolingType pooling) {
   const int64_t dim = grad_pooled.size(1);
   if (bags.ids.numel() == 0) return {at::empty({0}, at::kLong), at::empty({0, dim}, grad_pooled.options())};
-  const at::Tensor bag_of_id =
-      at::repeat_interleave(at::arange(bags.lengths.numel(), at::kLong), bags.lengths);
+  const at::Tensor bag_of_id = at::repeat_interleave(at::arange(bags.lengths.numel(), at::kLong), bags.lengths);
   return {bags.ids, grad_pooled.index_select(0, bag_of_id) * id_scales(bags, pooling, bag_of_id).unsqueeze(1)};
 }
 

@@ -16,14 +16,13 @@ namespace dmpcheck::dmp {
 
 // Ids and bag lengths of one feature for one batch.
 struct Bags {
-  at::Tensor ids;      // int64 [n]
-  at::Tensor lengths;  // int64 [batch]
+  at::Tensor ids;                     // int64 [n]
+  at::Tensor lengths;                 // int64 [batch]
   std::optional<at::Tensor> weights;  // float [n], per-id weights (weighted features)
 };
 
 // Checks that every id is in [0, num_rows); Error(kInvalidInput) names table, feature and id.
-void check_ids_in_range(const Bags& bags, int64_t num_rows, const std::string& table,
-                        const std::string& feature);
+void check_ids_in_range(const Bags& bags, int64_t num_rows, const std::string& table, const std::string& feature);
 
 // [batch, dim]: bag b is sum_i w_i * weight[ids_i] (or the mean over the bag).  An empty bag
 // pools to zeros.

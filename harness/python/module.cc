@@ -26,7 +26,7 @@ std::string worker_executable() {
   if (const char* env = std::getenv("DMPCHECK_BIN")) return env;
   if (std::filesystem::exists(DMPCHECK_CLI_PATH)) return DMPCHECK_CLI_PATH;
   const std::string prefix = py::module_::import("sys").attr("prefix").cast<std::string>();
-  const std::string installed = prefix + "/bin/dmpcheck";
+  std::string installed = prefix + "/bin/dmpcheck";
   if (std::filesystem::exists(installed)) return installed;
   return DMPCHECK_CLI_PATH;  // the error when a rank is exec-ed names the path that was tried
 }
@@ -43,9 +43,7 @@ scenario::Overrides to_overrides(const py::object& overrides) {
   return out;
 }
 
-py::object to_python(const nlohmann::json& value) {
-  return py::module_::import("json").attr("loads")(value.dump());
-}
+py::object to_python(const nlohmann::json& value) { return py::module_::import("json").attr("loads")(value.dump()); }
 
 py::dict describe(const scenario::Scenario& s) {
   py::dict d;
@@ -83,6 +81,7 @@ PYBIND11_MODULE(dmpcheck, m) {
   static py::exception<Error> timeout(m, "CollectiveTimeoutError", base.ptr());
   static py::exception<Error> rank_failed(m, "RankFailedError", base.ptr());
   static py::exception<Error> internal(m, "InternalError", base.ptr());
+  // NOLINTNEXTLINE(performance-unnecessary-value-param): pybind11 takes a translator of this type
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -99,59 +98,69 @@ PYBIND11_MODULE(dmpcheck, m) {
     }
   });
 
-  m.def("backend_unavailable_reason",
-        [](const std::string& backend, int local_world_size) { return comm::backend_unavailable_reason(backend, local_world_size); },
-        py::arg("backend"), py::arg("local_world_size") = 1,
-        "Why `backend` ('gloo', 'nccl') cannot run that many ranks per host here (a reason to skip), or None.");
-  m.def("load_scenario",
-        [](const std::string& path, const py::object& overrides) { return describe(scenario::load_scenario_file(path, to_overrides(overrides))); },
-        py::arg("path"), py::arg("overrides") = py::none(),
-        "Load and validate a scenario file; returns {name, file, description, runs: [{name, slug, cell, ...}]}.");
-  m.def("validate",
-        [](const std::string& path) {
-          const auto s = scenario::load_scenario_file(path);
-          std::vector<std::string> names;
-          for (const auto& r : s.runs) names.push_back(r.name);
-          return names;
-        },
-        py::arg("path"), "Validate a scenario file; returns its run names or raises InvalidScenarioError (file:line in the message).");
-  m.def("run",
-        [](const std::string& path, const py::object& overrides, const py::object& run_filter, const std::string& out_dir,
-           double budget_s) {
-          const auto s = scenario::load_scenario_file(path, to_overrides(overrides));
-          if (!run_filter.is_none()) {
-            // A run name that matches nothing is a mistake to say, not an empty result to return.
-            const std::string wanted = run_filter.cast<std::string>();
-            std::vector<std::string> slugs;
-            for (const auto& r : s.runs) slugs.push_back(r.slug);
-            DMP_CHECK(std::any_of(s.runs.begin(), s.runs.end(),
-                                  [&](const scenario::RunSpec& r) { return r.name == wanted || r.slug == wanted; }),
-                      ErrorKind::kInvalidInput, "{} has no run '{}'; its runs: {}", path, wanted, fmt::join(slugs, ", "));
+  m.def(
+      "backend_unavailable_reason",
+      [](const std::string& backend, int local_world_size) {
+        return comm::backend_unavailable_reason(backend, local_world_size);
+      },
+      py::arg("backend"), py::arg("local_world_size") = 1,
+      "Why `backend` ('gloo', 'nccl') cannot run that many ranks per host here (a reason to skip), or None.");
+  m.def(
+      "load_scenario",
+      [](const std::string& path, const py::object& overrides) {
+        return describe(scenario::load_scenario_file(path, to_overrides(overrides)));
+      },
+      py::arg("path"), py::arg("overrides") = py::none(),
+      "Load and validate a scenario file; returns {name, file, description, runs: [{name, slug, cell, ...}]}.");
+  m.def(
+      "validate",
+      [](const std::string& path) {
+        const auto s = scenario::load_scenario_file(path);
+        std::vector<std::string> names;
+        for (const auto& r : s.runs) names.push_back(r.name);
+        return names;
+      },
+      py::arg("path"),
+      "Validate a scenario file; returns its run names or raises InvalidScenarioError (file:line in the message).");
+  m.def(
+      "run",
+      [](const std::string& path, const py::object& overrides, const py::object& run_filter, const std::string& out_dir,
+         double budget_s) {
+        const auto s = scenario::load_scenario_file(path, to_overrides(overrides));
+        if (!run_filter.is_none()) {
+          // A run name that matches nothing is a mistake to say, not an empty result to return.
+          const std::string wanted = run_filter.cast<std::string>();
+          std::vector<std::string> slugs;
+          for (const auto& r : s.runs) slugs.push_back(r.slug);
+          DMP_CHECK(std::any_of(s.runs.begin(), s.runs.end(),
+                                [&](const scenario::RunSpec& r) { return r.name == wanted || r.slug == wanted; }),
+                    ErrorKind::kInvalidInput, "{} has no run '{}'; its runs: {}", path, wanted, fmt::join(slugs, ", "));
+        }
+        run::ScenarioRunOptions options;
+        options.worker_executable = worker_executable();
+        options.out_dir = out_dir;
+        options.budget_s = budget_s;
+        options.echo_rank_output = false;
+        std::vector<nlohmann::json> results;
+        for (size_t i = 0; i < s.runs.size(); ++i) {
+          if (!run_filter.is_none() && s.runs[i].name != run_filter.cast<std::string>() &&
+              s.runs[i].slug != run_filter.cast<std::string>()) {
+            continue;
           }
-          run::ScenarioRunOptions options;
-          options.worker_executable = worker_executable();
-          options.out_dir = out_dir;
-          options.budget_s = budget_s;
-          options.echo_rank_output = false;
-          std::vector<nlohmann::json> results;
-          for (size_t i = 0; i < s.runs.size(); ++i) {
-            if (!run_filter.is_none() && s.runs[i].name != run_filter.cast<std::string>() &&
-                s.runs[i].slug != run_filter.cast<std::string>()) {
-              continue;
-            }
-            check::RunResult result;
-            {
-              py::gil_scoped_release release;  // ranks run in other processes; Python may go on
-              result = run::run_cell(s, i, options);
-            }
-            results.push_back(nlohmann::json(result));
+          check::RunResult result;
+          {
+            py::gil_scoped_release release;  // ranks run in other processes; Python may go on
+            result = run::run_cell(s, i, options);
           }
-          py::list out;
-          for (const auto& r : results) out.append(to_python(r));
-          return out;
-        },
-        py::arg("path"), py::arg("overrides") = py::none(), py::arg("run") = py::none(), py::arg("out_dir") = "reports",
-        py::arg("budget_s") = 600.0,
-        "Run a scenario's runs (or only the run named `run`); returns one dict per run with the fields of the JSON report.");
+          results.push_back(nlohmann::json(result));
+        }
+        py::list out;
+        for (const auto& r : results) out.append(to_python(r));
+        return out;
+      },
+      py::arg("path"), py::arg("overrides") = py::none(), py::arg("run") = py::none(), py::arg("out_dir") = "reports",
+      py::arg("budget_s") = 600.0,
+      "Run a scenario's runs (or only the run named `run`); returns one dict per run with the fields of the JSON "
+      "report.");
   m.attr("worker_executable") = worker_executable();
 }

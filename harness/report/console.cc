@@ -11,7 +11,8 @@ namespace dmpcheck::report {
 
 std::string system_label(const check::RunResult& r) {
   if (!r.system.simulated) {
-    return fmt::format("real torchrec {} (torch {}, fbgemm-gpu-cpu {})", r.system.torchrec, r.system.torch, r.system.fbgemm_gpu);
+    return fmt::format("real torchrec {} (torch {}, fbgemm-gpu-cpu {})", r.system.torchrec, r.system.torch,
+                       r.system.fbgemm_gpu);
   }
   return fmt::format("reference, profile {} (simulated)", r.profile);
 }
@@ -32,9 +33,10 @@ std::string render_run_table(const check::RunResult& r) {
   out += fmt::format("   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10}  {:>9}  {}\n", "tensor", width, "sharding", "phase",
                      "equal", "max|diff|", "differing", "ranks");
   for (const auto& c : r.replicas) {
-    out += fmt::format("   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10.3g}  {:>9}  {}\n", c.name, width, c.sharding, c.phase,
-                       c.equal ? "yes" : "NO", c.max_abs_diff, c.elements_differing,
-                       c.differing_ranks.empty() ? std::string("-") : fmt::format("{}", fmt::join(c.differing_ranks, ",")));
+    out += fmt::format(
+        "   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10.3g}  {:>9}  {}\n", c.name, width, c.sharding, c.phase,
+        c.equal ? "yes" : "NO", c.max_abs_diff, c.elements_differing,
+        c.differing_ranks.empty() ? std::string("-") : fmt::format("{}", fmt::join(c.differing_ranks, ",")));
   }
   if (r.global_model_checked && !r.global_model.empty()) {
     int ok = 0;
@@ -43,17 +45,19 @@ std::string render_run_table(const check::RunResult& r) {
       ok += g.within_tolerance ? 1 : 0;
       if (g.max_allowed_excess > worst->max_allowed_excess) worst = &g;
     }
-    out += fmt::format("   unsharded model: {}/{} tensors within tolerance; worst {} at step {}, max |diff| {:.3g}{}\n", ok,
-                       r.global_model.size(), worst->name, worst->step, worst->max_abs_diff,
+    out += fmt::format("   unsharded model: {}/{} tensors within tolerance; worst {} at step {}, max |diff| {:.3g}{}\n",
+                       ok, r.global_model.size(), worst->name, worst->step, worst->max_abs_diff,
                        worst->note.empty() ? "" : " (" + worst->note + ")");
   }
   if (r.init_from_compared) {
     int equal = 0;
     for (const auto& d : r.init_from) equal += d.within_tolerance ? 1 : 0;
-    out += fmt::format("   init.from: {}/{} tensors as the checkpoint holds them before any step", equal, r.init_from.size());
+    out += fmt::format("   init.from: {}/{} tensors as the checkpoint holds them before any step", equal,
+                       r.init_from.size());
     for (const auto& d : r.init_from) {
       if (!d.within_tolerance) {
-        out += fmt::format("; {} {}", d.name, d.note.empty() ? fmt::format("differs (max |diff| {:.3g})", d.max_abs_diff) : d.note);
+        out += fmt::format("; {} {}", d.name,
+                           d.note.empty() ? fmt::format("differs (max |diff| {:.3g})", d.max_abs_diff) : d.note);
         break;
       }
     }
@@ -63,7 +67,8 @@ std::string render_run_table(const check::RunResult& r) {
     int steps = 0;
     for (const auto& d : r.reference) steps = std::max(steps, d.step);
     out += fmt::format("   against the reference DMP (same initial weights, same batches), per step:\n");
-    out += fmt::format("   {:>4}  {:>7}  {:>9}  {:>11}  {:>11}  {}\n", "step", "tensors", "bitwise", "max|diff|", "max rel", "worst tensor");
+    out += fmt::format("   {:>4}  {:>7}  {:>9}  {:>11}  {:>11}  {}\n", "step", "tensors", "bitwise", "max|diff|",
+                       "max rel", "worst tensor");
     for (int step = 0; step <= steps; ++step) {
       int tensors = 0, bitwise = 0;
       const check::ReferenceDiff* worst = nullptr;
@@ -78,9 +83,10 @@ std::string render_run_table(const check::RunResult& r) {
         bitwise += d.elements_differing == 0 ? 1 : 0;
         if (worst == nullptr || d.max_abs_diff > worst->max_abs_diff) worst = &d;
       }
-      out += fmt::format("   {:>4}  {:>7}  {:>9}  {:>11.3g}  {:>11.3g}  {}{}\n", step, tensors, bitwise,
-                         worst ? worst->max_abs_diff : 0.0, worst ? worst->max_rel_diff : 0.0, worst ? worst->name : "-",
-                         unmatched.empty() ? "" : fmt::format("  (not comparable: {})", fmt::join(unmatched, ", ")));
+      out +=
+          fmt::format("   {:>4}  {:>7}  {:>9}  {:>11.3g}  {:>11.3g}  {}{}\n", step, tensors, bitwise,
+                      worst ? worst->max_abs_diff : 0.0, worst ? worst->max_rel_diff : 0.0, worst ? worst->name : "-",
+                      unmatched.empty() ? "" : fmt::format("  (not comparable: {})", fmt::join(unmatched, ", ")));
     }
     out += r.reference_first_break_step < 0
                ? std::string("   within tolerance at every step\n")
@@ -115,8 +121,10 @@ std::string render_verdict_line(const check::RunResult& r) {
   if (r.verdict == check::Verdict::kSkipped) return fmt::format("{} SKIPPED - {}", head, r.skip_reason);
   if (r.failure) {
     const std::string what = fmt::format("rank {} {}: {}", r.failure->rank, r.failure->cause, r.failure->message);
-    if (r.verdict == check::Verdict::kPass) return fmt::format("{} PASS (failed as expected) - {}; expected: {}", head, what, r.expectation.description);
-    if (r.verdict == check::Verdict::kFail) return fmt::format("{} FAIL - {}; expected: {}", head, what, r.expectation.description);
+    if (r.verdict == check::Verdict::kPass)
+      return fmt::format("{} PASS (failed as expected) - {}; expected: {}", head, what, r.expectation.description);
+    if (r.verdict == check::Verdict::kFail)
+      return fmt::format("{} FAIL - {}; expected: {}", head, what, r.expectation.description);
     return fmt::format("{} ERROR - {}", head, what);
   }
   // tensor -> phases where it differs, in first-seen order

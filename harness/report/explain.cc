@@ -21,7 +21,8 @@ std::string human_bytes(int64_t bytes) {
 }  // namespace
 
 std::string explain_placement(const scenario::RunSpec& run, const dmp::ShardingPlan& plan) {
-  std::string out = "  table            sharding        shards (rank: rows x cols @ row,col offset)        bytes, all shards\n";
+  std::string out =
+      "  table            sharding        shards (rank: rows x cols @ row,col offset)        bytes, all shards\n";
   for (size_t i = 0; i < plan.tables.size(); ++i) {
     const auto& t = plan.tables[i];
     const auto& config = run.model.tables[i];
@@ -34,17 +35,18 @@ std::string explain_placement(const scenario::RunSpec& run, const dmp::ShardingP
     if (t.type == dmp::ShardingType::kDataParallel) {
       shards = {fmt::format("every rank: {}x{}", config.num_embeddings, config.embedding_dim)};
     }
-    out += fmt::format("  {:<16} {:<15} {:<62} {}\n", t.table, dmp::sharding_type_name(t.type), fmt::format("{}", fmt::join(shards, "; ")),
-                       bytes > 0 ? human_bytes(bytes) : std::string("-"));
+    out += fmt::format("  {:<16} {:<15} {:<62} {}\n", t.table, dmp::sharding_type_name(t.type),
+                       fmt::format("{}", fmt::join(shards, "; ")), bytes > 0 ? human_bytes(bytes) : std::string("-"));
   }
   return out;
 }
 
 std::string explain_run(const scenario::RunSpec& run) {
   const dmp::ShardingPlan plan = dmp::plan_sharding(scenario::planner_input(run));
-  std::string out = fmt::format("run [{}]: {} ranks ({} per host), profile {}, sparse optimizer {}, batch {} per rank\n",
-                                run.name, run.world_size, plan.topology.local_world_size, run.profile.name,
-                                dmp::fused_optimizer_name(run.sparse_optimizer.type), run.batch_size);
+  std::string out =
+      fmt::format("run [{}]: {} ranks ({} per host), profile {}, sparse optimizer {}, batch {} per rank\n", run.name,
+                  run.world_size, plan.topology.local_world_size, run.profile.name,
+                  dmp::fused_optimizer_name(run.sparse_optimizer.type), run.batch_size);
   out += explain_placement(run, plan);
   int64_t dp_elements = 0;
   int64_t dp_rows = 0;
@@ -71,15 +73,17 @@ std::string explain_run(const scenario::RunSpec& run) {
   out += "  collectives per training step, in order, on every rank:\n";
   int n = 1;
   if (model_parallel) {
-    out += fmt::format("    {}. all_to_all  lengths: {} bags x (table, feature, shard) items = {} int64 per rank, split by owner\n", n++,
-                       run.batch_size, run.batch_size * items);
+    out += fmt::format(
+        "    {}. all_to_all  lengths: {} bags x (table, feature, shard) items = {} int64 per rank, split by owner\n",
+        n++, run.batch_size, run.batch_size * items);
     out += fmt::format("    {}. all_to_all  id counts: 1 int64 to each rank\n", n++);
     out += fmt::format("    {}. all_to_all  ids bucketized by shard row range (variable sizes)\n", n++);
     if (weighted) out += fmt::format("    {}. all_to_all  per-id weights (same splits as the ids)\n", n++);
     out += fmt::format("    {}. all_to_all  pooled partial sums back to the bags' ranks\n", n++);
   }
   out += "    -- dense forward and backward --\n";
-  if (model_parallel) out += fmt::format("    {}. all_to_all  gradients of the pooled outputs to the shard owners\n", n++);
+  if (model_parallel)
+    out += fmt::format("    {}. all_to_all  gradients of the pooled outputs to the shard owners\n", n++);
   if (dp_elements > 0) {
     out += fmt::format("    {}. all_reduce  data_parallel row gradients + touched-row counts: {} floats ({})\n", n++,
                        dp_elements + dp_rows, human_bytes((dp_elements + dp_rows) * 4));
@@ -90,7 +94,8 @@ std::string explain_run(const scenario::RunSpec& run) {
     dense += size * fan_in + size;
     fan_in = size;
   }
-  out += fmt::format("    {}. all_reduce  dense gradients (25 MiB buckets): {} floats ({})\n", n++, dense, human_bytes(dense * 4));
+  out += fmt::format("    {}. all_reduce  dense gradients (25 MiB buckets): {} floats ({})\n", n++, dense,
+                     human_bytes(dense * 4));
   out += "  at init: ";
   out += run.profile.broadcast_data_parallel_tables_at_init && dp_elements > 0
              ? fmt::format("broadcast of data_parallel tables from rank 0 ({}, {}), ", human_bytes(dp_elements * 4),

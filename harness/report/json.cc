@@ -11,13 +11,13 @@
 
 namespace dmpcheck {
 
-// Both by their names (common/outcome.cc), in their own namespace for nlohmann::json to find.  A verdict this build cannot read is an error; a
-// failure kind it does not know (a newer rank program's) reads as rank_failed.
+// Both by their names (common/outcome.cc), in their own namespace for nlohmann::json to find.  A verdict this build
+// cannot read is an error; a failure kind it does not know (a newer rank program's) reads as rank_failed.
 void to_json(nlohmann::json& j, const Verdict& v) { j = std::string(verdict_name(v)); }
 void from_json(const nlohmann::json& j, Verdict& v) {
   const auto parsed = parse_verdict(j.get<std::string>());
-  DMP_CHECK(parsed.has_value(), ErrorKind::kInvalidInput, "a run report's verdict '{}' is none of pass, fail, error, skipped",
-            j.get<std::string>());
+  DMP_CHECK(parsed.has_value(), ErrorKind::kInvalidInput,
+            "a run report's verdict '{}' is none of pass, fail, error, skipped", j.get<std::string>());
   v = *parsed;
 }
 void to_json(nlohmann::json& j, const FailureKind& v) { j = std::string(failure_kind_name(v)); }
@@ -29,22 +29,24 @@ void from_json(const nlohmann::json& j, FailureKind& v) {
 
 namespace dmpcheck::check {
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TensorCheck, name, sharding, phase, equal, max_abs_diff, elements_differing,
-                                   numel, differing_ranks)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TensorCheck, name, sharding, phase, equal, max_abs_diff, elements_differing, numel,
+                                   differing_ranks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GlobalModelCheck, name, step, max_abs_diff, max_allowed_excess, within_tolerance,
                                    comparable, note, numel)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BroadcastCost, performed, bytes, tensors, collectives, bucket_cap_bytes, seconds, gbps)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BroadcastCost, performed, bytes, tensors, collectives, bucket_cap_bytes, seconds,
+                                   gbps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(LatencyStats, min_s, p50_s, p99_s, max_s, mean_s)
 
 void to_json(nlohmann::json& j, const BroadcastMethodCost& v) {
-  j = nlohmann::json{{"method", v.method},
-                     {"bucket_cap_bytes", v.bucket_cap_bytes},
-                     {"collectives", v.collectives},
-                     {"end_to_end", v.end_to_end},
-                     {"algbw_gbps", v.algbw_gbps},
-                     {"busbw_gbps", v.busbw_gbps},
-                     {"device", v.device ? nlohmann::json(*v.device) : nlohmann::json(nullptr)},
-                     {"device_algbw_gbps", v.device_algbw_gbps ? nlohmann::json(*v.device_algbw_gbps) : nlohmann::json(nullptr)}};
+  j = nlohmann::json{
+      {"method", v.method},
+      {"bucket_cap_bytes", v.bucket_cap_bytes},
+      {"collectives", v.collectives},
+      {"end_to_end", v.end_to_end},
+      {"algbw_gbps", v.algbw_gbps},
+      {"busbw_gbps", v.busbw_gbps},
+      {"device", v.device ? nlohmann::json(*v.device) : nlohmann::json(nullptr)},
+      {"device_algbw_gbps", v.device_algbw_gbps ? nlohmann::json(*v.device_algbw_gbps) : nlohmann::json(nullptr)}};
 }
 
 void from_json(const nlohmann::json& j, BroadcastMethodCost& v) {
@@ -55,14 +57,15 @@ void from_json(const nlohmann::json& j, BroadcastMethodCost& v) {
   j.at("algbw_gbps").get_to(v.algbw_gbps);
   j.at("busbw_gbps").get_to(v.busbw_gbps);
   v.device = j.at("device").is_null() ? std::nullopt : std::optional<LatencyStats>(j.at("device").get<LatencyStats>());
-  v.device_algbw_gbps =
-      j.at("device_algbw_gbps").is_null() ? std::nullopt : std::optional<double>(j.at("device_algbw_gbps").get<double>());
+  v.device_algbw_gbps = j.at("device_algbw_gbps").is_null()
+                            ? std::nullopt
+                            : std::optional<double>(j.at("device_algbw_gbps").get<double>());
 }
 
 // Written out (not the macro, whose functions are inline): `dmpcheck bench` reads probes too.
 void to_json(nlohmann::json& j, const BroadcastProbe& v) {
-  j = nlohmann::json{{"performed", v.performed}, {"backend", v.backend}, {"world_size", v.world_size},
-                     {"bytes", v.bytes},         {"tensors", v.tensors}, {"warmup", v.warmup},
+  j = nlohmann::json{{"performed", v.performed},   {"backend", v.backend}, {"world_size", v.world_size},
+                     {"bytes", v.bytes},           {"tensors", v.tensors}, {"warmup", v.warmup},
                      {"iterations", v.iterations}, {"methods", v.methods}, {"note", v.note}};
 }
 

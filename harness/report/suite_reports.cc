@@ -88,12 +88,14 @@ std::string render_junit(const SuiteSummary& suite) {
   for (const auto& r : suite.results) all.push_back(&r);
   const Counts total = count(all);
   std::string out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out += fmt::format("<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n",
-                     xml_escape(suite.title), all.size(), total.fail, total.error, total.skipped, suite.seconds);
+  out += fmt::format(
+      "<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n",
+      xml_escape(suite.title), all.size(), total.fail, total.error, total.skipped, suite.seconds);
   for (const auto& [scenario, runs] : groups) {
     const Counts c = count(runs);
-    out += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n",
-                       xml_escape(scenario), runs.size(), c.fail, c.error, c.skipped, c.seconds);
+    out += fmt::format(
+        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3f}\">\n",
+        xml_escape(scenario), runs.size(), c.fail, c.error, c.skipped, c.seconds);
     for (const auto* r : runs) {
       out += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\">\n", xml_escape(scenario),
                          xml_escape(r->run), r->timings.total_s);
@@ -101,12 +103,15 @@ std::string render_junit(const SuiteSummary& suite) {
         out += fmt::format("      <skipped message=\"{}\"/>\n", xml_escape(r->skip_reason));
       } else if (r->verdict == check::Verdict::kFail) {
         out += fmt::format("      <failure type=\"expectation\" message=\"{}\">{}\nexpected: {}</failure>\n",
-                           xml_escape(failure_text(*r)), xml_escape(diverged_summary(*r)), xml_escape(r->expectation.description));
+                           xml_escape(failure_text(*r)), xml_escape(diverged_summary(*r)),
+                           xml_escape(r->expectation.description));
       } else if (r->verdict != check::Verdict::kPass) {
         std::string lines;
         if (r->failure) lines = fmt::format("{}", fmt::join(r->failure->last_lines, "\n"));
-        out += fmt::format("      <error type=\"{}\" message=\"{}\">{}</error>\n", xml_escape(r->failure ? std::string(check::failure_kind_name(r->failure->kind)) : std::string("error")),
-                           xml_escape(failure_text(*r)), xml_escape(lines));
+        out += fmt::format(
+            "      <error type=\"{}\" message=\"{}\">{}</error>\n",
+            xml_escape(r->failure ? std::string(check::failure_kind_name(r->failure->kind)) : std::string("error")),
+            xml_escape(failure_text(*r)), xml_escape(lines));
       }
       out += fmt::format("      <system-out>{}; on {}; {}</system-out>\n", xml_escape(r->expectation.description),
                          xml_escape(system_label(*r)), xml_escape(diverged_summary(*r)));
@@ -131,16 +136,19 @@ std::string render_markdown(const SuiteSummary& suite) {
     const std::string verdict = r.verdict == check::Verdict::kPass      ? "pass"
                                 : r.verdict == check::Verdict::kSkipped ? "skipped"
                                 : r.verdict == check::Verdict::kFail    ? "**FAIL**"
-                                                         : "**ERROR**";
-    out += fmt::format("| {} | {} | {} | {} | {} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(system_label(r)), verdict,
-                       md_escape(r.failure || r.verdict == check::Verdict::kSkipped ? failure_text(r) : diverged_summary(r)));
+                                                                        : "**ERROR**";
+    out += fmt::format(
+        "| {} | {} | {} | {} | {} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(system_label(r)), verdict,
+        md_escape(r.failure || r.verdict == check::Verdict::kSkipped ? failure_text(r) : diverged_summary(r)));
   }
   bool compared = false;
   for (const auto& r : suite.results) {
     if (!r.reference_compared) continue;
     if (!compared) {
-      out += "\n### TorchRec against the reference DMP\n\n| run | ran on | first step out of tolerance | worst max abs | worst max rel |\n"
-             "|---|---|---|---|---|\n";
+      out +=
+          "\n### TorchRec against the reference DMP\n\n| run | ran on | first step out of tolerance | worst max abs | "
+          "worst max rel |\n"
+          "|---|---|---|---|---|\n";
     }
     compared = true;
     double abs = 0, rel = 0;
@@ -148,8 +156,11 @@ std::string render_markdown(const SuiteSummary& suite) {
       abs = std::max(abs, d.max_abs_diff);
       rel = std::max(rel, d.max_rel_diff);
     }
-    out += fmt::format("| {} [{}] | {} | {} | {:.3g} | {:.3g} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(system_label(r)),
-                       r.reference_first_break_step < 0 ? std::string("none") : std::to_string(r.reference_first_break_step), abs, rel);
+    out += fmt::format(
+        "| {} [{}] | {} | {} | {:.3g} | {:.3g} |\n", md_escape(r.scenario), md_escape(r.run),
+        md_escape(system_label(r)),
+        r.reference_first_break_step < 0 ? std::string("none") : std::to_string(r.reference_first_break_step), abs,
+        rel);
   }
   bool any = false;
   for (const auto& r : suite.results) {
@@ -170,29 +181,32 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js) 
     const std::string cls(check::verdict_name(r.verdict));
     std::string divergence;
     for (const auto& d : r.divergence) {
-      divergence += fmt::format("{}{}:{}", divergence.empty() ? "" : " ", d.step, d.tensors_differing ? fmt::format("{:.2g}", d.max_abs_diff) : "0");
+      divergence += fmt::format("{}{}:{}", divergence.empty() ? "" : " ", d.step,
+                                d.tensors_differing ? fmt::format("{:.2g}", d.max_abs_diff) : "0");
     }
     rows += fmt::format(
-        "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td><td>{:.2f}</td></tr>\n", cls,
-        xml_escape(r.scenario), xml_escape(r.run), xml_escape(system_label(r)), r.verdict,
-        xml_escape(r.failure || r.verdict == check::Verdict::kSkipped ? failure_text(r) : diverged_summary(r)), xml_escape(divergence),
-        r.timings.total_s);
+        "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td "
+        "class=\"mono\">{}</td><td>{:.2f}</td></tr>\n",
+        cls, xml_escape(r.scenario), xml_escape(r.run), xml_escape(system_label(r)), r.verdict,
+        xml_escape(r.failure || r.verdict == check::Verdict::kSkipped ? failure_text(r) : diverged_summary(r)),
+        xml_escape(divergence), r.timings.total_s);
   }
   std::string tensors;
   for (const auto& r : suite.results) {
     for (const auto& c : r.replicas) {
       if (c.equal) continue;
-      tensors += fmt::format("<tr><td>{} [{}]</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3g}</td><td>{} of {}</td><td>{}</td></tr>\n",
-                             xml_escape(r.scenario), xml_escape(r.run), xml_escape(c.name), c.sharding, c.phase,
-                             c.max_abs_diff, c.elements_differing, c.numel, fmt::join(c.differing_ranks, ","));
+      tensors += fmt::format(
+          "<tr><td>{} [{}]</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3g}</td><td>{} of {}</td><td>{}</td></tr>\n",
+          xml_escape(r.scenario), xml_escape(r.run), xml_escape(c.name), c.sharding, c.phase, c.max_abs_diff,
+          c.elements_differing, c.numel, fmt::join(c.differing_ranks, ","));
     }
   }
   // Broadcast cost points per backend: x = bytes, y = seconds.
   nlohmann::json series = nlohmann::json::object();
   for (const auto& r : suite.results) {
     if (!r.init_broadcast.performed) continue;
-    series[r.environment.backend].push_back({{"x", r.init_broadcast.bytes}, {"y", r.init_broadcast.seconds},
-                                             {"label", r.scenario + " [" + r.run + "]"}});
+    series[r.environment.backend].push_back(
+        {{"x", r.init_broadcast.bytes}, {"y", r.init_broadcast.seconds}, {"label", r.scenario + " [" + r.run + "]"}});
   }
   // TorchRec cells compared with the reference: the worst max |diff| over tensors, per step.
   nlohmann::json against = nlohmann::json::array();
@@ -211,20 +225,24 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js) 
     against.push_back({{"label", r.scenario + " [" + r.run + "]"}, {"data", points}});
     std::string not_comparable;
     for (const auto& d : r.reference) {
-      if (!d.note.empty() && d.step == 0) not_comparable += (not_comparable.empty() ? "" : "; ") + d.name + ": " + d.note;
+      if (!d.note.empty() && d.step == 0)
+        not_comparable += (not_comparable.empty() ? "" : "; ") + d.name + ": " + d.note;
     }
-    against_rows += fmt::format("<tr><td>{} [{}]</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td><td>{}</td></tr>\n",
-                                xml_escape(r.scenario), xml_escape(r.run), xml_escape(system_label(r)),
-                                r.reference_first_break_step < 0 ? std::string("none") : std::to_string(r.reference_first_break_step),
-                                xml_escape([&] {
-                                  std::string text;
-                                  for (const auto& [step, value] : worst) text += fmt::format("{}{}:{:.2g}", text.empty() ? "" : " ", step, value);
-                                  return text;
-                                }()),
-                                xml_escape(not_comparable.empty() ? std::string("-") : not_comparable));
+    against_rows += fmt::format(
+        "<tr><td>{} [{}]</td><td>{}</td><td>{}</td><td class=\"mono\">{}</td><td>{}</td></tr>\n",
+        xml_escape(r.scenario), xml_escape(r.run), xml_escape(system_label(r)),
+        r.reference_first_break_step < 0 ? std::string("none") : std::to_string(r.reference_first_break_step),
+        xml_escape([&] {
+          std::string text;
+          for (const auto& [step, value] : worst)
+            text += fmt::format("{}{}:{:.2g}", text.empty() ? "" : " ", step, value);
+          return text;
+        }()),
+        xml_escape(not_comparable.empty() ? std::string("-") : not_comparable));
   }
   std::string page = R"(<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>)" + xml_escape(suite.title) + R"(</title>
+<html lang="en"><head><meta charset="utf-8"><title>)" +
+                     xml_escape(suite.title) + R"(</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:14px}
@@ -235,12 +253,14 @@ tr.fail td:nth-child(4),tr.error td:nth-child(4){color:#b00020;font-weight:bold}
 #plot-box{width:760px;height:380px}
 </style></head><body>
 )";
-  page += fmt::format("<h1>{}</h1>\n<p>{} of {} runs met their expectations ({} failed, {} errored) in {:.1f} s, started {}.</p>\n",
-                      xml_escape(suite.title), total.pass, all.size(), total.fail, total.error, suite.seconds, suite.started_at);
+  page += fmt::format(
+      "<h1>{}</h1>\n<p>{} of {} runs met their expectations ({} failed, {} errored) in {:.1f} s, started {}.</p>\n",
+      xml_escape(suite.title), total.pass, all.size(), total.fail, total.error, suite.seconds, suite.started_at);
   page += "<h2>Init broadcast of data-parallel tables: seconds against bytes</h2>\n";
   page += series.empty() ? std::string("<p>No run of this suite broadcast data-parallel tables at init.</p>\n")
-                         : std::string("<div id=\"plot-box\"><canvas id=\"broadcast-cost\" role=\"img\" "
-                                       "aria-label=\"broadcast cost plot\"></canvas></div>\n");
+                         : std::string(
+                               "<div id=\"plot-box\"><canvas id=\"broadcast-cost\" role=\"img\" "
+                               "aria-label=\"broadcast cost plot\"></canvas></div>\n");
   if (chart_js.empty()) {
     page += "<p>The plot needs Chart.js: <code>apt-get install libjs-chart.js</code>, then run the suite again.</p>\n";
   } else {
@@ -258,9 +278,11 @@ if (document.getElementById('broadcast-cost')) new Chart(document.getElementById
 )";
   }
   if (!against.empty()) {
-    page += "<h2>TorchRec against the reference DMP: worst max |diff| per step</h2>\n"
-            "<div id=\"plot-box-reference\" style=\"width:760px;height:380px\"><canvas id=\"against-reference\" role=\"img\" "
-            "aria-label=\"difference from the reference per step\"></canvas></div>\n";
+    page +=
+        "<h2>TorchRec against the reference DMP: worst max |diff| per step</h2>\n"
+        "<div id=\"plot-box-reference\" style=\"width:760px;height:380px\"><canvas id=\"against-reference\" "
+        "role=\"img\" "
+        "aria-label=\"difference from the reference per step\"></canvas></div>\n";
     if (!chart_js.empty()) {
       page += "<script>\nconst against = " + against.dump() + ";\n";
       page += R"(new Chart(document.getElementById('against-reference'), {type: 'line',
@@ -273,15 +295,22 @@ if (document.getElementById('broadcast-cost')) new Chart(document.getElementById
 </script>
 )";
     }
-    page += "<table id=\"against-reference-table\"><tr><th>run</th><th>ran on</th><th>first step out of tolerance</th>"
-            "<th>worst max |diff| per step</th><th>not comparable</th></tr>\n" + against_rows + "</table>\n";
+    page +=
+        "<table id=\"against-reference-table\"><tr><th>run</th><th>ran on</th><th>first step out of tolerance</th>"
+        "<th>worst max |diff| per step</th><th>not comparable</th></tr>\n" +
+        against_rows + "</table>\n";
   }
-  page += "<h2>Verdicts</h2>\n<table id=\"verdicts\"><tr><th>scenario</th><th>run</th><th>ran on</th><th>verdict</th>"
-          "<th>observed</th><th>divergence per step (step:max |diff|)</th><th>seconds</th></tr>\n" + rows + "</table>\n";
+  page +=
+      "<h2>Verdicts</h2>\n<table id=\"verdicts\"><tr><th>scenario</th><th>run</th><th>ran on</th><th>verdict</th>"
+      "<th>observed</th><th>divergence per step (step:max |diff|)</th><th>seconds</th></tr>\n" +
+      rows + "</table>\n";
   page += "<h2>Replicated tensors that differ across ranks</h2>\n";
-  page += tensors.empty() ? std::string("<p>None: every replicated tensor was bitwise equal on every rank.</p>\n")
-                          : "<table id=\"divergence\"><tr><th>run</th><th>tensor</th><th>sharding</th><th>phase</th><th>max |diff|</th>"
-                            "<th>elements differing</th><th>ranks</th></tr>\n" + tensors + "</table>\n";
+  page +=
+      tensors.empty()
+          ? std::string("<p>None: every replicated tensor was bitwise equal on every rank.</p>\n")
+          : "<table id=\"divergence\"><tr><th>run</th><th>tensor</th><th>sharding</th><th>phase</th><th>max |diff|</th>"
+            "<th>elements differing</th><th>ranks</th></tr>\n" +
+                tensors + "</table>\n";
   page += "</body></html>\n";
   return page;
 }
@@ -297,7 +326,8 @@ std::string load_chart_js() {
     s << in.rdbuf();
     std::string js = s.str();
     // Never let the bundle close the inline <script> early.
-    for (size_t at = js.find("</script"); at != std::string::npos; at = js.find("</script", at)) js.replace(at, 2, "<\\/");
+    for (size_t at = js.find("</script"); at != std::string::npos; at = js.find("</script", at))
+      js.replace(at, 2, "<\\/");
     return js;
   }
   return {};

@@ -13,7 +13,7 @@ namespace dmpcheck::report {
 
 struct SuiteSummary {
   std::string title = "dmpcheck suite";
-  std::string started_at;   // ISO 8601, UTC
+  std::string started_at;  // ISO 8601, UTC
   double seconds = 0.0;
   std::vector<check::RunResult> results;
 };

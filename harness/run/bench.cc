@@ -1,8 +1,8 @@
 #include "run/bench.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 
@@ -11,15 +11,15 @@
 #include <ATen/core/grad_mode.h>
 
 #include "comm/backends.h"
+#include "comm/communicator.h"
 #include "comm/rendezvous.h"
 #include "comm/store.h"
-#include "comm/communicator.h"
 #include "common/error.h"
 #include "report/json.h"
 #include "run/handover.h"
 #include "run/launcher.h"
-#include "run/worker.h"
 #include "run/rank_run.h"
+#include "run/worker.h"
 #include "scenario/scenario.h"
 
 namespace dmpcheck::run {
@@ -48,7 +48,11 @@ bool chunked(const std::string& collective) {
 class Case {
  public:
   Case(comm::Communicator& comm, std::string collective, int64_t count, int root)
-      : comm_(comm), collective_(std::move(collective)), count_(count), root_(root), world_(comm.world_size()),
+      : comm_(comm),
+        collective_(std::move(collective)),
+        count_(count),
+        root_(root),
+        world_(comm.world_size()),
         chunk_(count / world_) {
     reset();
   }
@@ -114,14 +118,21 @@ std::string us(double seconds) { return fmt::format("{:.1f}", seconds * 1e6); }
 }  // namespace
 
 const std::vector<std::string>& bench_collectives() {
-  static const std::vector<std::string> names = {"broadcast", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+  static const std::vector<std::string> names = {"broadcast", "all_reduce", "all_gather", "reduce_scatter",
+                                                 "all_to_all"};
   return names;
 }
 
 void to_json(nlohmann::json& j, const BenchSpec& s) {
-  j = nlohmann::json{{"collectives", s.collectives}, {"min_bytes", s.min_bytes}, {"max_bytes", s.max_bytes},
-                     {"factor", s.factor},           {"warmup", s.warmup},       {"iterations", s.iterations},
-                     {"root", s.root},               {"timeout_s", s.timeout_s}, {"threads_per_rank", s.threads_per_rank}};
+  j = nlohmann::json{{"collectives", s.collectives},
+                     {"min_bytes", s.min_bytes},
+                     {"max_bytes", s.max_bytes},
+                     {"factor", s.factor},
+                     {"warmup", s.warmup},
+                     {"iterations", s.iterations},
+                     {"root", s.root},
+                     {"timeout_s", s.timeout_s},
+                     {"threads_per_rank", s.threads_per_rank}};
 }
 
 void from_json(const nlohmann::json& j, BenchSpec& s) {
@@ -140,8 +151,11 @@ namespace {
 
 // Latencies are written in microseconds, as the table prints them.
 nlohmann::json microseconds(const check::LatencyStats& s) {
-  return nlohmann::json{{"mean", s.mean_s * 1e6}, {"min", s.min_s * 1e6}, {"p50", s.p50_s * 1e6},
-                        {"p99", s.p99_s * 1e6},   {"max", s.max_s * 1e6}};
+  return nlohmann::json{{"mean", s.mean_s * 1e6},
+                        {"min", s.min_s * 1e6},
+                        {"p50", s.p50_s * 1e6},
+                        {"p99", s.p99_s * 1e6},
+                        {"max", s.max_s * 1e6}};
 }
 
 check::LatencyStats from_microseconds(const nlohmann::json& j) {
@@ -153,10 +167,17 @@ check::LatencyStats from_microseconds(const nlohmann::json& j) {
 }  // namespace
 
 void to_json(nlohmann::json& j, const BenchRow& r) {
-  j = nlohmann::json{{"collective", r.collective}, {"size_bytes", r.size_bytes}, {"count", r.count},
-                     {"type", r.type},             {"redop", r.redop},           {"root", r.root},
-                     {"time_us", microseconds(r.time)},   {"algbw_gbps", r.algbw_gbps}, {"busbw_gbps", r.busbw_gbps},
-                     {"wrong", r.wrong},           {"device_time_us", r.device ? microseconds(*r.device) : nlohmann::json(nullptr)}};
+  j = nlohmann::json{{"collective", r.collective},
+                     {"size_bytes", r.size_bytes},
+                     {"count", r.count},
+                     {"type", r.type},
+                     {"redop", r.redop},
+                     {"root", r.root},
+                     {"time_us", microseconds(r.time)},
+                     {"algbw_gbps", r.algbw_gbps},
+                     {"busbw_gbps", r.busbw_gbps},
+                     {"wrong", r.wrong},
+                     {"device_time_us", r.device ? microseconds(*r.device) : nlohmann::json(nullptr)}};
 }
 
 void from_json(const nlohmann::json& j, BenchRow& r) {
@@ -170,13 +191,14 @@ void from_json(const nlohmann::json& j, BenchRow& r) {
   j.at("algbw_gbps").get_to(r.algbw_gbps);
   j.at("busbw_gbps").get_to(r.busbw_gbps);
   r.time = from_microseconds(j.at("time_us"));
-  r.device = j.at("device_time_us").is_null() ? std::nullopt
-                                               : std::optional<check::LatencyStats>(from_microseconds(j.at("device_time_us")));
+  r.device = j.at("device_time_us").is_null()
+                 ? std::nullopt
+                 : std::optional<check::LatencyStats>(from_microseconds(j.at("device_time_us")));
 }
 
 void to_json(nlohmann::json& j, const BenchGroup& g) {
-  j = nlohmann::json{{"backend", g.backend},         {"world_size", g.world_size}, {"threads_per_rank", g.threads_per_rank},
-                     {"skipped", g.skipped},         {"skip_reason", g.skip_reason}, {"error", g.error},
+  j = nlohmann::json{{"backend", g.backend}, {"world_size", g.world_size},   {"threads_per_rank", g.threads_per_rank},
+                     {"skipped", g.skipped}, {"skip_reason", g.skip_reason}, {"error", g.error},
                      {"rows", g.rows}};
 }
 
@@ -187,14 +209,17 @@ int64_t parse_size(const std::string& text) {
   try {
     value = std::stold(text, &used);
   } catch (const std::exception&) {
-    throw_error(ErrorKind::kInvalidInput, fmt::format("size '{}' is not a number (expected e.g. 1024, 1K, 64M, 1G)", text));
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("size '{}' is not a number (expected e.g. 1024, 1K, 64M, 1G)", text));
   }
   const std::string suffix = text.substr(used);
   long double unit = 1;
   if (suffix == "K" || suffix == "k") unit = 1024.0L;
   else if (suffix == "M" || suffix == "m") unit = 1024.0L * 1024;
   else if (suffix == "G" || suffix == "g") unit = 1024.0L * 1024 * 1024;
-  else DMP_CHECK(suffix.empty(), ErrorKind::kInvalidInput, "size '{}' has an unknown suffix '{}' (expected K, M or G)", text, suffix);
+  else
+    DMP_CHECK(suffix.empty(), ErrorKind::kInvalidInput, "size '{}' has an unknown suffix '{}' (expected K, M or G)",
+              text, suffix);
   DMP_CHECK(value > 0, ErrorKind::kInvalidInput, "size '{}' must be positive", text);
   return static_cast<int64_t>(value * unit);
 }
@@ -207,9 +232,9 @@ double bus_factor(const std::string& collective, int world) {
 }
 
 std::string bench_table_header(bool device_column) {
-  std::string out = fmt::format("#{:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}",
-                                "collective", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-                                "min", "p50", "p99", "max");
+  std::string out = fmt::format(
+      "#{:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}", "collective",
+      "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "min", "p50", "p99", "max");
   if (device_column) out += fmt::format(" {:>10}", "dev_time");
   out += "\n";
   out += fmt::format("#{:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}", "",
@@ -219,9 +244,10 @@ std::string bench_table_header(bool device_column) {
 }
 
 std::string bench_table_row(const BenchRow& r, bool device_column) {
-  std::string out = fmt::format(" {:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8.3f} {:>8.3f} {:>7} {:>10} {:>10} {:>10} {:>10}",
-                                r.collective, r.size_bytes, r.count, r.type, r.redop, r.root, us(r.time.mean_s), r.algbw_gbps,
-                                r.busbw_gbps, r.wrong, us(r.time.min_s), us(r.time.p50_s), us(r.time.p99_s), us(r.time.max_s));
+  std::string out =
+      fmt::format(" {:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8.3f} {:>8.3f} {:>7} {:>10} {:>10} {:>10} {:>10}",
+                  r.collective, r.size_bytes, r.count, r.type, r.redop, r.root, us(r.time.mean_s), r.algbw_gbps,
+                  r.busbw_gbps, r.wrong, us(r.time.min_s), us(r.time.p50_s), us(r.time.p99_s), us(r.time.max_s));
   if (device_column) out += fmt::format(" {:>10}", r.device ? us(r.device->mean_s) : std::string("-"));
   return out;
 }
@@ -318,9 +344,7 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   report::write_text_file_atomically(path, j.dump(2) + "\n");
 }
 
-nlohmann::json environment_json() {
-  return nlohmann::json{{"cores", available_cores()}};
-}
+nlohmann::json environment_json() { return nlohmann::json{{"cores", available_cores()}}; }
 
 }  // namespace
 
@@ -330,7 +354,8 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
             "sizes: -b {} must be positive and at most -e {}", spec.min_bytes, spec.max_bytes);
   DMP_CHECK(spec.factor >= 2 || spec.min_bytes == spec.max_bytes, ErrorKind::kInvalidInput,
             "-f {} must be at least 2 (or -b equal to -e)", spec.factor);
-  DMP_CHECK(spec.iterations >= 1 && spec.warmup >= 0, ErrorKind::kInvalidInput, "-n must be at least 1 and -w at least 0");
+  DMP_CHECK(spec.iterations >= 1 && spec.warmup >= 0, ErrorKind::kInvalidInput,
+            "-n must be at least 1 and -w at least 0");
   for (const auto& c : spec.collectives) {
     DMP_CHECK(std::find(bench_collectives().begin(), bench_collectives().end(), c) != bench_collectives().end(),
               ErrorKind::kInvalidInput, "unknown collective '{}' (expected one of: {}, or all)", c,
@@ -344,11 +369,13 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
       BenchGroup group;
       group.backend = backend;
       group.world_size = world;
-      group.threads_per_rank = spec.threads_per_rank > 0 ? spec.threads_per_rank : std::max(1, available_cores() / world);
+      group.threads_per_rank =
+          spec.threads_per_rank > 0 ? spec.threads_per_rank : std::max(1, available_cores() / world);
       if (options.out) {
-        *options.out << fmt::format("# dmpcheck bench: {} on {} rank(s), {} thread(s)/rank, -w {} -n {}, sizes {}..{} x{}\n",
-                                    backend, world, group.threads_per_rank, spec.warmup, spec.iterations, spec.min_bytes,
-                                    spec.max_bytes, spec.factor)
+        *options.out << fmt::format(
+                            "# dmpcheck bench: {} on {} rank(s), {} thread(s)/rank, -w {} -n {}, sizes {}..{} x{}\n",
+                            backend, world, group.threads_per_rank, spec.warmup, spec.iterations, spec.min_bytes,
+                            spec.max_bytes, spec.factor)
                      << std::flush;
       }
       if (auto reason = comm::backend_unavailable_reason(backend, world)) {
@@ -360,10 +387,10 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
       }
       BenchSpec rank_spec = spec;
       rank_spec.threads_per_rank = group.threads_per_rank;
-      const LaunchOutcome launched =
-          launch_bench(options.worker_executable, world, group.threads_per_rank,
-                       {{"bench/kind", "sweep"}, {"bench/backend", backend}, {"bench/spec", nlohmann::json(rank_spec).dump()}},
-                       std::max(600.0, 20.0 * spec.timeout_s), options.out);
+      const LaunchOutcome launched = launch_bench(
+          options.worker_executable, world, group.threads_per_rank,
+          {{"bench/kind", "sweep"}, {"bench/backend", backend}, {"bench/spec", nlohmann::json(rank_spec).dump()}},
+          std::max(600.0, 20.0 * spec.timeout_s), options.out);
       if (launched.ok && launched.result) {
         group.rows = nlohmann::json::parse(*launched.result).get<std::vector<BenchRow>>();
         for (const auto& r : group.rows) code = std::max(code, r.wrong != 0 ? 1 : 0);
@@ -388,8 +415,11 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
   write_json(options.json_path, nlohmann::json{{"tool", "dmpcheck bench"},
                                                {"spec", spec},
                                                {"environment", environment_json()},
-                                               {"units", {{"size_bytes", "bytes"}, {"time_us", "microseconds"},
-                                                          {"algbw_gbps", "1e9 bytes/s"}, {"busbw_gbps", "1e9 bytes/s"}}},
+                                               {"units",
+                                                {{"size_bytes", "bytes"},
+                                                 {"time_us", "microseconds"},
+                                                 {"algbw_gbps", "1e9 bytes/s"},
+                                                 {"busbw_gbps", "1e9 bytes/s"}}},
                                                {"groups", groups}});
   if (options.out && !options.json_path.empty()) *options.out << "# JSON: " << options.json_path << "\n";
   if (groups_out) *groups_out = groups;
@@ -404,7 +434,8 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
     size_t start = 0;
     while (start < text.size()) {
       const size_t end = text.find('\n', start);
-      std::printf("bench| %s\n", text.substr(start, end == std::string::npos ? std::string::npos : end - start).c_str());
+      std::printf("bench| %s\n",
+                  text.substr(start, end == std::string::npos ? std::string::npos : end - start).c_str());
       start = end == std::string::npos ? text.size() : end + 1;
     }
     std::fflush(stdout);
@@ -435,8 +466,8 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
   comm::BackendOptions backend;
   backend.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000.0));
   backend.local_rank = env.local_rank;
-  auto comm = comm::make_communicator((handed.count("bench/backend") ? handed.at("bench/backend") : spec.backend), group_store, env.rank,
-                                      env.world_size, backend);
+  auto comm = comm::make_communicator((handed.count("bench/backend") ? handed.at("bench/backend") : spec.backend),
+                                      group_store, env.rank, env.world_size, backend);
   RankRunOptions run_options;
   run_options.progress = line;
   const check::BroadcastProbe result = probe_scenario_on_rank(scenario, spec, *comm, probe, run_options);
@@ -453,11 +484,12 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
     if (!options.run_filter.empty() && spec.name.find(options.run_filter) == std::string::npos) continue;
     if (spec.on_torchrec()) continue;  // the probe times the reference's broadcast; a release cell has none of ours
     any = true;
-    const std::vector<std::string> backends = options.backends.empty() ? std::vector<std::string>{spec.backend} : options.backends;
+    const std::vector<std::string> backends =
+        options.backends.empty() ? std::vector<std::string>{spec.backend} : options.backends;
     for (const auto& backend : backends) {
       if (options.out) {
-        *options.out << fmt::format("== {} [{}]: broadcast of its replicated parameters, {} on {} ranks\n", scenario.name,
-                                    spec.name, backend, spec.world_size)
+        *options.out << fmt::format("== {} [{}]: broadcast of its replicated parameters, {} on {} ranks\n",
+                                    scenario.name, spec.name, backend, spec.world_size)
                      << std::flush;
       }
       const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
@@ -469,16 +501,16 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
       const nlohmann::json probe_options = {{"warmup", options.probe.warmup},
                                             {"iterations", options.probe.iterations},
                                             {"bucket_caps", options.probe.bucket_caps}};
-      const LaunchOutcome launched = launch_bench(
-          options.worker_executable, spec.world_size, threads_per_rank(spec, available_cores()),
-          {{"bench/kind", "scenario"},
-           {"bench/backend", backend},
-           {"bench/probe", probe_options.dump()},
-           {"scenario_text", scenario.source_text},
-           {"scenario_file", scenario.file},
-           {"run_index", std::to_string(i)},
-           {"overrides", nlohmann::json(scenario.overrides).dump()}},
-          std::max(600.0, 10.0 * spec.timeout_s), options.out);
+      const LaunchOutcome launched =
+          launch_bench(options.worker_executable, spec.world_size, threads_per_rank(spec, available_cores()),
+                       {{"bench/kind", "scenario"},
+                        {"bench/backend", backend},
+                        {"bench/probe", probe_options.dump()},
+                        {"scenario_text", scenario.source_text},
+                        {"scenario_file", scenario.file},
+                        {"run_index", std::to_string(i)},
+                        {"overrides", nlohmann::json(scenario.overrides).dump()}},
+                       std::max(600.0, 10.0 * spec.timeout_s), options.out);
       if (launched.ok && launched.result) {
         const auto probe = nlohmann::json::parse(*launched.result).get<check::BroadcastProbe>();
         if (options.out) *options.out << check::render_probe(probe) << std::flush;
@@ -491,8 +523,8 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
       }
     }
   }
-  DMP_CHECK(any, ErrorKind::kInvalidInput, "no run of {} matches --run '{}' (runs: {})", scenario.file, options.run_filter,
-            [&] {
+  DMP_CHECK(any, ErrorKind::kInvalidInput, "no run of {} matches --run '{}' (runs: {})", scenario.file,
+            options.run_filter, [&] {
               std::vector<std::string> names;
               for (const auto& r : scenario.runs) names.push_back(r.name);
               return fmt::format("{}", fmt::join(names, "; "));

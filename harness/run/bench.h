@@ -12,9 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <ostream>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -55,9 +55,9 @@ struct BenchRow {
   int64_t size_bytes = 0;  // S of nccl-tests: the whole buffer
   int64_t count = 0;       // elements of that buffer
   std::string type = "float";
-  std::string redop;       // "sum" for reductions, "none" otherwise
-  int root = -1;           // broadcast only
-  int64_t wrong = 0;       // elements that differed from the seeded expectation, over all ranks
+  std::string redop;         // "sum" for reductions, "none" otherwise
+  int root = -1;             // broadcast only
+  int64_t wrong = 0;         // elements that differed from the seeded expectation, over all ranks
   check::LatencyStats time;  // end to end (staging included on NCCL), max over ranks
   double algbw_gbps = 0.0;
   double busbw_gbps = 0.0;
@@ -113,7 +113,7 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
 struct ScenarioBenchOptions {
   std::string worker_executable;
   std::string scenario_path;
-  std::string run_filter;  // substring of a run's name; empty: every run
+  std::string run_filter;             // substring of a run's name; empty: every run
   std::vector<std::string> backends;  // each run on each of these, side by side; empty: the run's own
   check::ProbeOptions probe;
   std::string json_path;

@@ -27,8 +27,9 @@ dmp::KeyedJaggedTensor replayed_batch(const scenario::RunSpec& spec, int step) {
               "{}: no table reads feature '{}'; the model's features: {}", path, key, fmt::join(features, ", "));
   }
   for (const auto& feature : features) {
-    DMP_CHECK(std::find(batch.keys().begin(), batch.keys().end(), feature) != batch.keys().end(), ErrorKind::kInvalidInput,
-              "{}: has no feature '{}' (it holds {})", path, feature, fmt::join(batch.keys(), ", "));
+    DMP_CHECK(std::find(batch.keys().begin(), batch.keys().end(), feature) != batch.keys().end(),
+              ErrorKind::kInvalidInput, "{}: has no feature '{}' (it holds {})", path, feature,
+              fmt::join(batch.keys(), ", "));
   }
   const int64_t bags = spec.batch_size * spec.world_size;
   DMP_CHECK(batch.stride() == bags, ErrorKind::kInvalidInput,
@@ -36,7 +37,8 @@ dmp::KeyedJaggedTensor replayed_batch(const scenario::RunSpec& spec, int step) {
             spec.batch_size, spec.world_size, bags);
   const bool weighted = !spec.data.weighted_features.empty();
   DMP_CHECK(weighted == batch.weights().has_value(), ErrorKind::kInvalidInput, "{}: {}", path,
-            weighted ? fmt::format("has no 'weights' but feature(s) {} are weighted", fmt::join(spec.data.weighted_features, ", "))
+            weighted ? fmt::format("has no 'weights' but feature(s) {} are weighted",
+                                   fmt::join(spec.data.weighted_features, ", "))
                      : std::string("has 'weights' but no table is weighted"));
   dmp::KeyedJaggedTensor ordered = batch.select(features);
   for (const auto& table : spec.model.tables) {
@@ -45,8 +47,8 @@ dmp::KeyedJaggedTensor replayed_batch(const scenario::RunSpec& spec, int step) {
       if (ids.numel() == 0) continue;
       const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
       DMP_CHECK(lo >= 0 && hi < table.num_embeddings, ErrorKind::kInvalidInput,
-                "{}: feature '{}' has id {} but table '{}' has rows [0, {})", path, feature, lo < 0 ? lo : hi, table.name,
-                table.num_embeddings);
+                "{}: feature '{}' has id {} but table '{}' has rows [0, {})", path, feature, lo < 0 ? lo : hi,
+                table.name, table.num_embeddings);
     }
   }
   return ordered;
@@ -81,7 +83,9 @@ dmp::KeyedJaggedTensor inline_batch(const scenario::RunSpec& spec, int step) {
       }
     }
   }
-  auto longs = [](const std::vector<int64_t>& v) { return at::tensor(at::ArrayRef<int64_t>(v), at::kLong).reshape({-1}); };
+  auto longs = [](const std::vector<int64_t>& v) {
+    return at::tensor(at::ArrayRef<int64_t>(v), at::kLong).reshape({-1});
+  };
   std::optional<at::Tensor> w;
   if (weighted) w = at::tensor(at::ArrayRef<float>(weights), at::kFloat).reshape({-1});
   return dmp::KeyedJaggedTensor(keys, longs(values), longs(lengths), w);
@@ -111,7 +115,8 @@ dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step
   for (const auto& feature : spec.model.features()) {
     {
       const auto [lo, hi] = spec.data.ids_per_bag(feature);
-      at::Tensor len = lo == hi ? at::full({bags}, lo, at::kLong) : at::randint(lo, hi + 1, {bags}, generator, at::kLong);
+      at::Tensor len =
+          lo == hi ? at::full({bags}, lo, at::kLong) : at::randint(lo, hi + 1, {bags}, generator, at::kLong);
       const int64_t n = len.sum().item<int64_t>();
       keys.push_back(feature);
       lengths.push_back(len);

@@ -39,18 +39,20 @@ std::map<std::string, std::string> take_over(comm::Store& store, const std::stri
   try {
     keys = nlohmann::json::parse(store.get("entries")).get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
-    throw_error(ErrorKind::kCommunication, fmt::format("the run's list of entries in the store is malformed: {}", e.what()));
+    throw_error(ErrorKind::kCommunication,
+                fmt::format("the run's list of entries in the store is malformed: {}", e.what()));
   }
   for (const auto& key : keys) entries[key] = store.get("entry/" + key);
-  DMP_CHECK(constant_time_equal(mac, entries_mac(entries, secret)), ErrorKind::kCommunication,
-            "what the store hands this rank ({}) does not carry the run's MAC: forged, or from a run with another {}; "
-            "refused",
-            [&] {
-              std::string names;
-              for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
-              return names;
-            }(),
-            kSecretVariable);
+  DMP_CHECK(
+      constant_time_equal(mac, entries_mac(entries, secret)), ErrorKind::kCommunication,
+      "what the store hands this rank ({}) does not carry the run's MAC: forged, or from a run with another {}; "
+      "refused",
+      [&] {
+        std::string names;
+        for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
+        return names;
+      }(),
+      kSecretVariable);
   return entries;
 }
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <csignal>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -24,8 +24,8 @@
 
 #include "comm/store.h"
 #include "common/digest.h"
-#include "run/handover.h"
 #include "common/error.h"
+#include "run/handover.h"
 
 extern char** environ;
 
@@ -58,7 +58,8 @@ struct ChildImage {
   std::vector<char*> envp;
 };
 
-ChildImage make_image(const LaunchRequest& request, int rank, const std::string& store_file, const std::string& secret) {
+ChildImage make_image(const LaunchRequest& request, int rank, const std::string& store_file,
+                      const std::string& secret) {
   ChildImage image;
   // One machine stands in for several hosts of local_world_size ranks each.
   const int local_world_size = request.local_world_size > 0 ? request.local_world_size : request.world_size;
@@ -100,8 +101,8 @@ class PrivateDir {
   PrivateDir() {
     const char* tmp = std::getenv("TMPDIR");
     std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/dmpcheck-run-XXXXXX";
-    DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kRankFailed, "cannot create a private directory from {}: {}",
-              pattern, std::strerror(errno));
+    DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kRankFailed,
+              "cannot create a private directory from {}: {}", pattern, std::strerror(errno));
     path_ = pattern;
   }
   ~PrivateDir() {
@@ -228,8 +229,8 @@ LaunchOutcome launch(const LaunchRequest& request) {
       throw_error(ErrorKind::kRankFailed, fmt::format("fork for rank {} failed: {}", r, std::strerror(errno)));
     }
     if (pid == 0) {
-      ::setpgid(0, group);                    // rank 0 leads the run's process group
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);     // die with the launcher
+      ::setpgid(0, group);                      // rank 0 leads the run's process group
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);       // die with the launcher
       if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl
       // A write to a peer that has died must fail (EPIPE) on this rank, not kill it with SIGPIPE:
       // that death would race the peer's own exit to be the failure reported first.  Ignored
@@ -339,8 +340,9 @@ LaunchOutcome launch(const LaunchRequest& request) {
     // Ranks are only SIGKILLed by us after the first failure, so a first failure by SIGKILL came
     // from elsewhere, most often the kernel's out-of-memory killer.
     if (f.message.empty() && WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL) {
-      f.message = "SIGKILL that the launcher did not send: most often the kernel's out-of-memory killer (see dmesg), else "
-                  "an operator or a scenario's kill fault";
+      f.message =
+          "SIGKILL that the launcher did not send: most often the kernel's out-of-memory killer (see dmesg), else "
+          "an operator or a scenario's kill fault";
     }
     return f;
   };
@@ -350,8 +352,8 @@ LaunchOutcome launch(const LaunchRequest& request) {
       case FailureKind::kCrashed: return 0;
       case FailureKind::kRankFailed: return 2;  // exited non-zero without saying why
       case FailureKind::kCommunication:
-      case FailureKind::kTimeout: return 3;     // most often a peer of the rank that failed
-      default: return 1;                        // the rank's own error
+      case FailureKind::kTimeout: return 3;  // most often a peer of the rank that failed
+      default: return 1;                     // the rank's own error
     }
   };
   auto fail = [&](Rank& r, check::FailureKind kind, const std::string& cause) {
@@ -367,17 +369,17 @@ LaunchOutcome launch(const LaunchRequest& request) {
           other.running = false;
           drain(other, request);
           if (!(WIFEXITED(other.status) && WEXITSTATUS(other.status) == 0)) {
-            seen.push_back(make_failure(other, WIFSIGNALED(other.status) ? check::FailureKind::kCrashed : check::FailureKind::kRankFailed,
-                                        describe_wait_status(other.status)));
+            seen.push_back(make_failure(
+                other, WIFSIGNALED(other.status) ? check::FailureKind::kCrashed : check::FailureKind::kRankFailed,
+                describe_wait_status(other.status)));
           }
         }
       }
       if (!any) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    outcome.failure = *std::min_element(seen.begin(), seen.end(), [&](const auto& a, const auto& b) {
-      return rank_of_cause(a) < rank_of_cause(b);
-    });
+    outcome.failure = *std::min_element(
+        seen.begin(), seen.end(), [&](const auto& a, const auto& b) { return rank_of_cause(a) < rank_of_cause(b); });
   };
 
   while (true) {
@@ -410,7 +412,8 @@ LaunchOutcome launch(const LaunchRequest& request) {
       for (auto& r : ranks) {
         if (r.running && first == nullptr) first = &r;
       }
-      outcome.failure = make_failure(*first, check::FailureKind::kInterrupted, "stopped: dmpcheck received SIGINT or SIGTERM");
+      outcome.failure =
+          make_failure(*first, check::FailureKind::kInterrupted, "stopped: dmpcheck received SIGINT or SIGTERM");
       break;
     }
     if (Clock::now() - start > request.budget) {
@@ -419,8 +422,8 @@ LaunchOutcome launch(const LaunchRequest& request) {
         if (r.running && first == nullptr) first = &r;
       }
       outcome.failure = make_failure(*first, check::FailureKind::kTimeout,
-           fmt::format("still running when the run's budget of {:.0f} s ran out",
-                       std::chrono::duration<double>(request.budget).count()));
+                                     fmt::format("still running when the run's budget of {:.0f} s ran out",
+                                                 std::chrono::duration<double>(request.budget).count()));
       break;
     }
   }

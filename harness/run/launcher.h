@@ -20,12 +20,12 @@ struct LaunchRequest {
   std::string executable;              // what each rank runs (the dmpcheck binary)
   std::vector<std::string> arguments;  // argv[1..]
   int world_size = 1;
-  int local_world_size = 0;            // ranks per host (LOCAL_WORLD_SIZE); 0: world_size
-  int threads_per_rank = 1;            // exported as OMP_NUM_THREADS
+  int local_world_size = 0;  // ranks per host (LOCAL_WORLD_SIZE); 0: world_size
+  int threads_per_rank = 1;  // exported as OMP_NUM_THREADS
   // Set in the store before any rank starts (e.g. the scenario text and run index).
   std::map<std::string, std::string> store_entries;
   std::chrono::milliseconds store_timeout{std::chrono::seconds(60)};
-  std::chrono::milliseconds budget{std::chrono::minutes(10)};  // the whole run
+  std::chrono::milliseconds budget{std::chrono::minutes(10)};            // the whole run
   std::chrono::milliseconds kill_grace{std::chrono::milliseconds(500)};  // SIGTERM, then SIGKILL
   size_t last_lines_kept = 20;
   // Each line a rank prints, as it arrives (stdout and stderr together).  May be empty.
@@ -51,7 +51,7 @@ struct LaunchOutcome {
   std::optional<std::string> result;  // the store's "result" key, if rank 0 set it
   std::vector<int> pids;              // of the ranks, for tests that check nothing survived
   double seconds = 0.0;
-  bool forked = false;                // ranks forked from this warm process, not exec-ed
+  bool forked = false;  // ranks forked from this warm process, not exec-ed
 };
 
 // Keys a rank may set: "result" (the RunResult JSON, rank 0) and "error/<rank>" (a JSON

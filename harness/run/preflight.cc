@@ -95,7 +95,8 @@ int64_t host_available_memory() {
     try {
       return std::stoll(v);
     } catch (const std::exception&) {
-      throw_error(ErrorKind::kInvalidInput, fmt::format("DMPCHECK_MEMORY_AVAILABLE='{}': expected a number of bytes", v));
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("DMPCHECK_MEMORY_AVAILABLE='{}': expected a number of bytes", v));
     }
   }
   std::ifstream in("/proc/meminfo");

@@ -14,9 +14,9 @@ namespace dmpcheck::run {
 struct RunMemory {
   std::string run;
   int ranks_on_host = 0;
-  int64_t host_bytes = 0;      // what the ranks on this host hold at their peak, together
-  int64_t largest_rank = 0;    // the peak of the fullest rank
-  std::string breakdown;       // that rank's peak, by kind
+  int64_t host_bytes = 0;    // what the ranks on this host hold at their peak, together
+  int64_t largest_rank = 0;  // the peak of the fullest rank
+  std::string breakdown;     // that rank's peak, by kind
 };
 
 // The memory of one run (planned as its ranks will plan it).  Error(kInvalidScenario) naming

@@ -13,8 +13,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <torch/version.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/version.h>
 
 #include "check/broadcast_probe.h"
 #include "check/expectations.h"
@@ -29,15 +29,12 @@
 #include "run/data_generator.h"
 #include "run/tensor_exchange.h"
 
-
 namespace dmpcheck::run {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::string hostname() {
   char buffer[256] = {0};
@@ -54,14 +51,16 @@ dmp::ShardingPlan given_plan(const scenario::RunSpec& spec) {
   for (size_t i = 0; i < plan.tables.size(); ++i) {
     const auto& config = spec.model.tables[i];
     const auto& t = plan.tables[i];
-    DMP_CHECK(t.table == config.name, ErrorKind::kInvalidInput, "the given plan's table {} is '{}', the model's is '{}'", i,
-              t.table, config.name);
+    DMP_CHECK(t.table == config.name, ErrorKind::kInvalidInput,
+              "the given plan's table {} is '{}', the model's is '{}'", i, t.table, config.name);
     for (const auto& s : t.shards) {
       DMP_CHECK(s.rank >= 0 && s.rank < spec.world_size && s.row_offset >= 0 && s.col_offset >= 0 &&
                     s.row_offset + s.rows <= config.num_embeddings && s.col_offset + s.cols <= config.embedding_dim,
-                ErrorKind::kInvalidInput, "the given plan's shard of '{}' (rank {}, rows {}+{}, columns {}+{}) is outside a "
-                "{}x{} table on {} ranks", t.table, s.rank, s.row_offset, s.rows, s.col_offset, s.cols,
-                config.num_embeddings, config.embedding_dim, spec.world_size);
+                ErrorKind::kInvalidInput,
+                "the given plan's shard of '{}' (rank {}, rows {}+{}, columns {}+{}) is outside a "
+                "{}x{} table on {} ranks",
+                t.table, s.rank, s.row_offset, s.rows, s.col_offset, s.cols, config.num_embeddings,
+                config.embedding_dim, spec.world_size);
     }
   }
   return plan;
@@ -150,8 +149,8 @@ std::unique_ptr<dmp::DistributedModelParallel> resume_under_new_plan(
 
 // The scenario's faults for this rank at this step (0: after the build).  Faults that end the
 // process do so the way a real failure would: a signal, an exit status, an exception, a hang.
-void inject_faults(const scenario::RunSpec& spec, comm::Communicator& comm, int step, dmp::DistributedModelParallel& model,
-                   const std::function<void(const std::string&)>& say) {
+void inject_faults(const scenario::RunSpec& spec, comm::Communicator& comm, int step,
+                   dmp::DistributedModelParallel& model, const std::function<void(const std::string&)>& say) {
   const int rank = comm.rank();
   for (const auto& f : spec.faults) {
     if (f.rank != rank || f.step != step) continue;
@@ -187,7 +186,8 @@ void inject_faults(const scenario::RunSpec& spec, comm::Communicator& comm, int 
           break;
         }
         DMP_CHECK(applied, ErrorKind::kInvalidScenario, "fault '{}' on rank {}: this rank holds no tensor {}",
-                  scenario::fault_kind_name(f.kind), rank, f.tensor.empty() ? std::string("that is replicated") : "'" + f.tensor + "'");
+                  scenario::fault_kind_name(f.kind), rank,
+                  f.tensor.empty() ? std::string("that is replicated") : "'" + f.tensor + "'");
         break;
       }
     }
@@ -198,7 +198,8 @@ void inject_faults(const scenario::RunSpec& spec, comm::Communicator& comm, int 
 // first seen.
 // Collective.  Every rank's forward outputs stacked in rank order (the global batch's rows):
 // one all_gather of the outputs side by side.
-std::map<std::string, at::Tensor> gather_outputs(comm::Communicator& comm, const std::map<std::string, at::Tensor>& local) {
+std::map<std::string, at::Tensor> gather_outputs(comm::Communicator& comm,
+                                                 const std::map<std::string, at::Tensor>& local) {
   std::vector<at::Tensor> columns;
   for (const auto& [name, t] : local) columns.push_back(t.reshape({t.size(0), -1}).to(at::kFloat));
   const std::vector<at::Tensor> gathered = comm.all_gather(at::cat(columns, 1).contiguous());
@@ -221,9 +222,9 @@ void check_finite(dmp::DistributedModelParallel& model, double loss, int step) {
     if (!bad.any().item<bool>()) continue;
     const int64_t first = bad.reshape({-1}).nonzero()[0][0].item<int64_t>();
     throw_error(ErrorKind::kInvalidInput,
-                fmt::format("step {}: {} ({}) holds {} at element {} (rows {}+, cols {}+ of the full tensor)", step, t.name,
-                            t.sharding, t.tensor.reshape({-1})[first].item<float>(), first, t.placement.row_offset,
-                            t.placement.col_offset));
+                fmt::format("step {}: {} ({}) holds {} at element {} (rows {}+, cols {}+ of the full tensor)", step,
+                            t.name, t.sharding, t.tensor.reshape({-1})[first].item<float>(), first,
+                            t.placement.row_offset, t.placement.col_offset));
   }
 }
 
@@ -233,7 +234,8 @@ std::string tensor_digest(const at::Tensor& tensor) {
   const at::Tensor t = tensor.contiguous();
   const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
   uint64_t hash = 1469598103934665603ull;
-  for (size_t i = 0; i < static_cast<size_t>(t.numel()) * t.element_size(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  for (size_t i = 0; i < static_cast<size_t>(t.numel()) * t.element_size(); ++i)
+    hash = (hash ^ bytes[i]) * 1099511628211ull;
   return fmt::format("{:016x}", hash);
 }
 
@@ -291,15 +293,16 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     if (options.progress) options.progress(line);
   };
   DMP_CHECK(comm.world_size() == spec.world_size, ErrorKind::kInvalidInput,
-            "run '{}' needs {} ranks but this group has {} (WORLD_SIZE)", spec.name, spec.world_size, comm.world_size());
+            "run '{}' needs {} ranks but this group has {} (WORLD_SIZE)", spec.name, spec.world_size,
+            comm.world_size());
   const auto start = Clock::now();
   const int cores = options.cores > 0 ? options.cores : available_cores();
   const int threads = threads_per_rank(spec, cores);
   at::set_num_threads(threads);
 
   check::RunResult result = result_header(scenario, spec);
-  result.environment = {TORCH_VERSION, comm.backend_name(), hostname(), git_revision(),
-                        spec.world_size, cores, threads};
+  result.environment = {TORCH_VERSION, comm.backend_name(), hostname(), git_revision(), spec.world_size, cores,
+                        threads};
 
   // Plan.
   // The hosts the launcher really gives (LOCAL_WORLD_SIZE) plan the run; a scenario that names
@@ -310,11 +313,12 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
             "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size,
             spec.local_world_size);
   const dmp::PlannerInput planner = scenario::planner_input(spec, local_world_size);
-  const dmp::ShardingPlan plan = spec.given_plan.empty() ? collective_plan(comm, planner, spec.profile.plan_on_every_rank)
-                                                         : given_plan(spec);
+  const dmp::ShardingPlan plan =
+      spec.given_plan.empty() ? collective_plan(comm, planner, spec.profile.plan_on_every_rank) : given_plan(spec);
   for (const auto& t : plan.tables) {
     check::TablePlacement placement{t.table, dmp::sharding_type_name(t.type), {}};
-    for (const auto& s : t.shards) placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, s.bytes});
+    for (const auto& s : t.shards)
+      placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, s.bytes});
     result.plan.push_back(placement);
   }
 
@@ -335,7 +339,8 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
       steps_done = checkpoint->steps;
       say(fmt::format("{} loaded before the wrap, and kept by it", spec.init.from));
     } else {
-      say(fmt::format("{} loaded before the wrap, and replaced by its draw (profile {})", spec.init.from, spec.profile.name));
+      say(fmt::format("{} loaded before the wrap, and replaced by its draw (profile {})", spec.init.from,
+                      spec.profile.name));
     }
   }
   if (spec.expect.initial_state) {
@@ -381,18 +386,21 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     const auto initial = model->gather_full_state();
     if (comm.rank() == 0) {
       tracker = std::make_unique<check::GlobalModelTracker>(
-          spec.model, dmp_options, initial, steps_done, check::Tolerances{spec.expect.global_model->rtol, spec.expect.global_model->atol},
-          spec.expect.outputs ? check::Tolerances{spec.expect.outputs->rtol, spec.expect.outputs->atol} : check::Tolerances{});
+          spec.model, dmp_options, initial, steps_done,
+          check::Tolerances{spec.expect.global_model->rtol, spec.expect.global_model->atol},
+          spec.expect.outputs ? check::Tolerances{spec.expect.outputs->rtol, spec.expect.outputs->atol}
+                              : check::Tolerances{});
     }
   }
   result.timings.init_s = seconds_since(start);
-  say(fmt::format("built: {} tables, plan {}, threads/rank {}", spec.model.tables.size(),
-                  [&] {
-                    std::vector<std::string> p;
-                    for (const auto& t : plan.tables) p.push_back(fmt::format("{}:{}", t.table, dmp::sharding_type_name(t.type)));
-                    return fmt::format("{}", fmt::join(p, " "));
-                  }(),
-                  threads));
+  say(fmt::format(
+      "built: {} tables, plan {}, threads/rank {}", spec.model.tables.size(),
+      [&] {
+        std::vector<std::string> p;
+        for (const auto& t : plan.tables) p.push_back(fmt::format("{}:{}", t.table, dmp::sharding_type_name(t.type)));
+        return fmt::format("{}", fmt::join(p, " "));
+      }(),
+      threads));
 
   // Train; the unsharded model follows step by step when the scenario compares with it.
   const auto train_start = Clock::now();
@@ -401,7 +409,8 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     const int global_step = static_cast<int>(steps_done) + step;
     const dmp::KeyedJaggedTensor global = make_global_batch(spec, global_step);
     if (!options.dump_batches_dir.empty() && comm.rank() == 0) {
-      dmp::save_batch(fmt::format("{}/{}/{}/batch{}.pt", options.dump_batches_dir, scenario.name, spec.slug, global_step), global);
+      dmp::save_batch(
+          fmt::format("{}/{}/{}/batch{}.pt", options.dump_batches_dir, scenario.name, spec.slug, global_step), global);
     }
     const double loss = model->train_step(local_batch(spec, global, comm.rank()));
     result.losses.push_back(loss);
@@ -438,7 +447,8 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     model->forward(local_batch(spec, global, comm.rank()));
     const auto outputs = gather_outputs(comm, model->last_outputs());  // collective
     if (tracker) tracker->forward_and_compare(global, outputs, 0);
-    if (comm.rank() == 0 && !options.full_state_dir.empty()) write_exchange_phase(options.full_state_dir, "outputs0", whole_pieces(outputs));
+    if (comm.rank() == 0 && !options.full_state_dir.empty())
+      write_exchange_phase(options.full_state_dir, "outputs0", whole_pieces(outputs));
   }
   result.timings.train_s = seconds_since(train_start) - check_seconds;
   if (!options.checkpoint_dir.empty()) {

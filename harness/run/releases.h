@@ -13,7 +13,7 @@ struct ReleaseOptions {
   std::vector<std::string> releases;  // "0.6.0", ...
   std::string worker_executable;
   std::string out_dir = "reports";
-  std::string output;                 // fidelity: the Markdown file to write
+  std::string output;  // fidelity: the Markdown file to write
   std::ostream* out = nullptr;
 };
 

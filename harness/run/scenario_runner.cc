@@ -18,8 +18,8 @@
 
 namespace dmpcheck::run {
 
-void set_cell_budget_and_echo(const scenario::RunSpec& spec, const ScenarioRunOptions& options, const std::string& prefix,
-                              LaunchRequest& request) {
+void set_cell_budget_and_echo(const scenario::RunSpec& spec, const ScenarioRunOptions& options,
+                              const std::string& prefix, LaunchRequest& request) {
   const double budget = options.budget_s.value_or(std::max(600.0, 10.0 * spec.timeout_s));
   request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
   static std::mutex out_mutex;  // cells may run on several threads (suite --jobs)
@@ -44,8 +44,9 @@ check::RunResult failed_result(const scenario::Scenario& scenario, const scenari
       result.expectation.held = true;
     } else if (spec.expect.error) {
       result.verdict = check::Verdict::kFail;
-      result.expectation.failures.push_back(fmt::format("expected {}, got a {} error: {}", spec.expect.error->describe(),
-                                                        launched.failure->kind, launched.failure->message));
+      result.expectation.failures.push_back(fmt::format("expected {}, got a {} error: {}",
+                                                        spec.expect.error->describe(), launched.failure->kind,
+                                                        launched.failure->message));
     }
   } else {
     check::RankFailure f;
@@ -68,9 +69,10 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
                                c->second.sharding_types.front() == dmp::ShardingType::kDataParallel;
     if (!reason && (t.data_type == "bf16" || (t.data_type == "fp16" && data_parallel))) {
       // Said plainly, as a skip: the release cells of the same scenario still run.
-      reason = fmt::format("the reference DMP models fp32 tables and model-parallel fp16 ones; table '{}' is {}{} (run it on a "
-                           "release: system: torchrec==X.Y.Z)",
-                           t.name, t.data_type, data_parallel ? ", data_parallel" : "");
+      reason = fmt::format(
+          "the reference DMP models fp32 tables and model-parallel fp16 ones; table '{}' is {}{} (run it on a "
+          "release: system: torchrec==X.Y.Z)",
+          t.name, t.data_type, data_parallel ? ", data_parallel" : "");
     }
   }
   if (reason) {
@@ -123,7 +125,8 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
     try {
       filter.emplace(options.filter, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
-      throw_error(ErrorKind::kInvalidInput, fmt::format("--filter '{}' is not a regular expression: {}", options.filter, e.what()));
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("--filter '{}' is not a regular expression: {}", options.filter, e.what()));
     }
   }
   for (size_t i = 0; i < scenario.runs.size() && !interrupt_requested(); ++i) {

@@ -17,8 +17,8 @@ struct ScenarioRunOptions {
   std::string worker_executable;  // the dmpcheck binary (ranks run `<it> worker`)
   std::string out_dir = "reports";
   bool write_reports = true;
-  bool echo_rank_output = true;   // "[rank N] ..." lines as they come
-  std::ostream* out = nullptr;    // tables and verdicts; nullptr: quiet
+  bool echo_rank_output = true;    // "[rank N] ..." lines as they come
+  std::ostream* out = nullptr;     // tables and verdicts; nullptr: quiet
   std::optional<double> budget_s;  // per run; default max(600, 10 x timeout_s)
   std::string checkpoint_dir;      // ranks save sharded checkpoints under <dir>/<scenario>/<run>/
   std::string dump_batches_dir;    // rank 0 dumps the global batches under <dir>/<scenario>/<run>/
@@ -55,8 +55,8 @@ struct LaunchOutcome;
 struct LaunchRequest;
 // What every launch of a cell shares: its budget (options.budget_s, else max(600, 10 x timeout_s))
 // and, when options echo rank output, each line as "[<prefix>rank N] ..." on options.out.
-void set_cell_budget_and_echo(const scenario::RunSpec& spec, const ScenarioRunOptions& options, const std::string& prefix,
-                              LaunchRequest& request);
+void set_cell_budget_and_echo(const scenario::RunSpec& spec, const ScenarioRunOptions& options,
+                              const std::string& prefix, LaunchRequest& request);
 
 // The RunResult of a launch that did not produce one: its failure, or the expected error.
 check::RunResult failed_result(const scenario::Scenario& scenario, const scenario::RunSpec& spec,

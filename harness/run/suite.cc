@@ -10,9 +10,9 @@
 #include <regex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include "common/error.h"
 #include "common/file_io.h"
-#include <nlohmann/json.hpp>
 
 #include "report/console.h"
 #include "report/json.h"
@@ -46,7 +46,8 @@ std::string make_report_dir(const std::string& root) {
     const fs::path dir = fs::path(root) / (n == 0 ? stamp : fmt::format("{}-{}", stamp, n));
     std::error_code ec;
     if (fs::create_directory(dir, ec)) return dir.string();
-    DMP_CHECK(!ec || ec == std::errc::file_exists, ErrorKind::kInvalidInput, "cannot create {}: {}", dir.string(), ec.message());
+    DMP_CHECK(!ec || ec == std::errc::file_exists, ErrorKind::kInvalidInput, "cannot create {}: {}", dir.string(),
+              ec.message());
   }
 }
 
@@ -134,9 +135,8 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
     const int ranks = spec.world_size;
     {
       std::unique_lock<std::mutex> lock(mutex);
-      changed.wait(lock, [&] {
-        return running == 0 || (running < std::max(1, options.jobs) && ranks_busy + ranks <= cores);
-      });
+      changed.wait(
+          lock, [&] { return running == 0 || (running < std::max(1, options.jobs) && ranks_busy + ranks <= cores); });
       ++running;
       ranks_busy += ranks;
     }
@@ -155,9 +155,10 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
         const std::string verdict = r.verdict == check::Verdict::kPass      ? "PASS"
                                     : r.verdict == check::Verdict::kSkipped ? "SKIPPED"
                                     : r.verdict == check::Verdict::kFail    ? "FAIL"
-                                                             : "ERROR";
-        *options.out << fmt::format("[{}/{}] {} [{}]: {} ({:.1f} s) | elapsed {:.0f} s, about {:.0f} s left\n", finished,
-                                    cells.size(), r.scenario, r.run, verdict, r.timings.total_s, elapsed, remaining);
+                                                                            : "ERROR";
+        *options.out << fmt::format("[{}/{}] {} [{}]: {} ({:.1f} s) | elapsed {:.0f} s, about {:.0f} s left\n",
+                                    finished, cells.size(), r.scenario, r.run, verdict, r.timings.total_s, elapsed,
+                                    remaining);
         if (r.verdict != check::Verdict::kPass) *options.out << "        " << report::failure_text(r) << "\n";
         *options.out << std::flush;
       }

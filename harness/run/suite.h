@@ -18,8 +18,8 @@ struct SuiteOptions {
   std::string out_root = "reports";
   std::string worker_executable;
   std::optional<double> budget_s;
-  std::ostream* out = nullptr;     // progress lines
-  bool exec_ranks = false;         // exec a worker per rank instead of forking (launcher.h)
+  std::ostream* out = nullptr;  // progress lines
+  bool exec_ranks = false;      // exec a worker per rank instead of forking (launcher.h)
 };
 
 struct SuiteOutcome {

@@ -38,7 +38,8 @@ std::vector<ExchangePiece> read_exchange_phase(const std::string& dir, const std
   const std::string manifest_path = dir + "/" + phase + ".json";
   const std::string data_path = dir + "/" + phase + ".bin";
   std::ifstream manifest_in(manifest_path);
-  DMP_CHECK(manifest_in.good(), ErrorKind::kRankFailed, "{} is missing: the rank did not finish phase '{}'", manifest_path, phase);
+  DMP_CHECK(manifest_in.good(), ErrorKind::kRankFailed, "{} is missing: the rank did not finish phase '{}'",
+            manifest_path, phase);
   std::ifstream data_in(data_path, std::ios::binary);
   DMP_CHECK(data_in.good(), ErrorKind::kRankFailed, "{} is missing", data_path);
   const std::string data(std::istreambuf_iterator<char>(data_in), {});
@@ -63,8 +64,8 @@ std::vector<ExchangePiece> read_exchange_phase(const std::string& dir, const std
       int64_t numel = 1;
       for (int64_t s : sizes) numel *= s;
       DMP_CHECK(offset + static_cast<size_t>(numel) * sizeof(float) <= data.size(), ErrorKind::kRankFailed,
-                "{}: '{}' ends at byte {} but {} holds {}", manifest_path, p.name, offset + numel * sizeof(float), data_path,
-                data.size());
+                "{}: '{}' ends at byte {} but {} holds {}", manifest_path, p.name, offset + numel * sizeof(float),
+                data_path, data.size());
       p.tensor = at::empty(sizes, at::kFloat);
       std::memcpy(p.tensor.data_ptr(), data.data() + offset, static_cast<size_t>(numel) * sizeof(float));
       out.push_back(std::move(p));

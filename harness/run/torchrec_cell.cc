@@ -1,8 +1,8 @@
 #include "run/torchrec_cell.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -105,7 +105,8 @@ dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const nlohmann::js
   dmp::ShardingPlan plan;
   plan.topology = {spec.world_size, spec.local_world_size > 0 ? spec.local_world_size : spec.world_size, 0};
   for (const auto& config : spec.model.tables) {
-    const auto row = std::find_if(rows.begin(), rows.end(), [&](const nlohmann::json& r) { return r.at("table") == config.name; });
+    const auto row =
+        std::find_if(rows.begin(), rows.end(), [&](const nlohmann::json& r) { return r.at("table") == config.name; });
     DMP_CHECK(row != rows.end(), ErrorKind::kInternal, "the release's plan has no table '{}'", config.name);
     const std::string type = row->at("sharding").get<std::string>();
     const auto parsed = dmp::parse_sharding_type(type);
@@ -113,8 +114,9 @@ dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const nlohmann::js
               config.name, type);
     dmp::TablePlan t{config.name, *parsed, {}};
     for (const auto& s : row->at("shards")) {
-      dmp::Shard shard{s.at("rank").get<int>(), s.at("row_offset").get<int64_t>(), s.at("rows").get<int64_t>(),
-                       s.at("col_offset").get<int64_t>(), s.at("cols").get<int64_t>(), 0};
+      dmp::Shard shard{s.at("rank").get<int>(),     s.at("row_offset").get<int64_t>(),
+                       s.at("rows").get<int64_t>(), s.at("col_offset").get<int64_t>(),
+                       s.at("cols").get<int64_t>(), 0};
       if (shard.rows < 0) shard.rows = config.num_embeddings;  // a data-parallel replica: the whole table
       if (shard.cols < 0) shard.cols = config.embedding_dim;
       t.shards.push_back(shard);
@@ -132,7 +134,8 @@ nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_
     if (it != spec.constraints.end()) {
       std::vector<std::string> types;
       for (auto type : it->second.sharding_types) types.push_back(dmp::sharding_type_name(type));
-      constraints = {{"sharding_types", types}, {"ranks", it->second.ranks}, {"column_shards", it->second.column_shards}};
+      constraints = {
+          {"sharding_types", types}, {"ranks", it->second.ranks}, {"column_shards", it->second.column_shards}};
     }
     tables.push_back({{"name", t.name},
                       {"rows", t.num_embeddings},
@@ -159,11 +162,20 @@ nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_
           {"tables", tables},
           {"dense_layers", spec.model.dense_layers},
           {"sparse_optimizer",
-           {{"type", dmp::fused_optimizer_name(so.type)}, {"lr", so.learning_rate}, {"eps", so.eps}, {"beta1", so.beta1},
-            {"beta2", so.beta2}, {"weight_decay", so.weight_decay}}},
+           {{"type", dmp::fused_optimizer_name(so.type)},
+            {"lr", so.learning_rate},
+            {"eps", so.eps},
+            {"beta1", so.beta1},
+            {"beta2", so.beta2},
+            {"weight_decay", so.weight_decay}}},
           {"dense_optimizer",
-           {{"type", dmp::dense_optimizer_name(dn.type)}, {"lr", dn.learning_rate}, {"eps", dn.eps}, {"beta1", dn.beta1},
-            {"beta2", dn.beta2}, {"momentum", dn.momentum}, {"weight_decay", dn.weight_decay}}}};
+           {{"type", dmp::dense_optimizer_name(dn.type)},
+            {"lr", dn.learning_rate},
+            {"eps", dn.eps},
+            {"beta1", dn.beta1},
+            {"beta2", dn.beta2},
+            {"momentum", dn.momentum},
+            {"weight_decay", dn.weight_decay}}}};
 }
 
 // Every rank's local batch of every step: exactly what the reference trains on.
@@ -205,9 +217,11 @@ std::vector<check::TensorCheck> replica_checks(const std::vector<std::vector<Exc
     if (!piece.replicated) continue;
     std::vector<at::Tensor> copies;
     for (size_t r = 0; r < per_rank.size(); ++r) {
-      auto it = std::find_if(per_rank[r].begin(), per_rank[r].end(), [&](const ExchangePiece& p) { return p.name == piece.name; });
+      auto it = std::find_if(per_rank[r].begin(), per_rank[r].end(),
+                             [&](const ExchangePiece& p) { return p.name == piece.name; });
       DMP_CHECK(it != per_rank[r].end() && it->tensor.sizes() == piece.tensor.sizes(), ErrorKind::kRankFailed,
-                "rank {} holds no replica of '{}' shaped as rank 0's [{}]", r, piece.name, fmt::join(piece.tensor.sizes(), ", "));
+                "rank {} holds no replica of '{}' shaped as rank 0's [{}]", r, piece.name,
+                fmt::join(piece.tensor.sizes(), ", "));
       copies.push_back(it->tensor);
     }
     out.push_back(check::compare_copies(piece.name, piece.sharding, phase, copies));
@@ -223,11 +237,13 @@ std::vector<check::ReferenceDiff> compare_with_reference(const std::map<std::str
     auto it = reference.find(name);
     out.push_back(it != reference.end()
                       ? check::diff_tensor(name, a, it->second, step, tol.rtol, tol.atol, "TorchRec", "reference")
-                      : check::absent_tensor(name, step, a.numel(), "only in TorchRec (the reference holds no tensor of that name)"));
+                      : check::absent_tensor(name, step, a.numel(),
+                                             "only in TorchRec (the reference holds no tensor of that name)"));
   }
   for (const auto& [name, b] : reference) {
     if (torchrec.count(name)) continue;
-    out.push_back(check::absent_tensor(name, step, b.numel(), "only in the reference (TorchRec holds no tensor of that name)"));
+    out.push_back(
+        check::absent_tensor(name, step, b.numel(), "only in the reference (TorchRec holds no tensor of that name)"));
   }
   return out;
 }
@@ -243,7 +259,7 @@ std::string torchrec_environments_root() {
 // else where `pip install` put it (<prefix>/share/dmpcheck/torchrec_sut, beside <prefix>/bin).
 std::string torchrec_sut_dir() {
   if (const char* set = std::getenv("DMPCHECK_TORCHREC_SUT")) return set;
-  const std::string source = std::string(DMPCHECK_SOURCE_DIR) + "/torchrec_sut";
+  std::string source = std::string(DMPCHECK_SOURCE_DIR) + "/torchrec_sut";
   if (std::filesystem::exists(source)) return source;
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -262,7 +278,8 @@ std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& 
   const std::string ready = env.dir + "/dmpcheck-ready.json";
   if (!fs::exists(ready) || !fs::exists(env.python)) {
     if (why_not) {
-      *why_not = fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir, version);
+      *why_not = fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir,
+                             version);
     }
     return std::nullopt;
   }
@@ -272,13 +289,15 @@ std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& 
     env.torch = j.value("torch", "");
     env.fbgemm_gpu = j.value("fbgemm_gpu", "");
   } catch (const Error& e) {
-    if (why_not) *why_not = fmt::format("{} is unreadable ({}): run `bash ci/torchrec-env.sh {}` again", ready, e.what(), version);
+    if (why_not)
+      *why_not = fmt::format("{} is unreadable ({}): run `bash ci/torchrec-env.sh {}` again", ready, e.what(), version);
     return std::nullopt;
   }
   return env;
 }
 
-check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t index, const ScenarioRunOptions& options) {
+check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t index,
+                                   const ScenarioRunOptions& options) {
   const scenario::RunSpec& spec = scenario.runs.at(index);
   check::RunResult result = result_header(scenario, spec);
   auto write_report = [&](const check::RunResult& r) {
@@ -297,7 +316,12 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   {
     char host[256] = {0};
     if (::gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
-    result.environment = {"torch " + env->torch, "gloo", host, git_revision(), spec.world_size, available_cores(),
+    result.environment = {"torch " + env->torch,
+                          "gloo",
+                          host,
+                          git_revision(),
+                          spec.world_size,
+                          available_cores(),
                           threads_per_rank(spec, available_cores())};
   }
   result.system.torchrec = env->torchrec;
@@ -305,7 +329,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   result.system.fbgemm_gpu = env->fbgemm_gpu;
   const std::string sut = torchrec_sut_dir();
   DMP_CHECK(fs::exists(sut + "/dmpcheck_torchrec/rank.py"), ErrorKind::kInvalidInput,
-            "the TorchRec rank program is not at {} (set DMPCHECK_TORCHREC_SUT to the torchrec_sut/ folder of dmpcheck's source)", sut);
+            "the TorchRec rank program is not at {} (set DMPCHECK_TORCHREC_SUT to the torchrec_sut/ folder of "
+            "dmpcheck's source)",
+            sut);
 
   ExchangeDir exchange;
   const std::string out = exchange.path() + "/out";
@@ -351,7 +377,8 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   std::map<std::string, at::Tensor> user_weights;
   if (!spec.init.from.empty()) {
     for (const auto& [name, t] : dmp::load_checkpoint(spec.init.from).tensors) {
-      const bool weight = name.size() > 7 && (name.compare(name.size() - 7, 7, ".weight") == 0 || name.compare(name.size() - 5, 5, ".bias") == 0);
+      const bool weight = name.size() > 7 && (name.compare(name.size() - 7, 7, ".weight") == 0 ||
+                                              name.compare(name.size() - 5, 5, ".bias") == 0);
       if (weight) user_weights[name] = t;
     }
     write_exchange_phase(exchange.path(), "user_weights", whole_pieces(user_weights));
@@ -367,9 +394,8 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   request.threads_per_rank = threads_per_rank(spec, available_cores());
   request.master_port = free_loopback_port();
   request.error_dir = out;
-  request.environment = {{"PYTHONPATH", sut},          {"PYTHONNOUSERSITE", "1"}, {"PYTHONDONTWRITEBYTECODE", "1"},
-                         {"PYTHONUNBUFFERED", "1"},    {"PYTHONWARNINGS", "ignore"},
-                         {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
+  request.environment = {{"PYTHONPATH", sut},       {"PYTHONNOUSERSITE", "1"},    {"PYTHONDONTWRITEBYTECODE", "1"},
+                         {"PYTHONUNBUFFERED", "1"}, {"PYTHONWARNINGS", "ignore"}, {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
   set_cell_budget_and_echo(spec, options, spec.system + " ", request);
   const LaunchOutcome launched = launch(request);
   if (!launched.ok) {
@@ -389,12 +415,14 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     result.system.torchrec = meta.at("versions").value("torchrec", result.system.torchrec);
     result.system.torch = meta.at("versions").value("torch", result.system.torch);
     result.system.fbgemm_gpu = meta.at("versions").value("fbgemm_gpu", result.system.fbgemm_gpu);
-    for (const auto& note : meta.value("notes", nlohmann::json::array())) result.system.notes.push_back(note.get<std::string>());
+    for (const auto& note : meta.value("notes", nlohmann::json::array()))
+      result.system.notes.push_back(note.get<std::string>());
     for (const auto& t : meta.at("plan")) {
       check::TablePlacement placement{t.at("table").get<std::string>(), t.at("sharding").get<std::string>(), {}};
       for (const auto& s : t.at("shards")) {
-        placement.shards.push_back({s.at("rank").get<int>(), s.at("row_offset").get<int64_t>(), s.at("rows").get<int64_t>(),
-                                    s.at("col_offset").get<int64_t>(), s.at("cols").get<int64_t>(), 0});
+        placement.shards.push_back({s.at("rank").get<int>(), s.at("row_offset").get<int64_t>(),
+                                    s.at("rows").get<int64_t>(), s.at("col_offset").get<int64_t>(),
+                                    s.at("cols").get<int64_t>(), 0});
       }
       result.plan.push_back(placement);
     }
@@ -402,7 +430,8 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     const auto& timings = meta.at("timings");
     result.timings.init_s = timings.value("import_s", 0.0) + timings.value("init_s", 0.0);
     result.timings.train_s = timings.value("train_s", 0.0);
-    result.system.notes.push_back(fmt::format("import torch + torchrec took {:.2f} s on rank 0", timings.value("import_s", 0.0)));
+    result.system.notes.push_back(
+        fmt::format("import torch + torchrec took {:.2f} s on rank 0", timings.value("import_s", 0.0)));
 
     const auto check_start = std::chrono::steady_clock::now();
     std::vector<std::vector<ExchangePiece>> last;
@@ -432,7 +461,8 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       std::vector<std::vector<ExchangePiece>> ref_pieces = {read_exchange_phase(reference_dir, phase)};
       auto diffs = compare_with_reference(theirs, assemble_full(ref_pieces), step, *spec.expect.outputs);
       for (const auto& d : diffs) {
-        if (!d.within_tolerance && (result.reference_first_break_step < 0 || step < result.reference_first_break_step)) {
+        if (!d.within_tolerance &&
+            (result.reference_first_break_step < 0 || step < result.reference_first_break_step)) {
           result.reference_first_break_step = step;
         }
       }
@@ -444,7 +474,8 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     }
     result.reference_compared = spec.expect.reference.has_value();
     if (spec.expect.initial_state) {
-      result.init_from = check::compare_with_checkpoint(assemble_full(read_ranks(out, spec.world_size, "init")), user_weights);
+      result.init_from =
+          check::compare_with_checkpoint(assemble_full(read_ranks(out, spec.world_size, "init")), user_weights);
       result.init_from_compared = true;
     }
     for (const auto& [name, tensor] : assemble_full(last)) result.digests[name] = tensor_digest(tensor);
@@ -480,13 +511,17 @@ dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std
   request.master_port = free_loopback_port();
   request.error_dir = exchange.path() + "/out";
   request.budget = std::chrono::seconds(120);
-  request.environment = {{"PYTHONPATH", torchrec_sut_dir()}, {"PYTHONNOUSERSITE", "1"}, {"PYTHONDONTWRITEBYTECODE", "1"},
-                         {"PYTHONWARNINGS", "ignore"},       {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
+  request.environment = {{"PYTHONPATH", torchrec_sut_dir()},
+                         {"PYTHONNOUSERSITE", "1"},
+                         {"PYTHONDONTWRITEBYTECODE", "1"},
+                         {"PYTHONWARNINGS", "ignore"},
+                         {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
   const LaunchOutcome launched = launch(request);
   DMP_CHECK(launched.ok, ErrorKind::kInvalidInput, "torchrec {}'s planner failed on run [{}]: {}", version, spec.name,
             launched.failure ? launched.failure->message : std::string("no output"));
   const nlohmann::json out = read_json_file(exchange.path() + "/plan.json");
-  if (label) *label = fmt::format("torchrec {} (torch {})", out.value("torchrec", version), out.value("torch", env->torch));
+  if (label)
+    *label = fmt::format("torchrec {} (torch {})", out.value("torchrec", version), out.value("torch", env->torch));
   return release_plan(spec, out.at("plan"));
 }
 

@@ -16,9 +16,9 @@
 namespace dmpcheck::run {
 
 struct TorchRecEnvironment {
-  std::string version;  // "0.6.0"
-  std::string dir;      // the venv
-  std::string python;   // <dir>/bin/python
+  std::string version;                      // "0.6.0"
+  std::string dir;                          // the venv
+  std::string python;                       // <dir>/bin/python
   std::string torchrec, torch, fbgemm_gpu;  // as its own import reported them (dmpcheck-ready.json)
 };
 

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/fingerprint.h"
 #include "comm/backends.h"
+#include "comm/fingerprint.h"
 #include "comm/rendezvous.h"
 #include "comm/store.h"
 #include "common/error.h"
@@ -63,11 +63,11 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
 void write_torchelastic_error_file(const std::string& kind, const std::string& message) {
   const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
   if (path == nullptr || *path == '\0') return;
-  const nlohmann::json error = {
-      {"message",
-       {{"message", fmt::format("dmpcheck.{}: {}", kind, message)},
-        {"extraInfo", {{"py_callstack", "(C++: dmpcheck worker, no Python stack)"},
-                       {"timestamp", std::to_string(static_cast<long long>(std::time(nullptr)))}}}}}};
+  const nlohmann::json error = {{"message",
+                                 {{"message", fmt::format("dmpcheck.{}: {}", kind, message)},
+                                  {"extraInfo",
+                                   {{"py_callstack", "(C++: dmpcheck worker, no Python stack)"},
+                                    {"timestamp", std::to_string(static_cast<long long>(std::time(nullptr)))}}}}}};
   std::ofstream out(path, std::ios::trunc);
   out << error.dump() << "\n";
 }
@@ -87,8 +87,9 @@ int worker_main(const WorkerOptions& options) {
     const auto store_timeout = std::chrono::seconds(120);
     if (launched != nullptr && std::string(launched) == "1") {
       DMP_CHECK(!secret.empty(), ErrorKind::kInvalidInput, "started as dmpcheck's rank without {}", kSecretVariable);
-      comm::Store raw = env.store_file.empty() ? comm::Store::connect(env.master_addr, env.master_port, secret, store_timeout)
-                                               : comm::Store::open_file(env.store_file, store_timeout);
+      comm::Store raw = env.store_file.empty()
+                            ? comm::Store::connect(env.master_addr, env.master_port, secret, store_timeout)
+                            : comm::Store::open_file(env.store_file, store_timeout);
       store = secret_view(raw, secret);
       const std::map<std::string, std::string> handed = take_over(*store, secret);
       if (handed.count("bench/kind")) {
@@ -107,7 +108,8 @@ int worker_main(const WorkerOptions& options) {
         const auto outputs = spec.expect.outputs;  // still dumped for the comparison
         spec.expect = scenario::Expectation{};
         spec.expect.outputs = outputs;
-        if (handed.count("as_reference_profile")) spec.profile = *dmp::find_behaviour_profile(handed.at("as_reference_profile"));
+        if (handed.count("as_reference_profile"))
+          spec.profile = *dmp::find_behaviour_profile(handed.at("as_reference_profile"));
         if (handed.count("as_reference_shared_start")) spec.profile.broadcast_data_parallel_tables_at_init = true;
         if (handed.count("as_reference_plan")) spec.given_plan = handed.at("as_reference_plan");
       }
@@ -125,15 +127,17 @@ int worker_main(const WorkerOptions& options) {
     store = secret_view(raw, secret);
     if (env.rank == 0) {
       if (secret.empty()) {
-        std::printf("dmpcheck: %s is not set: the run's store on port %u is open to anyone who can reach it; set the "
-                    "same secret for every rank (e.g. %s=$(openssl rand -hex 32))\n",
-                    kSecretVariable, static_cast<unsigned>(env.store_port), kSecretVariable);
+        std::printf(
+            "dmpcheck: %s is not set: the run's store on port %u is open to anyone who can reach it; set the "
+            "same secret for every rank (e.g. %s=$(openssl rand -hex 32))\n",
+            kSecretVariable, static_cast<unsigned>(env.store_port), kSecretVariable);
       }
       const scenario::Scenario loaded = scenario::load_scenario_file(*options.scenario_path);
       hand_over(*store, {{"scenario_file", loaded.file}, {"scenario_text", loaded.source_text}}, secret);
     }
     const std::map<std::string, std::string> handed = take_over(*store, secret);
-    const scenario::Scenario scenario = scenario::load_scenario_text(handed.at("scenario_text"), handed.at("scenario_file"));
+    const scenario::Scenario scenario =
+        scenario::load_scenario_text(handed.at("scenario_text"), handed.at("scenario_file"));
     int exit_code = 0;
     for (size_t i = 0; i < scenario.runs.size(); ++i) {
       if (scenario.runs[i].on_torchrec()) {
@@ -157,7 +161,8 @@ int worker_main(const WorkerOptions& options) {
     if (store) {
       try {
         set_signed(*store, fmt::format("error/{}", rank),
-                   nlohmann::json{{"kind", std::string(error_kind_name(e.kind()))}, {"message", e.what()}}.dump(), secret);
+                   nlohmann::json{{"kind", std::string(error_kind_name(e.kind()))}, {"message", e.what()}}.dump(),
+                   secret);
       } catch (const std::exception&) {
         // The launcher may already be gone; the message above is on stderr regardless.
       }
@@ -168,9 +173,11 @@ int worker_main(const WorkerOptions& options) {
     write_torchelastic_error_file("internal", e.what());
     if (store) {
       try {
-        set_signed(*store, fmt::format("error/{}", rank),
-                   nlohmann::json{{"kind", check::failure_kind_name(check::FailureKind::kInternal)}, {"message", e.what()}}.dump(),
-                   secret);
+        set_signed(
+            *store, fmt::format("error/{}", rank),
+            nlohmann::json{{"kind", check::failure_kind_name(check::FailureKind::kInternal)}, {"message", e.what()}}
+                .dump(),
+            secret);
       } catch (const std::exception&) {
       }
     }

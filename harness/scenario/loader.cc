@@ -155,7 +155,7 @@ class Reader {
   }
 
   std::string choice(const YAML::Node& node, const std::string& path, const std::vector<std::string>& options) const {
-    const std::string value = node.IsScalar() ? node.Scalar() : std::string();
+    std::string value = node.IsScalar() ? node.Scalar() : std::string();
     if (!node.IsScalar() || std::find(options.begin(), options.end(), value) == options.end()) {
       expected(node, path, fmt::format("one of {}", fmt::join(options, ", ")));
     }
@@ -181,15 +181,37 @@ class Reader {
   mutable std::vector<std::string> errors_;
 };
 
-const std::vector<std::string> kTopLevelKeys = {
-    "version", "name", "description", "reproduces", "system", "world_size", "backend", "steps", "batch_size",
-    "timeout_s", "threads_per_rank", "topology", "init", "profile", "data", "tables", "dense", "optimizers",
-    "resume", "faults", "fingerprint", "broadcast_probe", "torchrec", "matrix", "expect"};
+const std::vector<std::string> kTopLevelKeys = {"version",
+                                                "name",
+                                                "description",
+                                                "reproduces",
+                                                "system",
+                                                "world_size",
+                                                "backend",
+                                                "steps",
+                                                "batch_size",
+                                                "timeout_s",
+                                                "threads_per_rank",
+                                                "topology",
+                                                "init",
+                                                "profile",
+                                                "data",
+                                                "tables",
+                                                "dense",
+                                                "optimizers",
+                                                "resume",
+                                                "faults",
+                                                "fingerprint",
+                                                "broadcast_probe",
+                                                "torchrec",
+                                                "matrix",
+                                                "expect"};
 
 // Keys a matrix may vary: everything that describes one run.
-const std::vector<std::string> kMatrixRoots = {"system", "world_size", "backend", "steps", "batch_size", "timeout_s",
-                                               "threads_per_rank", "topology", "init", "profile", "data", "tables",
-                                               "dense", "optimizers", "resume", "faults", "fingerprint", "torchrec"};
+const std::vector<std::string> kMatrixRoots = {"system",    "world_size",       "backend",  "steps",      "batch_size",
+                                               "timeout_s", "threads_per_rank", "topology", "init",       "profile",
+                                               "data",      "tables",           "dense",    "optimizers", "resume",
+                                               "faults",    "fingerprint",      "torchrec"};
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -205,7 +227,7 @@ bool is_index(const std::string& s) {
 
 // Sets root[path] = value, creating maps on the way.  Returns false when the path crosses a
 // scalar or indexes past a list.
-bool assign_path(YAML::Node root, const std::vector<std::string>& parts, const YAML::Node& value) {
+bool assign_path(const YAML::Node& root, const std::vector<std::string>& parts, const YAML::Node& value) {
   YAML::Node node = root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     if (node.IsSequence()) {
@@ -231,7 +253,8 @@ bool assign_path(YAML::Node root, const std::vector<std::string>& parts, const Y
 std::string slug_of(const std::string& text) {
   std::string out;
   for (char c : text) {
-    const bool keep = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+    const bool keep =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
     out += keep ? c : '_';
   }
   return out;
@@ -260,7 +283,8 @@ dmp::ShardingConstraints parse_constraints(const Reader& r, const YAML::Node& no
       c.ranks.push_back(static_cast<int>(r.integer(ranks[i], fmt::format("{}.ranks[{}]", path, i), 0, world_size - 1)));
     }
   }
-  if (node["column_shards"]) c.column_shards = static_cast<int>(r.integer(node["column_shards"], path + ".column_shards", 1, 1 << 20));
+  if (node["column_shards"])
+    c.column_shards = static_cast<int>(r.integer(node["column_shards"], path + ".column_shards", 1, 1 << 20));
   return c;
 }
 
@@ -278,7 +302,8 @@ std::pair<int64_t, int64_t> parse_ids_per_bag(const Reader& r, const YAML::Node&
 // data.batches: [step][rank] -> feature -> bags, checked against the run's tables, world size,
 // batch size and steps.  A feature's bags are a list of id lists, or {ids, lengths, weights}.
 void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run) {
-  if (!node.IsSequence() || node.size() == 0) r.expected(node, "data.batches", "a list of steps, each a list of ranks' batches");
+  if (!node.IsSequence() || node.size() == 0)
+    r.expected(node, "data.batches", "a list of steps, each a list of ranks' batches");
   if (static_cast<int64_t>(node.size()) < run.steps) {
     r.fail(node, "data.batches", fmt::format("gives {} step(s) but the run trains {} steps", node.size(), run.steps));
   }
@@ -295,7 +320,8 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
     const std::string step_path = fmt::format("data.batches[{}]", s);
     const YAML::Node ranks = node[s];
     if (!ranks.IsSequence() || static_cast<int>(ranks.size()) != run.world_size) {
-      r.expected(ranks, step_path, fmt::format("a list of {} ranks' batches (world_size {})", run.world_size, run.world_size));
+      r.expected(ranks, step_path,
+                 fmt::format("a list of {} ranks' batches (world_size {})", run.world_size, run.world_size));
     }
     std::vector<std::map<std::string, DataSpec::Bags>> step;
     for (size_t k = 0; k < ranks.size(); ++k) {
@@ -314,7 +340,8 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
         if (table == table_of.end()) {
           std::vector<std::string> known;
           for (const auto& [f, t] : table_of) known.push_back(f);
-          r.fail(kv.first, path, fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(known, ", ")));
+          r.fail(kv.first, path,
+                 fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(known, ", ")));
         }
         DataSpec::Bags bags;
         const YAML::Node v = kv.second;
@@ -324,7 +351,8 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
             if (!v[b].IsSequence()) r.expected(v[b], bag_path, "a bag: a list of ids");
             bags.lengths.push_back(static_cast<int64_t>(v[b].size()));
             for (size_t i = 0; i < v[b].size(); ++i) {
-              bags.ids.push_back(r.integer(v[b][i], fmt::format("{}[{}]", bag_path, i), 0, table->second->num_embeddings - 1));
+              bags.ids.push_back(
+                  r.integer(v[b][i], fmt::format("{}[{}]", bag_path, i), 0, table->second->num_embeddings - 1));
             }
           }
         } else {
@@ -334,7 +362,8 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
           if (!ids.IsSequence()) r.expected(ids, path + ".ids", "a list of ids");
           if (!lengths.IsSequence()) r.expected(lengths, path + ".lengths", "a list of bag lengths");
           for (size_t i = 0; i < ids.size(); ++i) {
-            bags.ids.push_back(r.integer(ids[i], fmt::format("{}.ids[{}]", path, i), 0, table->second->num_embeddings - 1));
+            bags.ids.push_back(
+                r.integer(ids[i], fmt::format("{}.ids[{}]", path, i), 0, table->second->num_embeddings - 1));
           }
           int64_t total = 0;
           for (size_t i = 0; i < lengths.size(); ++i) {
@@ -342,11 +371,14 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
             total += bags.lengths.back();
           }
           if (total != static_cast<int64_t>(bags.ids.size())) {
-            r.fail(lengths, path + ".lengths", fmt::format("add up to {} but there are {} ids", total, bags.ids.size()));
+            r.fail(lengths, path + ".lengths",
+                   fmt::format("add up to {} but there are {} ids", total, bags.ids.size()));
           }
           if (YAML::Node w = v["weights"]) {
             if (std::find(weighted.begin(), weighted.end(), feature) == weighted.end()) {
-              r.fail(w, path + ".weights", fmt::format("feature '{}' is read by table '{}', which is not weighted", feature, table->second->name));
+              r.fail(w, path + ".weights",
+                     fmt::format("feature '{}' is read by table '{}', which is not weighted", feature,
+                                 table->second->name));
             }
             if (!w.IsSequence() || w.size() != bags.ids.size()) {
               r.expected(w, path + ".weights", fmt::format("a list of {} weights, one per id", bags.ids.size()));
@@ -357,7 +389,9 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
           }
         }
         if (static_cast<int64_t>(bags.lengths.size()) != run.batch_size) {
-          r.fail(v, path, fmt::format("has {} bags; each rank's batch has batch_size = {}", bags.lengths.size(), run.batch_size));
+          r.fail(
+              v, path,
+              fmt::format("has {} bags; each rank's batch has batch_size = {}", bags.lengths.size(), run.batch_size));
         }
         local[feature] = std::move(bags);
       }
@@ -380,7 +414,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       run.system = r.string(root["system"], "system");
       static const std::regex release(R"(torchrec==[0-9]+\.[0-9]+\.[0-9]+)");
       if (run.system != kReferenceSystem && !std::regex_match(run.system, release)) {
-        r.expected(root["system"], "system", "'reference' or a TorchRec release as 'torchrec==X.Y.Z' (e.g. torchrec==1.9.2)");
+        r.expected(root["system"], "system",
+                   "'reference' or a TorchRec release as 'torchrec==X.Y.Z' (e.g. torchrec==1.9.2)");
       }
     }
   });
@@ -396,23 +431,25 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   r.section([&] {
     if (root["threads_per_rank"]) {
       const YAML::Node t = root["threads_per_rank"];
-      run.threads_per_rank = (t.IsScalar() && t.Scalar() == "auto")
-                                 ? 0
-                                 : static_cast<int>(r.integer(t, "threads_per_rank", 1, 1024));
+      run.threads_per_rank =
+          (t.IsScalar() && t.Scalar() == "auto") ? 0 : static_cast<int>(r.integer(t, "threads_per_rank", 1, 1024));
     }
   });
 
   r.section([&] {
     if (YAML::Node torchrec = root["torchrec"]) {
       r.check_keys(torchrec, "torchrec", {"sharder", "module"});
-      if (torchrec["sharder"]) run.torchrec_sharder = r.choice(torchrec["sharder"], "torchrec.sharder", {"extended", "stock"});
+      if (torchrec["sharder"])
+        run.torchrec_sharder = r.choice(torchrec["sharder"], "torchrec.sharder", {"extended", "stock"});
       if (torchrec["module"]) {
-        run.torchrec_module = r.choice(torchrec["module"], "torchrec.module", {"embedding_bag_collection", "embedding_bag"});
+        run.torchrec_module =
+            r.choice(torchrec["module"], "torchrec.module", {"embedding_bag_collection", "embedding_bag"});
         if (run.torchrec_module == "embedding_bag") {
           if (!root["tables"] || !root["tables"].IsSequence() || root["tables"].size() != 1 ||
               !root["tables"][0]["features"] || root["tables"][0]["features"].size() != 1) {
-            r.fail(torchrec["module"], "torchrec.module",
-                   "'embedding_bag' is one torch.nn.EmbeddingBag: the scenario must have one table reading one feature");
+            r.fail(
+                torchrec["module"], "torchrec.module",
+                "'embedding_bag' is one torch.nn.EmbeddingBag: the scenario must have one table reading one feature");
           }
           if (torchrec["sharder"] && run.torchrec_sharder != "stock") {
             r.fail(torchrec["sharder"], "torchrec.sharder",
@@ -424,7 +461,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
   });
   r.section([&] {
-    if (root["fingerprint"]) run.fingerprint = r.choice(root["fingerprint"], "fingerprint", {"true", "false"}) == "true";
+    if (root["fingerprint"])
+      run.fingerprint = r.choice(root["fingerprint"], "fingerprint", {"true", "false"}) == "true";
   });
   r.section([&] {
     if (YAML::Node probe = root["broadcast_probe"]) {
@@ -432,9 +470,11 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
         run.broadcast_probe.enabled = r.choice(probe, "broadcast_probe", {"true", "false"}) == "true";
       } else {
         r.check_keys(probe, "broadcast_probe", {"warmup", "iterations"});
-        if (probe["warmup"]) run.broadcast_probe.warmup = static_cast<int>(r.integer(probe["warmup"], "broadcast_probe.warmup", 0, 1000));
+        if (probe["warmup"])
+          run.broadcast_probe.warmup = static_cast<int>(r.integer(probe["warmup"], "broadcast_probe.warmup", 0, 1000));
         if (probe["iterations"]) {
-          run.broadcast_probe.iterations = static_cast<int>(r.integer(probe["iterations"], "broadcast_probe.iterations", 1, 100000));
+          run.broadcast_probe.iterations =
+              static_cast<int>(r.integer(probe["iterations"], "broadcast_probe.iterations", 1, 100000));
         }
       }
     }
@@ -443,7 +483,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     if (YAML::Node topology = root["topology"]) {
       r.check_keys(topology, "topology", {"local_world_size", "memory_per_rank"});
       if (topology["local_world_size"]) {
-        run.local_world_size = static_cast<int>(r.integer(topology["local_world_size"], "topology.local_world_size", 1, run.world_size));
+        run.local_world_size =
+            static_cast<int>(r.integer(topology["local_world_size"], "topology.local_world_size", 1, run.world_size));
         if (run.world_size % run.local_world_size != 0) {
           r.fail(topology["local_world_size"], "topology.local_world_size",
                  fmt::format("must divide world_size {} (hosts of equal size)", run.world_size));
@@ -460,7 +501,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       r.check_keys(init, "init", {"mode", "seed", "from", "load"});
       if (init["load"]) {
         run.init.load_before_wrap = r.choice(init["load"], "init.load", {"after_wrap", "before_wrap"}) == "before_wrap";
-        if (!init["from"]) r.fail(init["load"], "init.load", "says when init.from's weights are loaded; give init.from");
+        if (!init["from"])
+          r.fail(init["load"], "init.load", "says when init.from's weights are loaded; give init.from");
       }
       if (init["from"]) {
         const std::string from = r.string(init["from"], "init.from");
@@ -469,7 +511,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       }
       if (init["mode"]) {
         run.init.mode = r.choice(init["mode"], "init.mode", {"seeded", "unseeded"}) == "seeded" ? InitMode::kSeeded
-                                                                                            : InitMode::kUnseeded;
+                                                                                                : InitMode::kUnseeded;
       }
       if (init["seed"]) run.init.seed = static_cast<uint64_t>(r.integer(init["seed"], "init.seed", 0, INT64_MAX));
     }
@@ -477,7 +519,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
 
   run.profile = *dmp::find_behaviour_profile("current");
   r.section([&] {
-    if (root["profile"]) run.profile = *dmp::find_behaviour_profile(r.choice(root["profile"], "profile", dmp::behaviour_profile_names()));
+    if (root["profile"])
+      run.profile = *dmp::find_behaviour_profile(r.choice(root["profile"], "profile", dmp::behaviour_profile_names()));
   });
 
   // Tables.
@@ -487,48 +530,55 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     if (!tables.IsSequence() || tables.size() == 0) r.expected(tables, "tables", "a non-empty list of tables");
   });
   std::set<std::string> names, features;
-  for (size_t i = 0; tables.IsSequence() && i < tables.size(); ++i) r.section([&] {
-    const std::string path = fmt::format("tables[{}]", i);
-    const YAML::Node t = tables[i];
-    r.check_keys(t, path, {"name", "rows", "dim", "features", "pooling", "weighted", "data_type", "sharding"});
-    dmp::EmbeddingBagConfig c;
-    c.name = r.string(r.required(t, path, "name"), path + ".name");
-    if (!names.insert(c.name).second) r.fail(t["name"], path + ".name", fmt::format("table '{}' is defined twice", c.name));
-    c.num_embeddings = r.integer(r.required(t, path, "rows"), path + ".rows", 1, int64_t{1} << 40);
-    c.embedding_dim = r.integer(r.required(t, path, "dim"), path + ".dim", 1, 1 << 20);
-    c.feature_names = r.string_list(r.required(t, path, "features"), path + ".features");
-    if (c.feature_names.empty()) r.expected(t["features"], path + ".features", "at least one feature");
-    std::set<std::string> own;
-    for (size_t f = 0; f < c.feature_names.size(); ++f) {
-      if (!own.insert(c.feature_names[f]).second) {
-        r.fail(t["features"][f], fmt::format("{}.features[{}]", path, f),
-               fmt::format("table '{}' lists feature '{}' twice", c.name, c.feature_names[f]));
+  for (size_t i = 0; tables.IsSequence() && i < tables.size(); ++i)
+    r.section([&] {
+      const std::string path = fmt::format("tables[{}]", i);
+      const YAML::Node t = tables[i];
+      r.check_keys(t, path, {"name", "rows", "dim", "features", "pooling", "weighted", "data_type", "sharding"});
+      dmp::EmbeddingBagConfig c;
+      c.name = r.string(r.required(t, path, "name"), path + ".name");
+      if (!names.insert(c.name).second)
+        r.fail(t["name"], path + ".name", fmt::format("table '{}' is defined twice", c.name));
+      c.num_embeddings = r.integer(r.required(t, path, "rows"), path + ".rows", 1, int64_t{1} << 40);
+      c.embedding_dim = r.integer(r.required(t, path, "dim"), path + ".dim", 1, 1 << 20);
+      c.feature_names = r.string_list(r.required(t, path, "features"), path + ".features");
+      if (c.feature_names.empty()) r.expected(t["features"], path + ".features", "at least one feature");
+      std::set<std::string> own;
+      for (size_t f = 0; f < c.feature_names.size(); ++f) {
+        if (!own.insert(c.feature_names[f]).second) {
+          r.fail(t["features"][f], fmt::format("{}.features[{}]", path, f),
+                 fmt::format("table '{}' lists feature '{}' twice", c.name, c.feature_names[f]));
+        }
+        features.insert(c.feature_names[f]);  // several tables may read one feature (TorchRec names them feature@table)
       }
-      features.insert(c.feature_names[f]);  // several tables may read one feature (TorchRec names them feature@table)
-    }
-    if (t["pooling"]) {
-      const std::string pooling = r.choice(t["pooling"], path + ".pooling", {"sum", "mean", "none"});
-      c.pooling = pooling == "mean" ? dmp::PoolingType::kMean : dmp::PoolingType::kSum;
-      c.sequence = pooling == "none";
-    }
-    if (t["weighted"]) {
-      const bool weighted = r.choice(t["weighted"], path + ".weighted", {"true", "false"}) == "true";
-      if (weighted && c.sequence) {
-        r.fail(t["weighted"], path + ".weighted", "a sequence table (pooling: none) has no per-id weights in TorchRec's EmbeddingCollection");
+      if (t["pooling"]) {
+        const std::string pooling = r.choice(t["pooling"], path + ".pooling", {"sum", "mean", "none"});
+        c.pooling = pooling == "mean" ? dmp::PoolingType::kMean : dmp::PoolingType::kSum;
+        c.sequence = pooling == "none";
       }
-      if (weighted && c.pooling == dmp::PoolingType::kMean && !run.on_torchrec()) {
-        // Not FBGEMM's limit (TorchRec 1.9.2 accepts weighted mean pooling on CPU, and trains
-        // differently from a weighted sum): the reference does not model it yet.
-        r.fail(t["weighted"], path + ".weighted",
-               "weighted features with mean pooling are not modelled by the reference DMP (TorchRec accepts them); use sum");
+      if (t["weighted"]) {
+        const bool weighted = r.choice(t["weighted"], path + ".weighted", {"true", "false"}) == "true";
+        if (weighted && c.sequence) {
+          r.fail(t["weighted"], path + ".weighted",
+                 "a sequence table (pooling: none) has no per-id weights in TorchRec's EmbeddingCollection");
+        }
+        if (weighted && c.pooling == dmp::PoolingType::kMean && !run.on_torchrec()) {
+          // Not FBGEMM's limit (TorchRec 1.9.2 accepts weighted mean pooling on CPU, and trains
+          // differently from a weighted sum): the reference does not model it yet.
+          r.fail(t["weighted"], path + ".weighted",
+                 "weighted features with mean pooling are not modelled by the reference DMP (TorchRec accepts them); "
+                 "use sum");
+        }
+        c.weighted = weighted;
+        if (weighted)
+          run.data.weighted_features.insert(run.data.weighted_features.end(), c.feature_names.begin(),
+                                            c.feature_names.end());
       }
-      c.weighted = weighted;
-      if (weighted) run.data.weighted_features.insert(run.data.weighted_features.end(), c.feature_names.begin(), c.feature_names.end());
-    }
-    if (t["data_type"]) c.data_type = r.choice(t["data_type"], path + ".data_type", {"fp32", "fp16", "bf16"});
-    if (t["sharding"]) run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);
-    run.model.tables.push_back(c);
-  });
+      if (t["data_type"]) c.data_type = r.choice(t["data_type"], path + ".data_type", {"fp32", "fp16", "bf16"});
+      if (t["sharding"])
+        run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);
+      run.model.tables.push_back(c);
+    });
   r.section([&] {
     // TorchRec's EmbeddingCollection requires one embedding dim for all its tables.
     const dmp::EmbeddingBagConfig* first = nullptr;
@@ -540,14 +590,16 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
           const auto& other = run.model.tables[j].feature_names;
           if (j != i && std::find(other.begin(), other.end(), f) != other.end()) {
             r.fail(tables[i]["features"], fmt::format("tables[{}].features", i),
-                   fmt::format("feature '{}' of sequence table '{}' is read by table '{}' too; a sequence table's features are its own",
+                   fmt::format("feature '{}' of sequence table '{}' is read by table '{}' too; a sequence table's "
+                               "features are its own",
                                f, t.name, run.model.tables[j].name));
           }
         }
       }
       if (first != nullptr && t.embedding_dim != first->embedding_dim) {
         r.fail(tables[i]["dim"], fmt::format("tables[{}].dim", i),
-               fmt::format("sequence tables (pooling: none) share one EmbeddingCollection, whose tables need one dim: '{}' has {}, '{}' {}",
+               fmt::format("sequence tables (pooling: none) share one EmbeddingCollection, whose tables need one dim: "
+                           "'{}' has {}, '{}' {}",
                            first->name, first->embedding_dim, t.name, t.embedding_dim));
       }
       if (first == nullptr) first = &t;
@@ -559,7 +611,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     if (YAML::Node dense = root["dense"]) {
       r.check_keys(dense, "dense", {"layers"});
       const YAML::Node layers = r.required(dense, "dense", "layers");
-      if (!layers.IsSequence() || layers.size() == 0) r.expected(layers, "dense.layers", "a non-empty list of layer sizes");
+      if (!layers.IsSequence() || layers.size() == 0)
+        r.expected(layers, "dense.layers", "a non-empty list of layer sizes");
       for (size_t i = 0; i < layers.size(); ++i) {
         run.model.dense_layers.push_back(r.integer(layers[i], fmt::format("dense.layers[{}]", i), 1, 1 << 20));
       }
@@ -573,11 +626,13 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     if (YAML::Node opts = root["optimizers"]) {
       r.check_keys(opts, "optimizers", {"sparse", "dense"});
       if (YAML::Node s = opts["sparse"]) {
-        r.check_keys(s, "optimizers.sparse", {"type", "lr", "eps", "beta1", "beta2", "weight_decay", "weight_decay_mode"});
+        r.check_keys(s, "optimizers.sparse",
+                     {"type", "lr", "eps", "beta1", "beta2", "weight_decay", "weight_decay_mode"});
         auto& o = run.sparse_optimizer;
-        const std::string type = r.choice(r.required(s, "optimizers.sparse", "type"), "optimizers.sparse.type", dmp::fused_optimizer_names());
-        o.type = type == "sgd" ? dmp::FusedOptimizerType::kSgd
-                 : type == "adagrad" ? dmp::FusedOptimizerType::kAdagrad
+        const std::string type = r.choice(r.required(s, "optimizers.sparse", "type"), "optimizers.sparse.type",
+                                          dmp::fused_optimizer_names());
+        o.type = type == "sgd"               ? dmp::FusedOptimizerType::kSgd
+                 : type == "adagrad"         ? dmp::FusedOptimizerType::kAdagrad
                  : type == "rowwise_adagrad" ? dmp::FusedOptimizerType::kRowWiseAdagrad
                                              : dmp::FusedOptimizerType::kAdam;
         if (s["lr"]) o.learning_rate = r.number(s["lr"], "optimizers.sparse.lr", 0.0);
@@ -586,17 +641,23 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
         if (s["beta2"]) o.beta2 = r.non_negative(s["beta2"], "optimizers.sparse.beta2");
         if (s["weight_decay"]) o.weight_decay = r.non_negative(s["weight_decay"], "optimizers.sparse.weight_decay");
         if (s["weight_decay_mode"]) {
-          const std::string mode = r.choice(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode", {"none", "l2", "decoupled"});
+          const std::string mode =
+              r.choice(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode", {"none", "l2", "decoupled"});
           o.weight_decay_mode = mode == "none" ? dmp::WeightDecayMode::kNone
                                 : mode == "l2" ? dmp::WeightDecayMode::kL2
                                                : dmp::WeightDecayMode::kDecoupled;
-          if (o.weight_decay_mode != dmp::WeightDecayMode::kNone && o.type != dmp::FusedOptimizerType::kRowWiseAdagrad) {
+          if (o.weight_decay_mode != dmp::WeightDecayMode::kNone &&
+              o.type != dmp::FusedOptimizerType::kRowWiseAdagrad) {
             r.fail(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode",
-                   fmt::format("FBGEMM's {} has no weight decay modes; only rowwise_adagrad does (adam decays by weight_decay alone)", type));
+                   fmt::format("FBGEMM's {} has no weight decay modes; only rowwise_adagrad does (adam decays by "
+                               "weight_decay alone)",
+                               type));
           }
         }
-        if (o.weight_decay > 0 && (o.type == dmp::FusedOptimizerType::kSgd || o.type == dmp::FusedOptimizerType::kAdagrad)) {
-          r.fail(s["weight_decay"], "optimizers.sparse.weight_decay", fmt::format("FBGEMM's exact {} has no weight decay", type));
+        if (o.weight_decay > 0 &&
+            (o.type == dmp::FusedOptimizerType::kSgd || o.type == dmp::FusedOptimizerType::kAdagrad)) {
+          r.fail(s["weight_decay"], "optimizers.sparse.weight_decay",
+                 fmt::format("FBGEMM's exact {} has no weight decay", type));
         }
       }
       if (YAML::Node d = opts["dense"]) {
@@ -604,7 +665,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
         const std::string type =
             r.choice(r.required(d, "optimizers.dense", "type"), "optimizers.dense.type", {"sgd", "adagrad", "adam"});
         auto& o = run.dense_optimizer;
-        o.type = type == "sgd" ? dmp::DenseOptimizerType::kSgd
+        o.type = type == "sgd"       ? dmp::DenseOptimizerType::kSgd
                  : type == "adagrad" ? dmp::DenseOptimizerType::kAdagrad
                                      : dmp::DenseOptimizerType::kAdam;
         if (o.type == dmp::DenseOptimizerType::kAdagrad) o.eps = 1e-10;  // torch.optim.Adagrad's default
@@ -622,11 +683,13 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   r.section([&] {
     if (YAML::Node data = root["data"]) {
       r.check_keys(data, "data", {"seed", "ids_per_bag", "features", "from", "batches"});
-      if (data["from"] && data["batches"]) r.fail(data["batches"], "data.batches", "give data.from or data.batches, not both");
+      if (data["from"] && data["batches"])
+        r.fail(data["batches"], "data.batches", "give data.from or data.batches, not both");
       for (const char* generator_key : {"seed", "ids_per_bag", "features"}) {
         if ((data["from"] || data["batches"]) && data[generator_key]) {
-          r.fail(data[generator_key], std::string("data.") + generator_key,
-                 fmt::format("configures generated batches; this run replays data.{}", data["from"] ? "from" : "batches"));
+          r.fail(
+              data[generator_key], std::string("data.") + generator_key,
+              fmt::format("configures generated batches; this run replays data.{}", data["from"] ? "from" : "batches"));
         }
       }
       if (data["from"]) {
@@ -635,14 +698,16 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
         run.data.from = std::filesystem::path(from).is_absolute() || base.empty() ? from : (base / from).string();
         if (!std::filesystem::is_directory(run.data.from)) {
           r.fail(data["from"], "data.from",
-                 fmt::format("{} is not a directory (expected one holding batch0.pt, batch1.pt, ... as --dump-batches writes)",
-                             run.data.from));
+                 fmt::format(
+                     "{} is not a directory (expected one holding batch0.pt, batch1.pt, ... as --dump-batches writes)",
+                     run.data.from));
         }
       }
       if (data["batches"]) parse_inline_batches(r, data["batches"], run);
       if (data["seed"]) run.data.seed = static_cast<uint64_t>(r.integer(data["seed"], "data.seed", 0, INT64_MAX));
       if (data["ids_per_bag"]) {
-        std::tie(run.data.min_ids_per_bag, run.data.max_ids_per_bag) = parse_ids_per_bag(r, data["ids_per_bag"], "data.ids_per_bag");
+        std::tie(run.data.min_ids_per_bag, run.data.max_ids_per_bag) =
+            parse_ids_per_bag(r, data["ids_per_bag"], "data.ids_per_bag");
       }
       if (YAML::Node per = data["features"]) {
         r.require_map(per, "data.features");
@@ -650,10 +715,12 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
           const std::string feature = kv.first.as<std::string>();
           const std::string path = "data.features." + feature;
           if (!features.count(feature)) {
-            r.fail(kv.first, path, fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(features, ", ")));
+            r.fail(kv.first, path,
+                   fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(features, ", ")));
           }
           r.check_keys(kv.second, path, {"ids_per_bag"});
-          run.data.per_feature[feature] = parse_ids_per_bag(r, r.required(kv.second, path, "ids_per_bag"), path + ".ids_per_bag");
+          run.data.per_feature[feature] =
+              parse_ids_per_bag(r, r.required(kv.second, path, "ids_per_bag"), path + ".ids_per_bag");
         }
       }
     }
@@ -662,13 +729,15 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     if (YAML::Node resume = root["resume"]) {
       r.check_keys(resume, "resume", {"after_step", "sharding"});
       ResumeSpec spec;
-      spec.after_step = static_cast<int>(r.integer(r.required(resume, "resume", "after_step"), "resume.after_step", 1, run.steps));
+      spec.after_step =
+          static_cast<int>(r.integer(r.required(resume, "resume", "after_step"), "resume.after_step", 1, run.steps));
       if (YAML::Node sharding = resume["sharding"]) {
         r.require_map(sharding, "resume.sharding");
         for (const auto& kv : sharding) {
           const std::string table = kv.first.as<std::string>();
           if (!names.count(table)) {
-            r.fail(kv.first, "resume.sharding." + table, fmt::format("no table '{}' (tables: {})", table, fmt::join(names, ", ")));
+            r.fail(kv.first, "resume.sharding." + table,
+                   fmt::format("no table '{}' (tables: {})", table, fmt::join(names, ", ")));
           }
           spec.constraints[table] = parse_constraints(r, kv.second, "resume.sharding." + table, run.world_size);
         }
@@ -679,16 +748,19 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   r.section([&] {
     if (YAML::Node faults = root["faults"]) {
       if (!faults.IsSequence()) r.expected(faults, "faults", "a list of faults");
-      const std::vector<std::string> kinds = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan", "desync"};
+      const std::vector<std::string> kinds = {"crash", "abort",   "kill", "exit",  "throw",
+                                              "hang",  "corrupt", "nan",  "desync"};
       for (size_t i = 0; i < faults.size(); ++i) {
         const std::string path = fmt::format("faults[{}]", i);
         r.check_keys(faults[i], path, {"kind", "rank", "step", "exit_code", "tensor"});
         FaultSpec f;
         const std::string kind = r.choice(r.required(faults[i], path, "kind"), path + ".kind", kinds);
         f.kind = static_cast<FaultKind>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
-        f.rank = static_cast<int>(r.integer(r.required(faults[i], path, "rank"), path + ".rank", 0, run.world_size - 1));
+        f.rank =
+            static_cast<int>(r.integer(r.required(faults[i], path, "rank"), path + ".rank", 0, run.world_size - 1));
         if (faults[i]["step"]) f.step = static_cast<int>(r.integer(faults[i]["step"], path + ".step", 0, run.steps));
-        if (faults[i]["exit_code"]) f.exit_code = static_cast<int>(r.integer(faults[i]["exit_code"], path + ".exit_code", 1, 255));
+        if (faults[i]["exit_code"])
+          f.exit_code = static_cast<int>(r.integer(faults[i]["exit_code"], path + ".exit_code", 1, 255));
         if (faults[i]["tensor"]) f.tensor = r.string(faults[i]["tensor"], path + ".tensor");
         run.faults.push_back(f);
       }
@@ -707,7 +779,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       size_t weighted = 0;
       for (const auto& t : run.model.tables) weighted += t.weighted ? 1 : 0;
       if (weighted != 0 && weighted != run.model.tables.size()) {
-        refuse("tables", "TorchRec's EmbeddingBagCollection is weighted or not as a whole; make every table weighted or none");
+        refuse("tables",
+               "TorchRec's EmbeddingBagCollection is weighted or not as a whole; make every table weighted or none");
       }
     }
   });
@@ -719,8 +792,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
                               const std::set<std::string>& table_names) {
   r.check_keys(node, path,
-               {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state", "max_broadcast_seconds",
-                "error"});
+               {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state",
+                "max_broadcast_seconds", "error"});
   Expectation e;
   e.where = {r.file(), r.line_of(node)};
   if (node["replicas"]) {
@@ -729,13 +802,15 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
                      : ReplicaExpectation::kDiverge;
   }
   if (node["diverged"]) {
-    if (e.replicas != ReplicaExpectation::kDiverge) r.fail(node["diverged"], path + ".diverged", "needs 'replicas: diverge'");
+    if (e.replicas != ReplicaExpectation::kDiverge)
+      r.fail(node["diverged"], path + ".diverged", "needs 'replicas: diverge'");
     e.diverged = r.string_list(node["diverged"], path + ".diverged");
     for (size_t i = 0; i < e.diverged.size(); ++i) {
       const auto& name = e.diverged[i];
       if (name.find('.') == std::string::npos && !table_names.count(name)) {
-        r.fail(node["diverged"][i], fmt::format("{}.diverged[{}]", path, i),
-               fmt::format("'{}' is neither a table nor a tensor name (tables: {})", name, fmt::join(table_names, ", ")));
+        r.fail(
+            node["diverged"][i], fmt::format("{}.diverged[{}]", path, i),
+            fmt::format("'{}' is neither a table nor a tensor name (tables: {})", name, fmt::join(table_names, ", ")));
       }
     }
   } else if (e.replicas == ReplicaExpectation::kDiverge) {
@@ -765,7 +840,9 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     if (g.IsMap() && g["match"]) r.fail(g["match"], path + ".outputs.match", "outputs take rtol and atol only");
     e.outputs = tolerance(g, path + ".outputs");
     if (!node["global_model"] && !node["reference"]) {
-      r.fail(g, path + ".outputs", "compares outputs where 'global_model' (a reference run) or 'reference' (a release cell) compares; give one of them");
+      r.fail(g, path + ".outputs",
+             "compares outputs where 'global_model' (a reference run) or 'reference' (a release cell) compares; give "
+             "one of them");
     }
   }
   if (YAML::Node g = node["reference"]) {
@@ -792,14 +869,16 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
   if (YAML::Node error = node["error"]) {
     // Typed: the failure kind, and for a release's errors the text of its own message.
     if (!error.IsMap()) {
-      r.expected(error, path + ".error", "a mapping {kind: <failure kind>, message: <text the message contains>}, e.g. "
-                                         "{kind: torchrec, message: \"not supported\"}");
+      r.expected(error, path + ".error",
+                 "a mapping {kind: <failure kind>, message: <text the message contains>}, e.g. "
+                 "{kind: torchrec, message: \"not supported\"}");
     }
     r.check_keys(error, path + ".error", {"kind", "message"});
     std::vector<std::string> kinds;
     for (auto k : failure_kind_names()) kinds.emplace_back(k);
     Expectation::ExpectedError expected;
-    expected.kind = *parse_failure_kind(r.choice(r.required(error, path + ".error", "kind"), path + ".error.kind", kinds));
+    expected.kind =
+        *parse_failure_kind(r.choice(r.required(error, path + ".error", "kind"), path + ".error.kind", kinds));
     if (error["message"]) expected.message = r.string(error["message"], path + ".error.message");
     e.error = expected;
   }
@@ -823,9 +902,7 @@ const char* fault_kind_name(FaultKind kind) {
 const char* init_mode_name(InitMode mode) { return mode == InitMode::kSeeded ? "seeded" : "unseeded"; }
 const char* phase_name(Phase phase) { return phase == Phase::kInit ? "init" : "final"; }
 
-std::string SourceLocation::to_string() const {
-  return line > 0 ? fmt::format("{}:{}", file, line) : file;
-}
+std::string SourceLocation::to_string() const { return line > 0 ? fmt::format("{}:{}", file, line) : file; }
 
 std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) const {
   auto it = per_feature.find(feature);
@@ -841,22 +918,26 @@ std::string Expectation::describe() const {
   std::string text = replicas == ReplicaExpectation::kEqual
                          ? "replicas equal"
                          : fmt::format("replicas diverge on {} at {}", fmt::join(diverged, ", "),
-                                       fmt::join([&] {
-                                         std::vector<std::string> p;
-                                         for (Phase ph : at) p.push_back(phase_name(ph));
-                                         return p;
-                                       }(), ", "));
+                                       fmt::join(
+                                           [&] {
+                                             std::vector<std::string> p;
+                                             for (Phase ph : at) p.push_back(phase_name(ph));
+                                             return p;
+                                           }(),
+                                           ", "));
   if (global_model) {
     text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
                         global_model->rtol, global_model->atol);
   }
   if (outputs) text += fmt::format("; outputs compared (rtol {}, atol {})", outputs->rtol, outputs->atol);
-  if (initial_state) text += *initial_state ? "; the initial state is init.from's" : "; the initial state is not init.from's";
+  if (initial_state)
+    text += *initial_state ? "; the initial state is init.from's" : "; the initial state is not init.from's";
   if (reference) {
-    text += fmt::format("; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
-                        reference_profile.empty() ? std::string() : " under profile " + reference_profile,
-                        reference_draws_own_init ? ", each drawing its own initial weights from the seed, on the release's plan" : "",
-                        reference->rtol, reference->atol);
+    text += fmt::format(
+        "; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
+        reference_profile.empty() ? std::string() : " under profile " + reference_profile,
+        reference_draws_own_init ? ", each drawing its own initial weights from the seed, on the release's plan" : "",
+        reference->rtol, reference->atol);
   }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
   if (error) text = fmt::format("the run fails with {}", error->describe());
@@ -893,7 +974,8 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
   s.overrides = overrides;
   s.version = static_cast<int>(r.integer(r.required(root, "", "version"), "version", 1, 1000));
   if (s.version != kFormatVersion) {
-    r.fail(root["version"], "version", fmt::format("this dmpcheck reads version {}, got {}", kFormatVersion, s.version));
+    r.fail(root["version"], "version",
+           fmt::format("this dmpcheck reads version {}, got {}", kFormatVersion, s.version));
   }
   s.name = r.string(r.required(root, "", "name"), "name");
   if (root["description"]) s.description = r.string(root["description"], "description");
@@ -906,8 +988,10 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
     // The profiles are there when the bug is modelled in the reference; a report confirmed only on
     // real releases names the releases instead (at least one where it shows).
     if (rep["bug_profile"] || rep["fix_profile"]) {
-      out.bug_profile = r.choice(r.required(rep, "reproduces", "bug_profile"), "reproduces.bug_profile", dmp::behaviour_profile_names());
-      out.fix_profile = r.choice(r.required(rep, "reproduces", "fix_profile"), "reproduces.fix_profile", dmp::behaviour_profile_names());
+      out.bug_profile = r.choice(r.required(rep, "reproduces", "bug_profile"), "reproduces.bug_profile",
+                                 dmp::behaviour_profile_names());
+      out.fix_profile = r.choice(r.required(rep, "reproduces", "fix_profile"), "reproduces.fix_profile",
+                                 dmp::behaviour_profile_names());
     }
     if (YAML::Node releases = rep["releases"]) {
       r.require_map(releases, "reproduces.releases");
@@ -923,8 +1007,8 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
         out.releases.emplace_back(key, value);
       }
     }
-    const bool shown_on_a_release = std::any_of(out.releases.begin(), out.releases.end(),
-                                                [](const auto& kv) { return kv.second == "bug"; });
+    const bool shown_on_a_release =
+        std::any_of(out.releases.begin(), out.releases.end(), [](const auto& kv) { return kv.second == "bug"; });
     if (out.bug_profile.empty() && !shown_on_a_release) {
       r.fail(rep, "reproduces",
              "say where the bug shows: bug_profile and fix_profile (modelled in the reference), or releases with at "
@@ -947,8 +1031,9 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
       const std::string field = "matrix." + axis.path;
       const auto parts = split_path(axis.path);
       if (parts.empty() || std::find(kMatrixRoots.begin(), kMatrixRoots.end(), parts[0]) == kMatrixRoots.end()) {
-        r.fail(kv.first, field, fmt::format("a matrix varies a run field; expected a path under one of {}",
-                                            fmt::join(kMatrixRoots, ", ")));
+        r.fail(
+            kv.first, field,
+            fmt::format("a matrix varies a run field; expected a path under one of {}", fmt::join(kMatrixRoots, ", ")));
       }
       if (!kv.second.IsSequence() || kv.second.size() == 0) r.expected(kv.second, field, "a non-empty list of values");
       for (const auto& v : kv.second) axis.values.push_back(v);
@@ -989,27 +1074,31 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
       try {
         parsed = YAML::Load(value);
       } catch (const YAML::Exception& e) {
-        throw_error(ErrorKind::kInvalidScenario, fmt::format("override {}={}: not a YAML value: {}", path, value, e.msg));
+        throw_error(ErrorKind::kInvalidScenario,
+                    fmt::format("override {}={}: not a YAML value: {}", path, value, e.msg));
       }
       DMP_CHECK(!parts.empty() && std::find(kMatrixRoots.begin(), kMatrixRoots.end(), parts[0]) != kMatrixRoots.end() &&
                     assign_path(run_root, parts, parsed),
-                ErrorKind::kInvalidScenario, "override {}={}: '{}' is not a run field of {} (run fields: {})", path, value, path,
-                file_label, fmt::join(kMatrixRoots, ", "));
+                ErrorKind::kInvalidScenario, "override {}={}: '{}' is not a run field of {} (run fields: {})", path,
+                value, path, file_label, fmt::join(kMatrixRoots, ", "));
     }
     RunSpec run = parse_run(r, run_root);
     if (run.on_torchrec()) {
       // A behaviour profile simulates a release in the reference; a release cell runs the real
       // thing, so the profile axis does not apply to it and its cell appears once.
-      assignments.erase(std::remove_if(assignments.begin(), assignments.end(),
-                                       [](const auto& a) { return a.first == "profile"; }),
-                        assignments.end());
-      if (std::any_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& done) { return done.cell == assignments; })) continue;
-    } else if (std::any_of(assignments.begin(), assignments.end(), [](const auto& a) { return a.first.rfind("torchrec", 0) == 0; })) {
+      assignments.erase(
+          std::remove_if(assignments.begin(), assignments.end(), [](const auto& a) { return a.first == "profile"; }),
+          assignments.end());
+      if (std::any_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& done) { return done.cell == assignments; }))
+        continue;
+    } else if (std::any_of(assignments.begin(), assignments.end(),
+                           [](const auto& a) { return a.first.rfind("torchrec", 0) == 0; })) {
       // Likewise the `torchrec` axes (how a release is driven) do not apply to the reference.
       assignments.erase(std::remove_if(assignments.begin(), assignments.end(),
                                        [](const auto& a) { return a.first.rfind("torchrec", 0) == 0; }),
                         assignments.end());
-      if (std::any_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& done) { return done.cell == assignments; })) continue;
+      if (std::any_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& done) { return done.cell == assignments; }))
+        continue;
     }
     run.cell = assignments;
     // The reference is the default system: its cells are named without it, as before the axis existed.
@@ -1033,64 +1122,73 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
 
     // Expectations: the first entry whose `when` matches this cell.
     r.section([&] {
-    if (YAML::Node expect = root["expect"]) {
-      if (!expect.IsSequence()) r.expected(expect, "expect", "a list of expectations (each with an optional 'when')");
-      bool found = false;
-      for (size_t i = 0; i < expect.size() && !found; ++i) {
-        const std::string path = fmt::format("expect[{}]", i);
-        r.require_map(expect[i], path);
-        const YAML::Node when = expect[i]["when"];
-        bool matches = true;
-        if (when) {
-          r.require_map(when, path + ".when");
-          for (const auto& kv : when) {
-            const std::string key = kv.first.as<std::string>();
-            auto it = std::find_if(assignments.begin(), assignments.end(), [&](const auto& p) { return p.first == key; });
-            if (std::none_of(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; })) {
-              r.fail(kv.first, path + ".when." + key, "is not a matrix key; 'when' selects matrix cells");
+      if (YAML::Node expect = root["expect"]) {
+        if (!expect.IsSequence()) r.expected(expect, "expect", "a list of expectations (each with an optional 'when')");
+        bool found = false;
+        for (size_t i = 0; i < expect.size() && !found; ++i) {
+          const std::string path = fmt::format("expect[{}]", i);
+          r.require_map(expect[i], path);
+          const YAML::Node when = expect[i]["when"];
+          bool matches = true;
+          if (when) {
+            r.require_map(when, path + ".when");
+            for (const auto& kv : when) {
+              const std::string key = kv.first.as<std::string>();
+              auto it =
+                  std::find_if(assignments.begin(), assignments.end(), [&](const auto& p) { return p.first == key; });
+              if (std::none_of(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; })) {
+                r.fail(kv.first, path + ".when." + key, "is not a matrix key; 'when' selects matrix cells");
+              }
+              if (!kv.second.IsScalar()) r.expected(kv.second, path + ".when." + key, "a scalar value");
+              matches = matches && it != assignments.end() && it->second == kv.second.Scalar();
             }
-            if (!kv.second.IsScalar()) r.expected(kv.second, path + ".when." + key, "a scalar value");
-            matches = matches && it != assignments.end() && it->second == kv.second.Scalar();
           }
-        }
-        if (matches) {
-          run.expect = parse_expectation(r, expect[i], path, table_names);
-          for (const auto& t : run.model.tables) {
-            const auto c = run.constraints.find(t.name);
-            const bool data_parallel = c != run.constraints.end() && !c->second.sharding_types.empty() &&
-                                       c->second.sharding_types.front() == dmp::ShardingType::kDataParallel;
-            if (run.expect.reference && (t.data_type == "bf16" || (t.data_type == "fp16" && data_parallel))) {
+          if (matches) {
+            run.expect = parse_expectation(r, expect[i], path, table_names);
+            for (const auto& t : run.model.tables) {
+              const auto c = run.constraints.find(t.name);
+              const bool data_parallel = c != run.constraints.end() && !c->second.sharding_types.empty() &&
+                                         c->second.sharding_types.front() == dmp::ShardingType::kDataParallel;
+              if (run.expect.reference && (t.data_type == "bf16" || (t.data_type == "fp16" && data_parallel))) {
+                r.fail(expect[i]["reference"], path + ".reference",
+                       fmt::format(
+                           "table '{}' is {}, which the reference DMP does not model, so it cannot run the comparison "
+                           "(run '{}')",
+                           t.name, t.data_type, run.name));
+              }
+            }
+            if (run.expect.reference && !run.on_torchrec()) {
+              r.fail(
+                  expect[i]["reference"], path + ".reference",
+                  fmt::format("compares a TorchRec release with the reference; run '{}' runs on the reference itself "
+                              "(select release cells with 'when: {{system: torchrec==X.Y.Z}}')",
+                              run.name));
+            }
+            if (run.expect.initial_state && run.init.from.empty()) {
+              r.fail(expect[i]["initial_state"], path + ".initial_state",
+                     fmt::format("compares the initial state with init.from; run '{}' has no init.from", run.name));
+            }
+            if (run.on_torchrec() && !run.init.from.empty() && run.expect.reference) {
               r.fail(expect[i]["reference"], path + ".reference",
-                     fmt::format("table '{}' is {}, which the reference DMP does not model, so it cannot run the comparison "
-                                 "(run '{}')", t.name, t.data_type, run.name));
+                     fmt::format(
+                         "a release cell that starts from init.from is not compared with the reference (run '{}'); "
+                         "check it with initial_state",
+                         run.name));
             }
+            if (run.on_torchrec() && run.expect.global_model) {
+              r.fail(expect[i]["global_model"], path + ".global_model",
+                     fmt::format("the unsharded-model check runs on the reference only; for run '{}' on {} use "
+                                 "'reference:' (the same work on the reference, compared step by step)",
+                                 run.name, run.system));
+            }
+            found = true;
           }
-          if (run.expect.reference && !run.on_torchrec()) {
-            r.fail(expect[i]["reference"], path + ".reference",
-                   fmt::format("compares a TorchRec release with the reference; run '{}' runs on the reference itself "
-                               "(select release cells with 'when: {{system: torchrec==X.Y.Z}}')", run.name));
-          }
-          if (run.expect.initial_state && run.init.from.empty()) {
-            r.fail(expect[i]["initial_state"], path + ".initial_state",
-                   fmt::format("compares the initial state with init.from; run '{}' has no init.from", run.name));
-          }
-          if (run.on_torchrec() && !run.init.from.empty() && run.expect.reference) {
-            r.fail(expect[i]["reference"], path + ".reference",
-                   fmt::format("a release cell that starts from init.from is not compared with the reference (run '{}'); "
-                               "check it with initial_state", run.name));
-          }
-          if (run.on_torchrec() && run.expect.global_model) {
-            r.fail(expect[i]["global_model"], path + ".global_model",
-                   fmt::format("the unsharded-model check runs on the reference only; for run '{}' on {} use "
-                               "'reference:' (the same work on the reference, compared step by step)", run.name, run.system));
-          }
-          found = true;
+        }
+        if (!found) {
+          r.fail(expect, "expect",
+                 fmt::format("no entry applies to run '{}'; add one without 'when' as the default", run.name));
         }
       }
-      if (!found) {
-        r.fail(expect, "expect", fmt::format("no entry applies to run '{}'; add one without 'when' as the default", run.name));
-      }
-    }
     });
     // Every error of the file so far, at once (the first cell meets all that are not the matrix's).
     r.throw_recorded();
@@ -1100,11 +1198,14 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
   const bool system_overridden =
       std::any_of(overrides.begin(), overrides.end(), [](const auto& o) { return o.first == "system"; });
   if (s.reproduces && !system_overridden) {
-    for (const auto& [release, status] : s.reproduces->releases) {
+    for (const auto& entry : s.reproduces->releases) {
+      const std::string& release = entry.first;
+      const std::string& status = entry.second;
       if (status.rfind("not runnable: ", 0) == 0) continue;
       if (std::none_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& run) { return run.system == release; })) {
         r.fail(root["reproduces"]["releases"][release], "reproduces.releases." + release,
-               fmt::format("says '{}' but no run of the scenario runs on {} (add it to the matrix's system axis)", status, release));
+               fmt::format("says '{}' but no run of the scenario runs on {} (add it to the matrix's system axis)",
+                           status, release));
       }
     }
   }

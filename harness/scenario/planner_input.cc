@@ -8,10 +8,13 @@ dmp::PlannerInput planner_input(const RunSpec& run, int local_world_size) {
   dmp::PlannerInput input;
   input.tables = run.model.tables;
   input.constraints = run.constraints;
-  const int hosts_of = local_world_size > 0 ? local_world_size : (run.local_world_size > 0 ? run.local_world_size : run.world_size);
+  const int hosts_of =
+      local_world_size > 0 ? local_world_size : (run.local_world_size > 0 ? run.local_world_size : run.world_size);
   input.topology = {run.world_size, hosts_of, run.memory_per_rank};
   const dmp::FusedOptimizerConfig sparse = run.sparse_optimizer;
-  input.state_bytes = [sparse](int64_t rows, int64_t cols) { return dmp::FusedOptimizer::state_bytes(sparse, rows, cols); };
+  input.state_bytes = [sparse](int64_t rows, int64_t cols) {
+    return dmp::FusedOptimizer::state_bytes(sparse, rows, cols);
+  };
   if (run.profile.planner_counts_optimizer_state) {
     input.state_multiplier = [type = sparse.type](const dmp::EmbeddingBagConfig& t) {
       switch (type) {

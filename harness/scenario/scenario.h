@@ -88,7 +88,7 @@ struct Expectation {
   // every other replicated tensor is equal.
   std::vector<std::string> diverged;
   std::vector<Phase> at = {Phase::kInit, Phase::kFinal};  // where the divergence must show
-  std::optional<Tolerance> global_model;  // compare against the unsharded model when set
+  std::optional<Tolerance> global_model;                  // compare against the unsharded model when set
   // Compare the forward's outputs too (each feature's pooled embedding and the model's output,
   // at every step from 0), within this tolerance, wherever global_model or reference compares.
   std::optional<Tolerance> outputs;
@@ -167,8 +167,8 @@ struct RunSpec {
   // reference half of a `start: seed` release cell: the release's own placement, so both sides
   // draw the same shards on the same ranks.
   std::string given_plan;
-  std::string name;   // "init.mode=seeded profile=current", or "default" without a matrix
-  std::string slug;   // file-safe: "seeded_current"
+  std::string name;  // "init.mode=seeded profile=current", or "default" without a matrix
+  std::string slug;  // file-safe: "seeded_current"
   std::vector<std::pair<std::string, std::string>> cell;  // the matrix assignments
   // "reference" (the default) or "torchrec==<version>": a release from torchrec_sut/pins.tsv,
   // run from its environment (ci/torchrec-env.sh).
@@ -192,7 +192,7 @@ struct RunSpec {
   int threads_per_rank = 0;  // 0: cores / world_size, at least 1
   bool fingerprint = false;  // check every collective's fingerprint across ranks first (debug)
   ProbeSpec broadcast_probe;
-  int local_world_size = 0;  // ranks per host (LOCAL_WORLD_SIZE); 0: all ranks on one host
+  int local_world_size = 0;     // ranks per host (LOCAL_WORLD_SIZE); 0: all ranks on one host
   int64_t memory_per_rank = 0;  // planner limit in bytes; 0: none
   InitSpec init;
   dmp::BehaviourProfile profile;
@@ -210,8 +210,8 @@ struct Scenario {
   int version = kFormatVersion;
   std::string name;
   std::string description;
-  std::string file;         // as given
-  std::string source_text;  // the file's bytes
+  std::string file;                                            // as given
+  std::string source_text;                                     // the file's bytes
   std::vector<std::pair<std::string, std::string>> overrides;  // applied to every run (see load_scenario_text)
   std::optional<Reproduces> reproduces;
   std::vector<RunSpec> runs;

@@ -1,10 +1,10 @@
 #include "comm/gloo/gloo_communicator.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/comm.hpp>
 #include <ATen/core/grad_mode.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/comm.hpp>
 
 #include "comm/collectives.h"
 #include "comm/store.h"
@@ -42,9 +42,9 @@ class GlooCommunicator final : public Communicator {
       group_->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, pg_);
 #endif
     } catch (const std::exception& e) {
-      throw_error(ErrorKind::kCommunication,
-                  fmt::format("rank {}: Gloo process group of {} ranks could not be created: {}", rank,
-                              world_size, e.what()));
+      throw_error(
+          ErrorKind::kCommunication,
+          fmt::format("rank {}: Gloo process group of {} ranks could not be created: {}", rank, world_size, e.what()));
     }
   }
 
@@ -81,9 +81,9 @@ class GlooCommunicator final : public Communicator {
 
   at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& input_splits,
                         const std::vector<int64_t>& output_splits) override {
-    DMP_INTERNAL_ASSERT(static_cast<int>(input_splits.size()) == world_size_ &&
-                            static_cast<int>(output_splits.size()) == world_size_,
-                        "all_to_all needs one split per rank");
+    DMP_INTERNAL_ASSERT(
+        static_cast<int>(input_splits.size()) == world_size_ && static_cast<int>(output_splits.size()) == world_size_,
+        "all_to_all needs one split per rank");
     int64_t out_rows = 0;
     for (int64_t s : output_splits) out_rows += s;
     auto sizes = input.sizes().vec();
@@ -94,8 +94,9 @@ class GlooCommunicator final : public Communicator {
     std::vector<int64_t> out_splits = output_splits;
     c10d::AllToAllOptions options;
     options.timeout = timeout_;
-    wait("all_to_all", fmt::format("{} -> {}, splits in [{}] out [{}]", shape(input), shape(out), fmt::join(in_splits, ","),
-                                   fmt::join(out_splits, ",")),
+    wait("all_to_all",
+         fmt::format("{} -> {}, splits in [{}] out [{}]", shape(input), shape(out), fmt::join(in_splits, ","),
+                     fmt::join(out_splits, ",")),
          [&] { return pg_->alltoall_base(out, in, out_splits, in_splits, options); });
     return out;
   }
@@ -143,8 +144,7 @@ class GlooCommunicator final : public Communicator {
       if (work) work->wait(timeout_);
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      const bool timed_out = what.find("imed out") != std::string::npos ||
-                             what.find("imeout") != std::string::npos;
+      const bool timed_out = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
       throw_error(timed_out ? ErrorKind::kTimeout : ErrorKind::kCommunication,
                   fmt::format("rank {}: gloo {} #{} of {} failed after up to {} ms: {}", rank_, operation, sequence_,
                               shapes.empty() ? std::string("no tensors") : shapes, timeout_.count(), first_line(what)));

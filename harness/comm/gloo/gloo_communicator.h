@@ -16,7 +16,7 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";  // the address this rank's Gloo pairs listen on
   std::string interface;               // set: listen on this interface instead (GLOO_SOCKET_IFNAME)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
-  int threads = 2;                     // Gloo's own worker threads
+  int threads = 2;  // Gloo's own worker threads
 };
 
 // Collective over all ranks of `world_size`; `store` is used for Gloo's pairwise rendezvous

@@ -20,8 +20,7 @@ class LoopbackCommunicator final : public Communicator {
   std::vector<at::Tensor> all_gather(const at::Tensor& input) override { return {input.clone()}; }
   at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& input_splits,
                         const std::vector<int64_t>& output_splits) override {
-    DMP_INTERNAL_ASSERT(input_splits.size() == 1 && output_splits.size() == 1 &&
-                            input_splits[0] == output_splits[0],
+    DMP_INTERNAL_ASSERT(input_splits.size() == 1 && output_splits.size() == 1 && input_splits[0] == output_splits[0],
                         "loopback all_to_all with mismatched splits");
     return input.clone();
   }

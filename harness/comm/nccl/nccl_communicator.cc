@@ -79,7 +79,8 @@ void from_hex(const std::string& text, void* data, size_t size) {
   DMP_CHECK(text.find_first_not_of("0123456789abcdef") == std::string::npos, ErrorKind::kCommunication,
             "the NCCL unique id in the store is not hex");
   auto* bytes = static_cast<unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<unsigned char>(std::stoi(text.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < size; ++i)
+    bytes[i] = static_cast<unsigned char>(std::stoi(text.substr(2 * i, 2), nullptr, 16));
 }
 
 std::string shape(const at::Tensor& t) {
@@ -103,8 +104,8 @@ class DeviceBuffer {
       ptr_ = nullptr;
       capacity_ = 0;
       const cudaError_t e = cudaMalloc(&ptr_, static_cast<size_t>(bytes));
-      DMP_CHECK(e == cudaSuccess, ErrorKind::kCommunication, "cudaMalloc of {} bytes for NCCL staging failed: {}", bytes,
-                cuda_text(e));
+      DMP_CHECK(e == cudaSuccess, ErrorKind::kCommunication, "cudaMalloc of {} bytes for NCCL staging failed: {}",
+                bytes, cuda_text(e));
       capacity_ = bytes;
     }
     return static_cast<char*>(ptr_);
@@ -194,8 +195,8 @@ class NcclCommunicator final : public Communicator {
   std::optional<double> last_device_seconds() const override { return last_device_seconds_; }
 
   void broadcast(at::Tensor& tensor, int root) override {
-    DMP_CHECK(root >= 0 && root < world_size_, ErrorKind::kInvalidInput, "broadcast from rank {} in a world of {}", root,
-              world_size_);
+    DMP_CHECK(root >= 0 && root < world_size_, ErrorKind::kInvalidInput, "broadcast from rank {} in a world of {}",
+              root, world_size_);
     use_device();
     at::Tensor host = tensor.contiguous();
     const int64_t bytes = byte_size(host);
@@ -228,9 +229,8 @@ class NcclCommunicator final : public Communicator {
     char* in = send_.reserve(std::max<int64_t>(bytes, 1));
     char* out = recv_.reserve(std::max<int64_t>(bytes * world_size_, 1));
     to_device(in, host);
-    collective("all_gather", shape(input), [&] {
-      return ncclAllGather(in, out, static_cast<size_t>(bytes), ncclUint8, comm_, stream_);
-    });
+    collective("all_gather", shape(input),
+               [&] { return ncclAllGather(in, out, static_cast<size_t>(bytes), ncclUint8, comm_, stream_); });
     auto sizes = host.sizes().vec();
     sizes.insert(sizes.begin(), world_size_);
     at::Tensor gathered = at::empty(sizes, host.options());
@@ -240,9 +240,9 @@ class NcclCommunicator final : public Communicator {
 
   at::Tensor all_to_all(const at::Tensor& input, const std::vector<int64_t>& input_splits,
                         const std::vector<int64_t>& output_splits) override {
-    DMP_INTERNAL_ASSERT(static_cast<int>(input_splits.size()) == world_size_ &&
-                            static_cast<int>(output_splits.size()) == world_size_,
-                        "all_to_all needs one split per rank");
+    DMP_INTERNAL_ASSERT(
+        static_cast<int>(input_splits.size()) == world_size_ && static_cast<int>(output_splits.size()) == world_size_,
+        "all_to_all needs one split per rank");
     DMP_CHECK(input.dim() >= 1, ErrorKind::kInvalidInput, "all_to_all needs a tensor with rows, got {}", shape(input));
     int64_t in_rows = 0;
     for (int64_t s : input_splits) {
@@ -250,8 +250,9 @@ class NcclCommunicator final : public Communicator {
       in_rows += s;
     }
     for (int64_t s : output_splits) DMP_CHECK(s >= 0, ErrorKind::kInvalidInput, "all_to_all split {} is negative", s);
-    DMP_CHECK(in_rows == input.size(0), ErrorKind::kInvalidInput, "all_to_all input splits [{}] do not add up to the {} rows of {}",
-              fmt::join(input_splits, ","), input.size(0), shape(input));
+    DMP_CHECK(in_rows == input.size(0), ErrorKind::kInvalidInput,
+              "all_to_all input splits [{}] do not add up to the {} rows of {}", fmt::join(input_splits, ","),
+              input.size(0), shape(input));
     use_device();
     at::Tensor host = input.contiguous();
     const int64_t row_bytes = host.dim() == 0 || host.size(0) == 0 ? 0 : byte_size(host) / host.size(0);
@@ -324,16 +325,16 @@ class NcclCommunicator final : public Communicator {
 
   void to_device(char* device, const at::Tensor& host) {
     if (host.numel() == 0) return;
-    cuda("cudaMemcpyAsync (to the GPU)",
-         cudaMemcpyAsync(device, host.data_ptr(), static_cast<size_t>(byte_size(host)), cudaMemcpyHostToDevice, stream_));
+    cuda("cudaMemcpyAsync (to the GPU)", cudaMemcpyAsync(device, host.data_ptr(), static_cast<size_t>(byte_size(host)),
+                                                         cudaMemcpyHostToDevice, stream_));
   }
 
   // Called once the collective has completed: a copy into pageable memory blocks the host, and
   // must not do so behind a collective that may never finish.
   void to_host(at::Tensor& host, const char* device) {
     if (host.numel() == 0) return;
-    cuda("cudaMemcpyAsync (to the host)",
-         cudaMemcpyAsync(host.data_ptr(), device, static_cast<size_t>(byte_size(host)), cudaMemcpyDeviceToHost, stream_));
+    cuda("cudaMemcpyAsync (to the host)", cudaMemcpyAsync(host.data_ptr(), device, static_cast<size_t>(byte_size(host)),
+                                                          cudaMemcpyDeviceToHost, stream_));
     wait_stream("copy to the host", "");
   }
 
@@ -368,9 +369,9 @@ class NcclCommunicator final : public Communicator {
       if (e == cudaSuccess) break;
       if (e != cudaErrorNotReady) {
         abort_communicator();
-        throw_error(ErrorKind::kCommunication, fmt::format("rank {} on {} (GPU {}): nccl {} #{} of {}: CUDA reported {}",
-                                                           rank_, host_, device_, operation, sequence_,
-                                                           describe_shapes(shapes), cuda_text(e)));
+        throw_error(ErrorKind::kCommunication,
+                    fmt::format("rank {} on {} (GPU {}): nccl {} #{} of {}: CUDA reported {}", rank_, host_, device_,
+                                operation, sequence_, describe_shapes(shapes), cuda_text(e)));
       }
       check_async(operation, shapes);
       if (Clock::now() > deadline) timed_out(operation, shapes);
@@ -456,9 +457,10 @@ std::optional<std::string> nccl_unavailable_reason(int local_world_size) {
     return std::string("no CUDA GPU on this host (cudaGetDeviceCount found none)");
   }
   if (e != cudaSuccess) {
-    return fmt::format("no usable CUDA GPU on this host{}: cudaGetDeviceCount failed with {}",
-                       e == cudaErrorInsufficientDriver ? " (no NVIDIA driver, or one older than this CUDA runtime)" : "",
-                       cuda_text(e));
+    return fmt::format(
+        "no usable CUDA GPU on this host{}: cudaGetDeviceCount failed with {}",
+        e == cudaErrorInsufficientDriver ? " (no NVIDIA driver, or one older than this CUDA runtime)" : "",
+        cuda_text(e));
   }
   if (local_world_size > count) {
     const int version = nccl_version_code();

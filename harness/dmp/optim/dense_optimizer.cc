@@ -29,18 +29,19 @@ class DenseOptimizer::Impl {
     switch (config.type) {
       case DenseOptimizerType::kSgd:
         optimizer = std::make_unique<torch::optim::SGD>(
-            tensors, torch::optim::SGDOptions(config.learning_rate).momentum(config.momentum).weight_decay(config.weight_decay));
+            tensors,
+            torch::optim::SGDOptions(config.learning_rate).momentum(config.momentum).weight_decay(config.weight_decay));
         break;
       case DenseOptimizerType::kAdagrad:
         optimizer = std::make_unique<torch::optim::Adagrad>(
-            tensors, torch::optim::AdagradOptions(config.learning_rate).eps(config.eps).weight_decay(config.weight_decay));
+            tensors,
+            torch::optim::AdagradOptions(config.learning_rate).eps(config.eps).weight_decay(config.weight_decay));
         break;
       case DenseOptimizerType::kAdam:
-        optimizer = std::make_unique<torch::optim::Adam>(
-            tensors, torch::optim::AdamOptions(config.learning_rate)
-                         .betas({config.beta1, config.beta2})
-                         .eps(config.eps)
-                         .weight_decay(config.weight_decay));
+        optimizer = std::make_unique<torch::optim::Adam>(tensors, torch::optim::AdamOptions(config.learning_rate)
+                                                                      .betas({config.beta1, config.beta2})
+                                                                      .eps(config.eps)
+                                                                      .weight_decay(config.weight_decay));
         break;
     }
   }

@@ -14,8 +14,6 @@
 
 namespace dmpcheck::dmp {
 
-
-
 class DenseOptimizer {
  public:
   DenseOptimizer(const DenseOptimizerConfig& config, const std::vector<NamedTensor>& parameters);

@@ -22,7 +22,8 @@ void sgd_rows(float* w, const float* g, const int64_t* rows, int64_t begin, int6
     float* wr = w + rows[i] * dim;
     const float* gr = g + i * dim;
     // One rounding: w - lr * g in double (FBGEMM: a fused multiply-add).
-    for (int64_t j = 0; j < dim; ++j) wr[j] = static_cast<float>(static_cast<double>(wr[j]) - static_cast<double>(lr) * gr[j]);
+    for (int64_t j = 0; j < dim; ++j)
+      wr[j] = static_cast<float>(static_cast<double>(wr[j]) - static_cast<double>(lr) * gr[j]);
   }
 }
 
@@ -122,7 +123,8 @@ void adam_rows(float* w, float* exp_avg, float* exp_avg_sq, const float* g, cons
       const float m2 = sr[j] * s.beta2 + (gr[j] * gr[j]) * s.one_minus_beta2;
       ar[j] = m1;
       sr[j] = m2;
-      const float update = (m1 / s.bias_correction1) / (std::sqrt(m2 / s.bias_correction2) + s.eps) + s.weight_decay * wr[j];
+      const float update =
+          (m1 / s.bias_correction1) / (std::sqrt(m2 / s.bias_correction2) + s.eps) + s.weight_decay * wr[j];
       wr[j] = wr[j] - s.lr * update;
     }
   }

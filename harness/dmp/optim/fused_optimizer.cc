@@ -52,7 +52,8 @@ int64_t FusedOptimizer::state_bytes(const FusedOptimizerConfig& config, int64_t 
 }
 
 FusedOptimizer::FusedOptimizer(const FusedOptimizerConfig& config, int64_t rows, int64_t cols) : config_(config) {
-  for (const auto& spec : state_specs(config, rows, cols)) state_.push_back({spec.name, at::zeros(spec.sizes, at::kFloat)});
+  for (const auto& spec : state_specs(config, rows, cols))
+    state_.push_back({spec.name, at::zeros(spec.sizes, at::kFloat)});
 }
 
 void FusedOptimizer::apply(at::Tensor& weight, const RowGradients& grads) {
@@ -120,7 +121,8 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
       const float* dp = decayed.data_ptr<float>();
       float* msp = mean_square.data_ptr<float>();
       for (int64_t i = 0; i < n; ++i) {
-        msp[i] = fp16_ ? kernels::sequential_mean_square(dp + i * dim, dim) : kernels::fbgemm_mean_square(dp + i * dim, dim);
+        msp[i] =
+            fp16_ ? kernels::sequential_mean_square(dp + i * dim, dim) : kernels::fbgemm_mean_square(dp + i * dim, dim);
       }
       const float* ms = msp;
       float* m = state_[0].tensor.data_ptr<float>();

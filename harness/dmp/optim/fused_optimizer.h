@@ -30,8 +30,6 @@
 
 namespace dmpcheck::dmp {
 
-
-
 struct NamedTensor {
   std::string name;
   at::Tensor tensor;

@@ -30,7 +30,8 @@ DataParallelSharding::DataParallelSharding(comm::Communicator& comm, std::vector
     : comm_(comm), shards_(std::move(shards)), update_(update) {
   for (const auto& shard : shards_) {
     for (const auto& f : shard.config.feature_names) {
-      if (std::find(input_features_.begin(), input_features_.end(), f) == input_features_.end()) input_features_.push_back(f);
+      if (std::find(input_features_.begin(), input_features_.end(), f) == input_features_.end())
+        input_features_.push_back(f);
       columns_.features.push_back(f + "@" + shard.config.name);
       columns_.dims.push_back(shard.config.embedding_dim);
     }
@@ -43,8 +44,7 @@ at::Tensor DataParallelSharding::forward(const KeyedJaggedTensor& local) {
   for (const auto& shard : shards_) {
     for (const auto& feature : shard.config.feature_names) {
       const size_t k = local.key_index(feature);
-      Bags bags{local.values_of(k), local.lengths_of(k),
-                shard.config.weighted ? local.weights_of(k) : std::nullopt};
+      Bags bags{local.values_of(k), local.lengths_of(k), shard.config.weighted ? local.weights_of(k) : std::nullopt};
       check_ids_in_range(bags, shard.config.num_embeddings, shard.config.name, feature);
       pooled.push_back(pooled_forward(shard.weight, bags, shard.config.pooling));
       saved_bags_.push_back(std::move(bags));
@@ -160,7 +160,8 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
       count[r] = 0.0f;
       ++i;
     }
-    if (update_ == DataParallelUpdate::kFusedOptimizer) shard.optimizer->apply(shard.weight, RowGradients{touched_rows, averaged.div_(comm_.world_size())});
+    if (update_ == DataParallelUpdate::kFusedOptimizer)
+      shard.optimizer->apply(shard.weight, RowGradients{touched_rows, averaged.div_(comm_.world_size())});
   }
 }
 

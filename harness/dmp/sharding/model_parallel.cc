@@ -25,7 +25,9 @@ at::Tensor cat_or_empty(const std::vector<at::Tensor>& parts, at::ScalarType typ
 ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std::vector<EmbeddingBagConfig>& tables,
                                              const std::vector<TablePlan>& plans, std::vector<TableShard> local_shards,
                                              const BehaviourProfile& profile)
-    : comm_(comm), tables_(tables), shards_(std::move(local_shards)),
+    : comm_(comm),
+      tables_(tables),
+      shards_(std::move(local_shards)),
       divide_gradients_(profile.divide_model_parallel_gradients_by_world_size),
       deduplicate_(profile.deduplicate_row_gradients) {
   bool row_split_mean = false;
@@ -49,8 +51,8 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
       columns_.dims.push_back(tables_[t].embedding_dim);
       column_table_.push_back(t);
       const bool row_split = plans[t].type == ShardingType::kRowWise || plans[t].type == ShardingType::kTableRowWise;
-      const bool local_mean = profile.row_wise_mean_divides_by_local_length && row_split &&
-                              tables_[t].pooling == PoolingType::kMean;
+      const bool local_mean =
+          profile.row_wise_mean_divides_by_local_length && row_split && tables_[t].pooling == PoolingType::kMean;
       const bool mean = tables_[t].pooling == PoolingType::kMean;
       column_after_reduce_.push_back(mean && row_split && !local_mean ? AfterReduce::kLength
                                      : !mean && row_split             ? AfterReduce::kOne
@@ -65,7 +67,8 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
       }
     }
   }
-  DMP_INTERNAL_ASSERT(local == static_cast<int>(shards_.size()), "{} local shards given, the plan has {}", shards_.size(), local);
+  DMP_INTERNAL_ASSERT(local == static_cast<int>(shards_.size()), "{} local shards given, the plan has {}",
+                      shards_.size(), local);
   int64_t offset = 0;
   for (int64_t d : columns_.dims) {
     column_offsets_.push_back(offset);
@@ -123,7 +126,8 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
   }
   const int64_t my_items = static_cast<int64_t>(items_by_rank_[me].size());
   const std::vector<int64_t> recv_length_splits(static_cast<size_t>(world), batch * my_items);
-  const at::Tensor recv_lengths = comm_.all_to_all(cat_or_empty(send_lengths, at::kLong), length_splits, recv_length_splits);
+  const at::Tensor recv_lengths =
+      comm_.all_to_all(cat_or_empty(send_lengths, at::kLong), length_splits, recv_length_splits);
   const std::vector<int64_t> ones(static_cast<size_t>(world), 1);
   const at::Tensor counts = comm_.all_to_all(at::tensor(id_counts, at::kLong), ones, ones);
   const std::vector<int64_t> recv_counts(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + world);
@@ -135,7 +139,8 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
   owner_bags_.assign(static_cast<size_t>(my_items), Bags{});
   std::vector<at::Tensor> pooled;
   {
-    std::vector<std::vector<at::Tensor>> lengths(static_cast<size_t>(my_items)), ids(lengths.size()), weights(lengths.size());
+    std::vector<std::vector<at::Tensor>> lengths(static_cast<size_t>(my_items)), ids(lengths.size()),
+        weights(lengths.size());
     int64_t l0 = 0, v0 = 0;
     for (int s = 0; s < world; ++s) {
       // The lengths a source sent must account for exactly the ids it sent.
@@ -187,7 +192,8 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
     }
   }
   for (size_t c = 0; c < columns_.features.size(); ++c) {
-    if (column_after_reduce_[c] != AfterReduce::kNone) out.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
+    if (column_after_reduce_[c] != AfterReduce::kNone)
+      out.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
   }
   return out;
 }
@@ -201,7 +207,8 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
   // (whole-bag owners apply the mean's 1/L themselves, in their backward).
   at::Tensor g = grad.contiguous().clone();
   for (size_t c = 0; c < columns_.features.size(); ++c) {
-    if (column_after_reduce_[c] != AfterReduce::kNone) g.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
+    if (column_after_reduce_[c] != AfterReduce::kNone)
+      g.narrow(1, column_offsets_[c], columns_.dims[c]).div_(mean_divisor(c));
   }
 
   std::vector<at::Tensor> sends;
@@ -213,7 +220,8 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
     if (!blocks.empty()) sends.push_back(at::cat(blocks, 1).reshape({-1}));
   }
   const std::vector<int64_t> recv_splits(static_cast<size_t>(world), batch * width_by_rank_[me]);
-  const at::Tensor received = comm_.all_to_all(cat_or_empty(sends, at::kFloat), scaled(width_by_rank_, batch), recv_splits);
+  const at::Tensor received =
+      comm_.all_to_all(cat_or_empty(sends, at::kFloat), scaled(width_by_rank_, batch), recv_splits);
   const int64_t width = width_by_rank_[me];
 
   std::vector<std::vector<GradientPart>> per_shard(shards_.size());

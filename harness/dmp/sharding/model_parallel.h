@@ -42,11 +42,11 @@ class ModelParallelSharding final : public EmbeddingSharding {
   // The divisor of a row-sharded mean column, [batch, 1].
   at::Tensor mean_divisor(size_t column) const;
   struct Item {
-    size_t table = 0;       // index into tables_
+    size_t table = 0;  // index into tables_
     std::string feature;
-    size_t column = 0;      // index of the feature in columns_
+    size_t column = 0;  // index of the feature in columns_
     Shard shard;
-    int local_shard = -1;   // index into shards_ on the owner
+    int local_shard = -1;     // index into shards_ on the owner
     bool local_mean = false;  // TorchRec #2362: the owner divides by its share of the bag
     bool owner_mean = false;  // the owner holds whole bags and pools them by their mean (table/column-wise)
   };
@@ -56,11 +56,11 @@ class ModelParallelSharding final : public EmbeddingSharding {
   std::vector<TableShard> shards_;
   bool divide_gradients_;
   bool deduplicate_;
-  bool mutate_sum_lengths_;                     // TorchRec #2808
+  bool mutate_sum_lengths_;  // TorchRec #2808
   std::vector<std::string> input_features_;
-  PooledColumns columns_;                       // model order
+  PooledColumns columns_;  // model order
   std::vector<int64_t> column_offsets_;
-  std::vector<size_t> column_table_;            // per column: index into tables_
+  std::vector<size_t> column_table_;         // per column: index into tables_
   std::vector<std::string> column_feature_;  // the batch key each column reads
   // Per column of a row-sharded table, what the summed partials are divided by here: nothing, L + eps
   // (mean pooling), or 1 + eps (sum pooling, when some row-sharded table averages: TorchRec >= 0.8
@@ -68,14 +68,14 @@ class ModelParallelSharding final : public EmbeddingSharding {
   enum class AfterReduce { kNone, kLength, kOne };
   std::vector<AfterReduce> column_after_reduce_;
   double mean_divisor_eps_ = 0.0;
-  std::vector<bool> column_row_split_sum_;      // per column: a sum-pooled row_wise/table_row_wise table
+  std::vector<bool> column_row_split_sum_;  // per column: a sum-pooled row_wise/table_row_wise table
   std::vector<std::vector<Item>> items_by_rank_;
-  std::vector<int64_t> width_by_rank_;          // pooled columns each owner returns per bag
+  std::vector<int64_t> width_by_rank_;  // pooled columns each owner returns per bag
 
   // From the last forward.
   int64_t local_batch_ = 0;
-  std::vector<at::Tensor> local_lengths_;       // per column: this rank's bag lengths
-  std::vector<Bags> owner_bags_;                // per item of this rank: global-batch bags
+  std::vector<at::Tensor> local_lengths_;  // per column: this rank's bag lengths
+  std::vector<Bags> owner_bags_;           // per item of this rank: global-batch bags
 };
 
 }  // namespace dmpcheck::dmp

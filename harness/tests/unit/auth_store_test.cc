@@ -26,7 +26,7 @@ TEST(AuthStore, DoesWhatC10dAsksOfAStore) {
   EXPECT_TRUE(a.check({"k", "n"}));
   EXPECT_FALSE(a.check({"k", "missing"}));
   EXPECT_EQ(a.getNumKeys(), 2);
-  EXPECT_EQ(a.compareSet("c", {}, bytes("first")), bytes("first"));      // absent, expected empty: set
+  EXPECT_EQ(a.compareSet("c", {}, bytes("first")), bytes("first"));         // absent, expected empty: set
   EXPECT_EQ(a.compareSet("c", bytes("nope"), bytes("x")), bytes("first"));  // mismatch: unchanged
   EXPECT_EQ(a.compareSet("c", bytes("first"), bytes("second")), bytes("second"));
   EXPECT_TRUE(b.deleteKey("c"));

@@ -94,14 +94,17 @@ tables:
     ADD_FAILURE() << "a batch of 3 bags was taken for 4";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
-    EXPECT_NE(std::string(e.what()).find(dir + "/batch1.pt: holds 3 bags per feature; this run needs batch_size 2 x world_size 2 = 4"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  dir + "/batch1.pt: holds 3 bags per feature; this run needs batch_size 2 x world_size 2 = 4"),
+              std::string::npos)
+        << e.what();
   }
   try {
     run::make_global_batch(replay.runs.at(0), 2);
     ADD_FAILURE() << "a missing batch file was not an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("batch2.pt does not exist; step 3 of the run reads it"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("batch2.pt does not exist; step 3 of the run reads it"), std::string::npos)
+        << e.what();
   }
   std::filesystem::remove_all(dir);
 }
@@ -157,7 +160,8 @@ TEST(Digest, Sha256AndHmacMatchTheirPublishedVectors) {
   const auto empty = sha256("");
   EXPECT_EQ(to_hex(empty.data(), empty.size()), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   const auto two_blocks = sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq");
-  EXPECT_EQ(to_hex(two_blocks.data(), two_blocks.size()), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(to_hex(two_blocks.data(), two_blocks.size()),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   EXPECT_EQ(hmac_hex("key", "The quick brown fox jumps over the lazy dog"),
             "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8");
   EXPECT_TRUE(constant_time_equal("abc", "abc"));

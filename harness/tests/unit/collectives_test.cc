@@ -25,7 +25,8 @@ void on_ranks(const std::string& backend, int world, const std::function<void(co
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        comm::Store store = comm::Store::connect("127.0.0.1", host.port(), "collectives-test", std::chrono::seconds(30));
+        comm::Store store =
+            comm::Store::connect("127.0.0.1", host.port(), "collectives-test", std::chrono::seconds(30));
         comm::BackendOptions options;
         options.timeout = std::chrono::seconds(30);
         options.local_rank = r;
@@ -88,7 +89,8 @@ void check_every_collective(const std::string& backend, int world) {
       for (int d = 0; d < me; ++d) start += (d + src) % 3;
       const int64_t rows = (me + src) % 3;
       const at::Tensor theirs = (at::arange(start * 2, (start + rows) * 2, at::kFloat) + 1000.0 * src).view({rows, 2});
-      EXPECT_TRUE(got.narrow(0, offset, rows).equal(theirs)) << "all_to_all block from rank " << src << " on rank " << me;
+      EXPECT_TRUE(got.narrow(0, offset, rows).equal(theirs))
+          << "all_to_all block from rank " << src << " on rank " << me;
       offset += rows;
     }
     EXPECT_EQ(got.size(0), offset);

@@ -40,7 +40,7 @@ TEST(EmbeddingBagCollection, ForwardIsKeyedByFeatureInTableOrder) {
   const at::Tensor& t1 = ebc.weight("t1");
   EXPECT_TRUE(out.at_key("f0")[0].equal(t0[9]));
   EXPECT_TRUE(out.at_key("f2")[0].allclose((t1[3] + t1[4]) / 2));  // mean pooling
-  EXPECT_TRUE(out.at_key("f2")[1].equal(at::zeros({2})));         // empty bag
+  EXPECT_TRUE(out.at_key("f2")[1].equal(at::zeros({2})));          // empty bag
 }
 
 // A feature two tables read is two lookups, keyed "<feature>@<table>" as TorchRec keys them;

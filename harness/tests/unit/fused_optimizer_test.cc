@@ -39,9 +39,10 @@ TEST(FusedOptimizer, AdagradMatchesFbgemmExactMathOverTwoSteps) {
     const double w1 = w0 - lr * gv / (std::sqrt(gv * gv) + eps);
     return w1 - lr * gv / (std::sqrt(2 * gv * gv) + eps);
   };
-  const at::Tensor expected = at::tensor({0.5f, -0.5f, static_cast<float>(expect(1.0, 0.2)), static_cast<float>(expect(2.0, 0.4)),
-                                          static_cast<float>(expect(-1.0, 0.3)), static_cast<float>(expect(0.25, -0.4))})
-                                  .view({3, 2});
+  const at::Tensor expected =
+      at::tensor({0.5f, -0.5f, static_cast<float>(expect(1.0, 0.2)), static_cast<float>(expect(2.0, 0.4)),
+                  static_cast<float>(expect(-1.0, 0.3)), static_cast<float>(expect(0.25, -0.4))})
+          .view({3, 2});
   EXPECT_TRUE(t.weight.allclose(expected, 0, 1e-6)) << t.weight << expected;
   const auto state = adagrad.state();
   ASSERT_EQ(state.size(), 1u);
@@ -152,16 +153,18 @@ TEST(FusedOptimizer, RowWiseAdagradKernelComputesItsFormulaExactly) {
         const float m = expected_momentum[r].item<float>() + mean_square[i].item<float>();
         expected_momentum[r] = m;
         const float mult = lr_f / (std::sqrt(m) + eps_f);
-        const float corr = l2 ? 1.0f - mult * wd_f
-                              : mode == WeightDecayMode::kDecoupled ? static_cast<float>(1.0 - lr * wd) : 1.0f;
+        const float corr = l2                                    ? 1.0f - mult * wd_f
+                           : mode == WeightDecayMode::kDecoupled ? static_cast<float>(1.0 - lr * wd)
+                                                                 : 1.0f;
         for (int64_t j = 0; j < dim; ++j) {
           expected[r][j] = expected[r][j].item<float>() * corr - mult * g[i][j].item<float>();
         }
       }
       opt.apply(weight, RowGradients{rows, g});
-      EXPECT_TRUE(weight.equal(expected)) << "mode " << weight_decay_mode_name(mode) << " dim " << dim
-                                          << " max diff " << (weight - expected).abs().max().item<float>();
-      EXPECT_TRUE(opt.state()[0].tensor.equal(expected_momentum)) << "mode " << weight_decay_mode_name(mode) << " dim " << dim;
+      EXPECT_TRUE(weight.equal(expected)) << "mode " << weight_decay_mode_name(mode) << " dim " << dim << " max diff "
+                                          << (weight - expected).abs().max().item<float>();
+      EXPECT_TRUE(opt.state()[0].tensor.equal(expected_momentum))
+          << "mode " << weight_decay_mode_name(mode) << " dim " << dim;
     }
   }
 }
@@ -174,7 +177,7 @@ TEST(FusedOptimizer, AdamCountsEveryStepAndLeavesUntouchedRowsAlone) {
   c.weight_decay = 0.01;
   FusedOptimizer opt(c, 2, 2);
   const RowGradients none{at::empty({0}, at::kLong), at::empty({0, 2}, at::kFloat)};
-  opt.apply(t.weight, none);  // step 1 touches nothing
+  opt.apply(t.weight, none);     // step 1 touches nothing
   opt.apply(t.weight, t.grads);  // step 2
   EXPECT_EQ(opt.step(), 2);
   // m1 = 0.1 g, m2 = 0.001 g^2; corrections use t = 2.

@@ -64,13 +64,15 @@ TEST(KeyedJaggedTensor, RejectsLengthsNotAMultipleOfKeys) {
 }
 
 TEST(KeyedJaggedTensor, RejectsDuplicateKeysAndFloatIds) {
-  EXPECT_NE(error_of([] { KeyedJaggedTensor({"a", "a"}, longs({}), longs({0, 0})); }).find("unique"), std::string::npos);
+  EXPECT_NE(error_of([] {
+              KeyedJaggedTensor({"a", "a"}, longs({}), longs({0, 0}));
+            }).find("unique"),
+            std::string::npos);
   EXPECT_NE(error_of([] { KeyedJaggedTensor({"a"}, at::ones({1}), longs({1})); }).find("int64"), std::string::npos);
 }
 
 TEST(KeyedJaggedTensor, RejectsWeightsOfTheWrongSize) {
-  const std::string message =
-      error_of([] { KeyedJaggedTensor({"f0"}, longs({1, 2}), longs({2}), at::ones({3})); });
+  const std::string message = error_of([] { KeyedJaggedTensor({"f0"}, longs({1, 2}), longs({2}), at::ones({3})); });
   EXPECT_NE(message.find("one weight per id (2)"), std::string::npos) << message;
 }
 

@@ -151,7 +151,10 @@ void expect_torchrec_plans(const std::string& release, bool counts_optimizer_sta
     in.topology = {world, c.value("lws", world), 0};
     const std::string opt = c.value("opt", "sgd");
     for (const auto& t : c.at("tables")) {
-      EmbeddingBagConfig table{t.at("name"), t.at("rows"), t.at("dim"), {"f_" + t.at("name").get<std::string>()},
+      EmbeddingBagConfig table{t.at("name"),
+                               t.at("rows"),
+                               t.at("dim"),
+                               {"f_" + t.at("name").get<std::string>()},
                                t.value("pooling", "sum") == "mean" ? PoolingType::kMean : PoolingType::kSum};
       table.weighted = c.value("weighted", false);
       table.data_type = t.value("data_type", "fp32");
@@ -190,7 +193,9 @@ void expect_torchrec_plans(const std::string& release, bool counts_optimizer_sta
 }
 
 TEST(Planner, PlacesEveryShardWhereTorchRec192Does) { expect_torchrec_plans("1.9.2", /*counts_optimizer_state=*/true); }
-TEST(Planner, PlacesEveryShardWhereTorchRec060Does) { expect_torchrec_plans("0.6.0", /*counts_optimizer_state=*/false); }
+TEST(Planner, PlacesEveryShardWhereTorchRec060Does) {
+  expect_torchrec_plans("0.6.0", /*counts_optimizer_state=*/false);
+}
 
 }  // namespace
 }  // namespace dmpcheck::dmp

@@ -18,8 +18,12 @@ RankEnvironment from(const std::map<std::string, std::string>& vars) {
 }
 
 TEST(Rendezvous, ReadsTheTorchrunVariables) {
-  const RankEnvironment env = from({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-                                    {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}});
+  const RankEnvironment env = from({{"RANK", "3"},
+                                    {"WORLD_SIZE", "4"},
+                                    {"LOCAL_RANK", "1"},
+                                    {"LOCAL_WORLD_SIZE", "2"},
+                                    {"MASTER_ADDR", "node0"},
+                                    {"MASTER_PORT", "29500"}});
   EXPECT_EQ(env.rank, 3);
   EXPECT_EQ(env.world_size, 4);
   EXPECT_EQ(env.local_rank, 1);
@@ -29,16 +33,23 @@ TEST(Rendezvous, ReadsTheTorchrunVariables) {
 }
 
 TEST(Rendezvous, ReadsSlurmAndOpenMpiAndPmiVariables) {
-  const RankEnvironment slurm = from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                                      {"SLURM_NTASKS_PER_NODE", "4(x2)"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"}});
+  const RankEnvironment slurm = from({{"SLURM_PROCID", "5"},
+                                      {"SLURM_NTASKS", "8"},
+                                      {"SLURM_LOCALID", "1"},
+                                      {"SLURM_NTASKS_PER_NODE", "4(x2)"},
+                                      {"MASTER_ADDR", "n0"},
+                                      {"MASTER_PORT", "29500"}});
   EXPECT_EQ(slurm.launcher, "slurm");
   EXPECT_EQ(slurm.rank, 5);
   EXPECT_EQ(slurm.world_size, 8);
   EXPECT_EQ(slurm.local_rank, 1);
   EXPECT_EQ(slurm.local_world_size, 4);
-  const RankEnvironment ompi = from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                                     {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"}});
+  const RankEnvironment ompi = from({{"OMPI_COMM_WORLD_RANK", "1"},
+                                     {"OMPI_COMM_WORLD_SIZE", "2"},
+                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                     {"MASTER_ADDR", "n0"},
+                                     {"MASTER_PORT", "29500"}});
   EXPECT_EQ(ompi.launcher, "openmpi");
   EXPECT_EQ(ompi.rank, 1);
   EXPECT_EQ(ompi.local_world_size, 2);
@@ -78,13 +89,18 @@ namespace dmpcheck::comm {
 namespace {
 
 std::map<std::string, std::string> two_hosts(std::map<std::string, std::string> extra = {}) {
-  std::map<std::string, std::string> vars = {{"RANK", "1"},        {"WORLD_SIZE", "2"},      {"LOCAL_RANK", "0"},
-                                             {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  std::map<std::string, std::string> vars = {{"RANK", "1"},
+                                             {"WORLD_SIZE", "2"},
+                                             {"LOCAL_RANK", "0"},
+                                             {"LOCAL_WORLD_SIZE", "1"},
+                                             {"MASTER_ADDR", "127.0.0.1"},
+                                             {"MASTER_PORT", "29500"}};
   for (const auto& [k, v] : extra) vars[k] = v;
   return vars;
 }
 
-std::map<std::string, std::string> with(std::map<std::string, std::string> vars, const std::string& k, const std::string& v) {
+std::map<std::string, std::string> with(std::map<std::string, std::string> vars, const std::string& k,
+                                        const std::string& v) {
   vars[k] = v;
   return vars;
 }
@@ -94,7 +110,8 @@ TEST(RendezvousStore, UnderTorchrunsAgentStoreDmpchecksStoreMovesToTheNextPort) 
   const RankEnvironment agent = from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
   EXPECT_TRUE(agent.agent_store);
   EXPECT_EQ(agent.store_port, 29501);
-  EXPECT_EQ(from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"DMPCHECK_STORE_PORT", "40000"}})).store_port, 40000);
+  EXPECT_EQ(from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"DMPCHECK_STORE_PORT", "40000"}})).store_port,
+            40000);
   EXPECT_FALSE(from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "False"}})).agent_store);
   try {
     from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"MASTER_PORT", "65535"}}));
@@ -126,7 +143,8 @@ TEST(RendezvousGloo, AcrossHostsNeverListensOnLoopback) {
     gloo_listen_address(from(with(two_hosts(), "MASTER_ADDR", "no-such-host.invalid")));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR 'no-such-host.invalid' does not resolve"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR 'no-such-host.invalid' does not resolve"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -33,7 +33,7 @@ TEST(Reports, EveryReportNamesTheFailingTensors) {
   EXPECT_NE(render_verdict_line(suite.results[0]).find(needle), std::string::npos);
   const std::string html = render_html(suite, "");
   EXPECT_NE(html.find("id=\"broadcast-cost\""), std::string::npos);
-  EXPECT_NE(html.find("apt-get install libjs-chart.js"), std::string::npos);  // no Chart.js given: says how
+  EXPECT_NE(html.find("apt-get install libjs-chart.js"), std::string::npos);           // no Chart.js given: says how
   EXPECT_NE(html.find("ebc.embedding_bags.small_table_1.weight"), std::string::npos);  // the divergence table
 }
 
@@ -56,16 +56,16 @@ TEST(Reports, JunitEscapesMarkup) {
 
 // One policy from outcome to exit status (docs/errors.md), and the names reports carry.
 TEST(Outcomes, OneExitStatusPolicyAndStableNames) {
+  using dmpcheck::check::exit_status;
   using dmpcheck::check::FailureKind;
   using dmpcheck::check::Verdict;
-  using dmpcheck::check::exit_status;
   EXPECT_EQ(exit_status(Verdict::kPass, std::nullopt), 0);
   EXPECT_EQ(exit_status(Verdict::kSkipped, std::nullopt), 0);
   EXPECT_EQ(exit_status(Verdict::kFail, std::nullopt), 1);
   EXPECT_EQ(exit_status(Verdict::kError, FailureKind::kInvalidScenario), 2);
-  for (FailureKind k : {FailureKind::kInvalidInput, FailureKind::kCommunication, FailureKind::kTimeout, FailureKind::kRankFailed,
-                        FailureKind::kInternal, FailureKind::kCrashed, FailureKind::kTorchRec, FailureKind::kUnsupported,
-                        FailureKind::kImport}) {
+  for (FailureKind k : {FailureKind::kInvalidInput, FailureKind::kCommunication, FailureKind::kTimeout,
+                        FailureKind::kRankFailed, FailureKind::kInternal, FailureKind::kCrashed, FailureKind::kTorchRec,
+                        FailureKind::kUnsupported, FailureKind::kImport}) {
     EXPECT_EQ(exit_status(Verdict::kError, k), 3) << dmpcheck::check::failure_kind_name(k);
   }
   EXPECT_EQ(exit_status(Verdict::kError, FailureKind::kInterrupted), 130);

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "scenario/scenario.h"
 #include "run/data_generator.h"
+#include "scenario/scenario.h"
 
 #include <ATen/ATen.h>
 
@@ -75,7 +75,8 @@ expect:
 
 TEST(ScenarioLoader, ImpossibleValuesNameFileLineFieldAndExpectation) {
   const std::string message = error_of(replace(kMinimal, "rows: 20", "rows: 0"));
-  EXPECT_NE(message.find("s.yaml:7: field 'tables[1].rows': expected an integer in [1, "), std::string::npos) << message;
+  EXPECT_NE(message.find("s.yaml:7: field 'tables[1].rows': expected an integer in [1, "), std::string::npos)
+      << message;
   EXPECT_NE(message.find("got '0'"), std::string::npos) << message;
 }
 
@@ -106,7 +107,8 @@ TEST(ScenarioLoader, AFeatureNoTableReadsIsRejected) {
 
 TEST(ScenarioLoader, UnknownProfileListsTheKnownOnes) {
   const std::string message = error_of(std::string(kMinimal) + "profile: torchrec-9\n");
-  EXPECT_NE(message.find("field 'profile': expected one of torchrec-0.6, torchrec-0.8, torchrec-1.9, current"), std::string::npos)
+  EXPECT_NE(message.find("field 'profile': expected one of torchrec-0.6, torchrec-0.8, torchrec-1.9, current"),
+            std::string::npos)
       << message;
 }
 
@@ -118,8 +120,7 @@ TEST(ScenarioLoader, ConstraintRankOutsideTheWorldIsRejected) {
 }
 
 TEST(ScenarioLoader, DivergeNeedsKnownTables) {
-  const std::string message =
-      error_of(std::string(kMinimal) + "expect:\n  - replicas: diverge\n    diverged: [t7]\n");
+  const std::string message = error_of(std::string(kMinimal) + "expect:\n  - replicas: diverge\n    diverged: [t7]\n");
   EXPECT_NE(message.find("s.yaml:14: field 'expect[0].diverged[0]': 't7' is neither a table"), std::string::npos)
       << message;
 }
@@ -145,7 +146,8 @@ TEST(ScenarioLoader, MissingFileIsAnError) {
 }
 
 TEST(ScenarioLoader, TheSeedScenarioIsValid) {
-  const Scenario s = load_scenario_file(DMPCHECK_SOURCE_DIR "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml");
+  const Scenario s =
+      load_scenario_file(DMPCHECK_SOURCE_DIR "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml");
   // The reference under two profiles x two init modes, and two real releases x two init modes
   // (a release cell has no profile: it appears once).
   ASSERT_EQ(s.runs.size(), 8u);
@@ -167,10 +169,11 @@ namespace dmpcheck::scenario {
 namespace {
 
 TEST(ScenarioLoaderSystem, AReleaseCellDropsTheProfileAxisAndIsNamedBySystem) {
-  const std::string text = std::string(kMinimal) +
-                           "matrix:\n  profile: [torchrec-0.6, current]\n  system: [reference, torchrec==1.9.2]\n"
-                           "expect:\n  - when: {system: torchrec==1.9.2}\n    reference: {profile: current, rtol: 0, atol: 0}\n"
-                           "  - replicas: equal\n";
+  const std::string text =
+      std::string(kMinimal) +
+      "matrix:\n  profile: [torchrec-0.6, current]\n  system: [reference, torchrec==1.9.2]\n"
+      "expect:\n  - when: {system: torchrec==1.9.2}\n    reference: {profile: current, rtol: 0, atol: 0}\n"
+      "  - replicas: equal\n";
   const Scenario s = load_scenario_text(text, "s.yaml");
   ASSERT_EQ(s.runs.size(), 3u);  // two reference cells, one release cell
   EXPECT_EQ(s.runs[0].name, "profile=torchrec-0.6");
@@ -193,34 +196,42 @@ TEST(ScenarioLoaderSystem, WhatAReleaseCellCannotRunIsRefusedAtLoad) {
   EXPECT_NE(error_of(std::string(kMinimal) + "system: torchrec==1.9.2\nexpect:\n  - global_model: true\n")
                 .find("the unsharded-model check runs on the reference only"),
             std::string::npos);
-  EXPECT_NE(error_of(std::string(kMinimal) + "expect:\n  - reference: true\n").find("compares a TorchRec release with the reference"),
+  EXPECT_NE(error_of(std::string(kMinimal) + "expect:\n  - reference: true\n")
+                .find("compares a TorchRec release with the reference"),
             std::string::npos);
 }
 
 TEST(ScenarioLoaderSystem, ReleasesSaidToShowABugNeedACell) {
   const std::string reproduces =
-      "reproduces:\n  url: u\n  bug_profile: torchrec-0.6\n  fix_profile: current\n  releases:\n    torchrec==0.6.0: bug\n";
+      "reproduces:\n  url: u\n  bug_profile: torchrec-0.6\n  fix_profile: current\n  releases:\n    torchrec==0.6.0: "
+      "bug\n";
   EXPECT_NE(error_of(std::string(kMinimal) + reproduces)
-                .find("field 'reproduces.releases.torchrec==0.6.0': says 'bug' but no run of the scenario runs on torchrec==0.6.0"),
+                .find("field 'reproduces.releases.torchrec==0.6.0': says 'bug' but no run of the scenario runs on "
+                      "torchrec==0.6.0"),
             std::string::npos);
   EXPECT_NE(error_of(std::string(kMinimal) + replace(reproduces, ": bug", ": maybe"))
                 .find("expected bug, fixed, absent, or 'not runnable: <why>'"),
             std::string::npos);
-  const Scenario s = load_scenario_text(std::string(kMinimal) + replace(reproduces, ": bug", ": 'not runnable: resume'"), "s.yaml");
+  const Scenario s =
+      load_scenario_text(std::string(kMinimal) + replace(reproduces, ": bug", ": 'not runnable: resume'"), "s.yaml");
   ASSERT_EQ(s.reproduces->releases.size(), 1u);
   EXPECT_EQ(s.reproduces->releases[0].second, "not runnable: resume");
   // With the release in the matrix it loads.
-  EXPECT_NO_THROW(load_scenario_text(std::string(kMinimal) + reproduces + "matrix:\n  system: [reference, torchrec==0.6.0]\n", "s.yaml"));
+  EXPECT_NO_THROW(load_scenario_text(
+      std::string(kMinimal) + reproduces + "matrix:\n  system: [reference, torchrec==0.6.0]\n", "s.yaml"));
   // Confirmed on a release, not modelled: no profiles, a release that shows it.
-  const std::string release_only = "reproduces:\n  url: u\n  releases:\n    torchrec==0.6.0: bug\n    torchrec==1.9.2: fixed\n";
-  const Scenario confirmed = load_scenario_text(std::string(kMinimal) + release_only +
-                                                    "matrix:\n  system: [torchrec==0.6.0, torchrec==1.9.2]\n", "s.yaml");
+  const std::string release_only =
+      "reproduces:\n  url: u\n  releases:\n    torchrec==0.6.0: bug\n    torchrec==1.9.2: fixed\n";
+  const Scenario confirmed = load_scenario_text(
+      std::string(kMinimal) + release_only + "matrix:\n  system: [torchrec==0.6.0, torchrec==1.9.2]\n", "s.yaml");
   EXPECT_TRUE(confirmed.reproduces->bug_profile.empty());
   // Neither: nothing says where it shows.
-  EXPECT_NE(error_of(std::string(kMinimal) + "reproduces:\n  url: u\n").find("say where the bug shows"), std::string::npos);
-  // One profile without the other.
-  EXPECT_NE(error_of(std::string(kMinimal) + "reproduces:\n  url: u\n  bug_profile: torchrec-0.6\n").find("fix_profile"),
+  EXPECT_NE(error_of(std::string(kMinimal) + "reproduces:\n  url: u\n").find("say where the bug shows"),
             std::string::npos);
+  // One profile without the other.
+  EXPECT_NE(
+      error_of(std::string(kMinimal) + "reproduces:\n  url: u\n  bug_profile: torchrec-0.6\n").find("fix_profile"),
+      std::string::npos);
 }
 
 }  // namespace
@@ -255,9 +266,10 @@ TEST(Preflight, APlanThatFailsIsRefusedBeforeAnyRankStarts) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidScenario);
-    EXPECT_NE(std::string(e.what()).find("run 'default': the plan fails: table 't' (10 x 10) fits nowhere: column_wise would "
-                                         "put 400 bytes on rank 0 (limit 100)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("run 'default': the plan fails: table 't' (10 x 10) fits nowhere: column_wise would "
+                                   "put 400 bytes on rank 0 (limit 100)"),
+        std::string::npos)
         << e.what();
   }
 }
@@ -276,7 +288,8 @@ TEST(Preflight, AModelOverTheHostsMemoryIsRefusedWithTheNumbers) {
     run::preflight(s, int64_t{1} << 30);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("its 2 rank(s) on this host would hold about 2.0 GiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("its 2 rank(s) on this host would hold about 2.0 GiB"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("but this host has 1.0 GiB available"), std::string::npos) << e.what();
   }
 }
@@ -290,8 +303,9 @@ namespace {
 TEST(ScenarioLoaderSystem, WeightedMeanPoolingRunsOnAReleaseNotOnTheReference) {
   const std::string table = "tables:\n  - {name: t, rows: 8, dim: 4, features: [f], pooling: mean, weighted: true}\n";
   EXPECT_NO_THROW(load_scenario_text("version: 1\nname: w\nsystem: torchrec==1.9.2\n" + table, "w.yaml"));
-  EXPECT_NE(error_of("version: 1\nname: w\n" + table).find("weighted features with mean pooling are not modelled by the "
-                                                             "reference DMP (TorchRec accepts them); use sum"),
+  EXPECT_NE(error_of("version: 1\nname: w\n" + table)
+                .find("weighted features with mean pooling are not modelled by the "
+                      "reference DMP (TorchRec accepts them); use sum"),
             std::string::npos);
 }
 
@@ -320,27 +334,40 @@ TEST(ScenarioLoader, InlineBatchesBecomeTheGlobalBatchInRankOrder) {
 }
 
 TEST(ScenarioLoader, InlineBatchesAreCheckedAgainstTheRun) {
-  EXPECT_NE(error_of(replace(kInline, "[[1, 2], [3]]", "[[1, 2], [3], [4]]")).find("s.yaml:11: field 'data.batches[0][0].f0': has 3 bags; each rank's batch has batch_size = 2"),
+  EXPECT_NE(error_of(replace(kInline, "[[1, 2], [3]]", "[[1, 2], [3], [4]]"))
+                .find("s.yaml:11: field 'data.batches[0][0].f0': has 3 bags; each rank's batch has batch_size = 2"),
             std::string::npos);
-  EXPECT_NE(error_of(replace(kInline, "[9, 9, 9]", "[9, 10, 9]")).find("field 'data.batches[0][1].f0[1][1]': expected an integer in [0, 9], got '10'"),
+  EXPECT_NE(error_of(replace(kInline, "[9, 9, 9]", "[9, 10, 9]"))
+                .find("field 'data.batches[0][1].f0[1][1]': expected an integer in [0, 9], got '10'"),
             std::string::npos);
-  EXPECT_NE(error_of(replace(kInline, "lengths: [0, 1]", "lengths: [1, 1]")).find("'data.batches[0][0].f1.lengths': add up to 2 but there are 1 ids"),
+  EXPECT_NE(error_of(replace(kInline, "lengths: [0, 1]", "lengths: [1, 1]"))
+                .find("'data.batches[0][0].f1.lengths': add up to 2 but there are 1 ids"),
             std::string::npos);
-  EXPECT_NE(error_of(replace(kInline, "steps: 1", "steps: 2")).find("'data.batches': gives 1 step(s) but the run trains 2 steps"),
+  EXPECT_NE(error_of(replace(kInline, "steps: 1", "steps: 2"))
+                .find("'data.batches': gives 1 step(s) but the run trains 2 steps"),
             std::string::npos);
-  EXPECT_NE(error_of(replace(kInline, "world_size: 2", "world_size: 3")).find("'data.batches[0]': expected a list of 3 ranks' batches"),
+  EXPECT_NE(error_of(replace(kInline, "world_size: 2", "world_size: 3"))
+                .find("'data.batches[0]': expected a list of 3 ranks' batches"),
             std::string::npos);
-  EXPECT_NE(error_of(replace(kInline, "{f0: [[], [9, 9, 9]]}", "{f2: [[], []]}")).find("no table reads feature 'f2'; features: f0, f1"),
+  EXPECT_NE(error_of(replace(kInline, "{f0: [[], [9, 9, 9]]}", "{f2: [[], []]}"))
+                .find("no table reads feature 'f2'; features: f0, f1"),
             std::string::npos);
-  EXPECT_NE(error_of(replace(kInline, "ids: [19]", "ids: [19], weights: [2.0]")).find("table 't1', which is not weighted"),
+  EXPECT_NE(
+      error_of(replace(kInline, "ids: [19]", "ids: [19], weights: [2.0]")).find("table 't1', which is not weighted"),
+      std::string::npos);
+  EXPECT_NE(error_of(replace(kInline, "data:\n", "data:\n  seed: 3\n"))
+                .find("'data.seed': configures generated batches; this run replays data.batches"),
             std::string::npos);
-  EXPECT_NE(error_of(replace(kInline, "data:\n", "data:\n  seed: 3\n")).find("'data.seed': configures generated batches; this run replays data.batches"),
+  EXPECT_NE(error_of(replace(kInline, "data:\n  batches:", "data:\n  from: /nonexistent/batches\n  unused:"))
+                .find("unknown key"),
             std::string::npos);
-  EXPECT_NE(error_of(replace(kInline, "data:\n  batches:", "data:\n  from: /nonexistent/batches\n  unused:")).find("unknown key"),
-            std::string::npos);
-  const std::string no_dir = error_of(replace(kInline, "data:\n  batches:\n    - - {f0: [[1, 2], [3]], f1: {ids: [19], lengths: [0, 1]}}\n      - {f0: [[], [9, 9, 9]]}\n",
+  const std::string no_dir = error_of(replace(kInline,
+                                              "data:\n  batches:\n    - - {f0: [[1, 2], [3]], f1: {ids: [19], lengths: "
+                                              "[0, 1]}}\n      - {f0: [[], [9, 9, 9]]}\n",
                                               "data: {from: no-such-dir}\n"));
-  EXPECT_NE(no_dir.find("field 'data.from': no-such-dir is not a directory (expected one holding batch0.pt"), std::string::npos) << no_dir;
+  EXPECT_NE(no_dir.find("field 'data.from': no-such-dir is not a directory (expected one holding batch0.pt"),
+            std::string::npos)
+      << no_dir;
 }
 
 TEST(ScenarioLoader, InlineWeightsOfAWeightedTableAreKept) {
@@ -356,21 +383,28 @@ TEST(ScenarioLoader, TheTorchrecAxesApplyToReleaseCellsOnly) {
   const Scenario s = load_scenario_text(std::string(kMinimal) + R"(matrix:
   system: [reference, torchrec==1.9.2]
   torchrec.sharder: [stock, extended]
-)", "s.yaml");
+)",
+                                        "s.yaml");
   std::vector<std::string> names;
   for (const auto& r : s.runs) names.push_back(r.name + "|" + r.torchrec_sharder);
   EXPECT_EQ(names, (std::vector<std::string>{"default|stock", "system=torchrec==1.9.2 torchrec.sharder=stock|stock",
                                              "system=torchrec==1.9.2 torchrec.sharder=extended|extended"}));
-  EXPECT_NE(error_of(std::string(kMinimal) + "torchrec: {sharder: patched}\n").find("field 'torchrec.sharder': expected one of extended, stock"),
+  EXPECT_NE(error_of(std::string(kMinimal) + "torchrec: {sharder: patched}\n")
+                .find("field 'torchrec.sharder': expected one of extended, stock"),
             std::string::npos);
 }
 
 TEST(ScenarioLoader, InitLoadAndInitialStateNeedInitFrom) {
-  EXPECT_NE(error_of(std::string(kMinimal) + "init: {load: before_wrap}\n").find("field 'init.load': says when init.from's weights are loaded; give init.from"),
+  EXPECT_NE(error_of(std::string(kMinimal) + "init: {load: before_wrap}\n")
+                .find("field 'init.load': says when init.from's weights are loaded; give init.from"),
             std::string::npos);
-  EXPECT_NE(error_of(std::string(kMinimal) + "expect:\n  - {initial_state: from}\n").find("field 'expect[0].initial_state': compares the initial state with init.from; run 'default' has no init.from"),
+  EXPECT_NE(error_of(std::string(kMinimal) + "expect:\n  - {initial_state: from}\n")
+                .find("field 'expect[0].initial_state': compares the initial state with init.from; run 'default' has "
+                      "no init.from"),
             std::string::npos);
-  const Scenario s = load_scenario_text(std::string(kMinimal) + "init: {from: /w.pt, load: before_wrap}\nexpect:\n  - {initial_state: not_from}\n", "s.yaml");
+  const Scenario s = load_scenario_text(
+      std::string(kMinimal) + "init: {from: /w.pt, load: before_wrap}\nexpect:\n  - {initial_state: not_from}\n",
+      "s.yaml");
   EXPECT_TRUE(s.runs.at(0).init.load_before_wrap);
   EXPECT_EQ(s.runs.at(0).expect.initial_state, std::optional<bool>(false));
 }
@@ -379,14 +413,16 @@ TEST(ScenarioLoader, InitLoadAndInitialStateNeedInitFrom) {
 TEST(ScenarioLoader, AnEmbeddingBagModuleIsOneTableReadingOneFeature) {
   // Two tables: refused at the key, with its line.
   std::string message = error_of(std::string(kMinimal) + "torchrec: {module: embedding_bag}\n");
-  EXPECT_NE(message.find("s.yaml:12: field 'torchrec.module': 'embedding_bag' is one torch.nn.EmbeddingBag: the scenario "
-                         "must have one table reading one feature"),
-            std::string::npos)
+  EXPECT_NE(
+      message.find("s.yaml:12: field 'torchrec.module': 'embedding_bag' is one torch.nn.EmbeddingBag: the scenario "
+                   "must have one table reading one feature"),
+      std::string::npos)
       << message;
   const std::string one = "version: 1\nname: bag\ntables:\n  - {name: bag, rows: 8, dim: 4, features: [f]}\n";
   message = error_of(one + "torchrec: {module: embedding_bag, sharder: extended}\n");
-  EXPECT_NE(message.find("field 'torchrec.sharder': an nn.EmbeddingBag is sharded by TorchRec's own EmbeddingBagSharder"),
-            std::string::npos)
+  EXPECT_NE(
+      message.find("field 'torchrec.sharder': an nn.EmbeddingBag is sharded by TorchRec's own EmbeddingBagSharder"),
+      std::string::npos)
       << message;
   const Scenario s = load_scenario_text(one + "torchrec: {module: embedding_bag}\n", "s.yaml");
   EXPECT_EQ(s.runs.at(0).torchrec_module, "embedding_bag");
@@ -395,14 +431,16 @@ TEST(ScenarioLoader, AnEmbeddingBagModuleIsOneTableReadingOneFeature) {
 
 TEST(ScenarioLoader, AnExpectedErrorIsTypedByItsFailureKind) {
   std::string message = error_of(std::string(kMinimal) + "expect:\n  - error: \"not supported\"\n");
-  EXPECT_NE(message.find("s.yaml:13: field 'expect[0].error': expected a mapping {kind: <failure kind>, message: <text the "
-                         "message contains>}"),
-            std::string::npos)
+  EXPECT_NE(
+      message.find("s.yaml:13: field 'expect[0].error': expected a mapping {kind: <failure kind>, message: <text the "
+                   "message contains>}"),
+      std::string::npos)
       << message;
   message = error_of(std::string(kMinimal) + "expect:\n  - error: {kind: oops}\n");
   EXPECT_NE(message.find("field 'expect[0].error.kind'"), std::string::npos) << message;
   EXPECT_NE(message.find("torchrec"), std::string::npos) << message;  // the kinds it may be
-  const Scenario s = load_scenario_text(std::string(kMinimal) + "expect:\n  - error: {kind: communication, message: plan}\n", "s.yaml");
+  const Scenario s = load_scenario_text(
+      std::string(kMinimal) + "expect:\n  - error: {kind: communication, message: plan}\n", "s.yaml");
   const auto& expected = *s.runs.at(0).expect.error;
   EXPECT_EQ(expected.kind, FailureKind::kCommunication);
   EXPECT_TRUE(expected.matches(FailureKind::kCommunication, "rank 1 holds a different sharding plan"));

@@ -77,7 +77,8 @@ TEST(UnshardedModel, TracksTheReferenceDmpOnOneRankWithEveryOptimizer) {
     options.dense_optimizer.learning_rate = 0.01;
     std::string where;
     const double worst = worst_difference(options, 4, &where);
-    EXPECT_FALSE(std::isnan(worst)) << dmp::fused_optimizer_name(type) << ": the two models name their tensors differently";
+    EXPECT_FALSE(std::isnan(worst)) << dmp::fused_optimizer_name(type)
+                                    << ": the two models name their tensors differently";
     EXPECT_LE(worst, 0.0) << dmp::fused_optimizer_name(type) << ": " << where;
   }
 }

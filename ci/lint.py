@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""Fails when the code is not clang-formatted (.clang-format) or clang-tidy finds something
+(.clang-tidy) in a translation unit of the library, the CLI or the module.
+
+    /usr/bin/python3 ci/lint.py [--build-dir build] [--no-tidy]
+
+Runs after a build (it reads the build's compile_commands.json).  First it lints
+tests/lint/violations.cc, which breaks both rules on purpose, and stops if either tool stays
+silent there: a lint that passes because its configuration was not read proves nothing.
+clang-tidy parses libtorch's headers for every file (about 5 s each), so its verdicts are cached
+under ~/.cache/dmpcheck/tidy, keyed by the tool, the configuration, the compile command and the
+preprocessed source (this checkout's own path left out): a file is re-checked exactly when
+something it sees has changed.
+"""
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLANG_FORMAT = "clang-format-14"
+CLANG_TIDY = "clang-tidy-14"
+CLANG = "clang++-14"
+VIOLATIONS = ROOT / "tests/lint/violations.cc"
+
+
+def sources():
+    out = subprocess.run(["git", "ls-files", "harness/*.cc", "harness/*.h", "tests/*.cc"], cwd=ROOT,
+                         check=True, capture_output=True, text=True).stdout.split()
+    return [f for f in out if not f.startswith("tests/lint/")]
+
+
+def format_findings(files):
+    r = subprocess.run([CLANG_FORMAT, "--dry-run", "--Werror", *files], cwd=ROOT, capture_output=True, text=True)
+    return sorted({line.split(":")[0] for line in r.stderr.splitlines() if ": error:" in line}) if r.returncode else []
+
+
+def clang_arguments(entry):
+    """The entry's compile command without GCC's precompiled header (clang cannot read it)."""
+    args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
+    out, i = [], 1
+    while i < len(args):
+        a = args[i]
+        if a in ("-o", "-MF", "-MT", "-include") and i + 1 < len(args):
+            if a == "-include" and not args[i + 1].endswith("cmake_pch.hxx"):
+                out += args[i:i + 2]
+            i += 2
+            continue
+        if a in ("-c", "-MD", "-Winvalid-pch") or a == entry["file"]:
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def tidy(entry, cache_dir, config_key):
+    """(file, findings text or '', from cache)."""
+    args = clang_arguments(entry)
+    pre = subprocess.run([CLANG, "-E", "-P", *args, entry["file"]], cwd=entry["directory"], capture_output=True)
+    # Paths of this checkout are left out, so that a fresh clone elsewhere hits the same entries.
+    here = str(ROOT).encode()
+    key = hashlib.sha256(config_key + b"\0".join(x.encode().replace(here, b"<root>") for x in [*args, entry["file"]]) +
+                         pre.stdout.replace(here, b"<root>")).hexdigest()
+    cached = cache_dir / key if cache_dir and pre.returncode == 0 else None
+    if cached and cached.exists():
+        return entry["file"], cached.read_text(), True
+    r = subprocess.run([CLANG_TIDY, "--quiet", f"--config-file={ROOT / '.clang-tidy'}", entry["file"], "--",
+                        *args], cwd=entry["directory"], capture_output=True, text=True)
+    findings = "\n".join(line for line in (r.stdout + r.stderr).splitlines()
+                         if re.search(r": (error|warning):", line))
+    if r.returncode != 0 and not findings:
+        findings = f"{entry['file']}: clang-tidy failed ({r.returncode}):\n{r.stderr[-2000:]}"
+    if cached:
+        cached.write_text(findings)
+    return entry["file"], findings, False
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build-dir", default=os.environ.get("DMPCHECK_BUILD_DIR", "build"))
+    parser.add_argument("--no-tidy", action="store_true", help="check the format only")
+    options = parser.parse_args()
+
+    # The rules must bite: the deliberate violations are found, or nothing below means anything.
+    if not format_findings([str(VIOLATIONS.relative_to(ROOT))]):
+        sys.exit(f"ci/lint.py: {CLANG_FORMAT} found nothing in {VIOLATIONS}, which is misformatted on purpose")
+    config_key = (subprocess.run([CLANG_TIDY, "--version"], capture_output=True, text=True).stdout +
+                  (ROOT / ".clang-tidy").read_text()).encode()
+    probe = {"directory": str(ROOT), "file": str(VIOLATIONS), "command": f"c++ -std=c++17 -c {VIOLATIONS}"}
+    if not options.no_tidy and not re.search(r"bugprone-use-after-move", tidy(probe, None, config_key)[1]):
+        sys.exit(f"ci/lint.py: {CLANG_TIDY} did not find the use after move in {VIOLATIONS}")
+
+    files = sources()
+    misformatted = format_findings(files)
+    for f in misformatted:
+        print(f"ci/lint.py: {f} is not clang-formatted (fix: {CLANG_FORMAT} -i {f})")
+    print(f"ci/lint.py: format: {len(files) - len(misformatted)} of {len(files)} files as .clang-format says")
+    if options.no_tidy:
+        sys.exit(1 if misformatted else 0)
+
+    commands = Path(options.build_dir).resolve() / "compile_commands.json"
+    if not commands.exists():
+        sys.exit(f"ci/lint.py: {commands} is missing: build first (bash ci/build.sh)")
+    entries = [e for e in json.loads(commands.read_text())
+               if re.search(r"/harness/(?!tests/|fuzz/|bench/)[^ ]*\.cc$", e["file"])]
+    cache_dir = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dmpcheck/tidy"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    failed, hits = [], 0
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        for file, findings, hit in pool.map(lambda e: tidy(e, cache_dir, config_key), entries):
+            hits += hit
+            if findings:
+                failed.append(file)
+                print(findings)
+    print(f"ci/lint.py: tidy: {len(entries) - len(failed)} of {len(entries)} translation units clean "
+          f"({hits} verdicts from the cache)")
+    sys.exit(1 if misformatted or failed else 0)
+
+
+if __name__ == "__main__":
+    main()
