@@ -13,20 +13,13 @@
 namespace dmpcheck {
 namespace {
 
-int run_cli(const std::string& arguments, const std::string& output) {
-  const std::string command = fmt::format("{} {} > {} 2>&1", DMPCHECK_CLI_PATH, arguments, output);
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+class BenchCommand : public testing::MultiProcessTest {};
 
-TEST(BenchCommand, SweepsEveryCollectiveAtWorldSizes1To4WithNoWrongElement) {
-  const std::string dir = testing::temporary_directory();
-  const std::string json_path = dir + "/bench.json";
-  const int code = run_cli(fmt::format("bench --collective all -b 1K -e 64K -f 8 -g 1,2,3,4 --backend gloo,nccl -w 1 -n 3 "
-                                       "--json {}",
-                                       json_path),
-                           dir + "/out.txt");
-  const std::string printed = testing::read_file(dir + "/out.txt");
+TEST_F(BenchCommand, SweepsEveryCollectiveAtWorldSizes1To4WithNoWrongElement) {
+  const std::string json_path = path("bench.json");
+  const int code = cli("out", {"bench", "--collective", "all", "-b", "1K", "-e", "64K", "-f", "8", "-g", "1,2,3,4",
+                               "--backend", "gloo,nccl", "-w", "1", "-n", "3", "--json", json_path});
+  const std::string printed = testing::read_file(path("out.log"));
   ASSERT_EQ(code, 0) << printed;
   EXPECT_NE(printed.find("#wrong over every row: 0 (OK)"), std::string::npos) << printed;
 
@@ -49,10 +42,11 @@ TEST(BenchCommand, SweepsEveryCollectiveAtWorldSizes1To4WithNoWrongElement) {
                                  "busbw_gbps", "wrong", "device_time_us"}) {
         EXPECT_TRUE(row.contains(column)) << column << " missing in " << row.dump();
       }
-      for (const char* stat : {"mean", "min", "p50", "p99", "max"}) EXPECT_TRUE(row.at("time_us").contains(stat)) << stat;
+      for (const char* stat : {"mean", "min", "p50", "p99", "max"})
+        EXPECT_TRUE(row.at("time_us").contains(stat)) << stat;
       EXPECT_EQ(row.at("wrong"), 0) << row.dump();
       const std::string collective = row.at("collective");
-      const double factor = collective == "all_reduce" ? 2.0 * (world - 1) / world
+      const double factor = collective == "all_reduce"  ? 2.0 * (world - 1) / world
                             : collective == "broadcast" ? 1.0
                                                         : (world - 1.0) / world;
       EXPECT_NEAR(row.at("busbw_gbps").get<double>(), row.at("algbw_gbps").get<double>() * factor, 1e-9);
@@ -61,44 +55,38 @@ TEST(BenchCommand, SweepsEveryCollectiveAtWorldSizes1To4WithNoWrongElement) {
       }
     }
   }
-  std::filesystem::remove_all(dir);
 }
 
-TEST(BenchCommand, BadInputIsRefusedWithWhatWasExpected) {
-  const std::string dir = testing::temporary_directory();
-  EXPECT_EQ(run_cli("bench --collective gather", dir + "/a.txt"), 2);
-  EXPECT_NE(testing::read_file(dir + "/a.txt").find("unknown collective 'gather'"), std::string::npos);
-  EXPECT_EQ(run_cli("bench -b 1X", dir + "/b.txt"), 2);
-  EXPECT_NE(testing::read_file(dir + "/b.txt").find("unknown suffix 'X'"), std::string::npos);
-  EXPECT_EQ(run_cli("bench -b 1M -e 1K", dir + "/c.txt"), 2);
-  std::filesystem::remove_all(dir);
+TEST_F(BenchCommand, BadInputIsRefusedWithWhatWasExpected) {
+  EXPECT_EQ(cli("a", {"bench", "--collective", "gather"}), 2);
+  EXPECT_NE(testing::read_file(path("a.log")).find("unknown collective 'gather'"), std::string::npos);
+  EXPECT_EQ(cli("b", {"bench", "-b", "1X"}), 2);
+  EXPECT_NE(testing::read_file(path("b.log")).find("unknown suffix 'X'"), std::string::npos);
+  EXPECT_EQ(cli("c", {"bench", "-b", "1M", "-e", "1K"}), 2);
 }
 
-TEST(BenchCommand, AScenarioBenchmarkTimesEveryWayOfBroadcastingItsReplicatedParameters) {
-  const std::string dir = testing::temporary_directory();
-  const int code = run_cli(fmt::format("bench --scenario {}/benchmarks/dp-256-small-tables.yaml -w 0 -n 2 --json {}/s.json",
-                                       DMPCHECK_SOURCE_DIR, dir),
-                           dir + "/out.txt");
-  const std::string printed = testing::read_file(dir + "/out.txt");
+TEST_F(BenchCommand, AScenarioBenchmarkTimesEveryWayOfBroadcastingItsReplicatedParameters) {
+  const int code = cli("out", {"bench", "--scenario", DMPCHECK_SOURCE_DIR "/benchmarks/dp-256-small-tables.yaml", "-w",
+                               "0", "-n", "2", "--json", path("s.json")});
+  const std::string printed = testing::read_file(path("out.log"));
   ASSERT_EQ(code, 0) << printed;
-  const auto j = nlohmann::json::parse(testing::read_file(dir + "/s.json"));
+  const auto j = nlohmann::json::parse(testing::read_file(path("s.json")));
   EXPECT_EQ(j.at("runs").at(0).at("backend"), "gloo");  // the run's own
   const auto& probe = j.at("runs").at(0).at("probe");
   EXPECT_EQ(probe.at("tensors"), 258);  // 256 tables, the dense layer's weight and bias
   EXPECT_EQ(probe.at("bytes").get<int64_t>(), 256 * 64 * 64 * 4 + (256 * 64 + 1) * 4);
   std::vector<std::string> methods;
   for (const auto& m : probe.at("methods")) methods.push_back(m.at("method"));
-  EXPECT_EQ(methods, (std::vector<std::string>{"per_tensor", "coalesced", "coalesced", "coalesced", "framework", "framework",
-                                                "framework", "raw"}));
+  EXPECT_EQ(methods, (std::vector<std::string>{"per_tensor", "coalesced", "coalesced", "coalesced", "framework",
+                                               "framework", "framework", "raw"}));
   EXPECT_EQ(probe.at("methods").at(0).at("collectives"), 258);
   EXPECT_NE(printed.find("ratio coalesced 25 MiB"), std::string::npos) << printed;
-  std::filesystem::remove_all(dir);
 }
 
-TEST(BenchCommand, EveryRunThatBroadcastsCarriesTheProbeAndTheOthersDoNot) {
+TEST_F(BenchCommand, EveryRunThatBroadcastsCarriesTheProbeAndTheOthersDoNot) {
   const auto s = scenario::load_scenario_file(std::string(DMPCHECK_SOURCE_DIR) +
                                               "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml");
-  const auto outcome = testing::run_reference_cells_quietly(s);
+  const auto outcome = run_reference(s);
   ASSERT_EQ(outcome.results.size(), 4u);
   for (const auto& r : outcome.results) {
     EXPECT_EQ(r.broadcast_probe.performed, r.init_broadcast.performed) << r.run;
@@ -109,12 +97,12 @@ TEST(BenchCommand, EveryRunThatBroadcastsCarriesTheProbeAndTheOthersDoNot) {
   }
 }
 
-TEST(BenchCommand, AnNcclScenarioIsSkippedWithTheReasonWhereNcclCannotRun) {
+TEST_F(BenchCommand, AnNcclScenarioIsSkippedWithTheReasonWhereNcclCannotRun) {
   const auto reason = comm::backend_unavailable_reason("nccl", 2);
   if (!reason) GTEST_SKIP() << "NCCL can run two ranks here";
   std::string text = testing::read_file(std::string(DMPCHECK_SOURCE_DIR) + "/scenarios/examples/table_wise.yaml");
   text = testing::replace_once(text, "world_size: 2", "world_size: 2\nbackend: nccl");
-  const auto outcome = testing::run_quietly(scenario::load_scenario_text(text, "nccl.yaml"));
+  const auto outcome = run_all(scenario::load_scenario_text(text, "nccl.yaml"));
   ASSERT_FALSE(outcome.results.empty());
   for (const auto& r : outcome.results) {
     EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kSkipped);

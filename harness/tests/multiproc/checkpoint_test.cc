@@ -38,24 +38,16 @@ std::string model(const std::string& name, int world, int steps, const std::stri
   return testing::replace_once(text, "FROM", from.empty() ? "" : ", from: " + from);
 }
 
-class Checkpoints : public ::testing::Test {
+class Checkpoints : public testing::MultiProcessTest {
  protected:
-  void SetUp() override { dir_ = testing::temporary_directory(); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  // Runs `text`, saving checkpoints under dir_/ckpt; returns the run's checkpoint directory.
+  // Runs `text`, saving checkpoints under <dir>/ckpt; returns the run's checkpoint directory.
   std::string run(const std::string& text, const std::string& name) {
     run::ScenarioRunOptions options;
-    options.worker_executable = DMPCHECK_CLI_PATH;
-    options.out_dir = dir_ + "/reports";
-    options.checkpoint_dir = dir_ + "/ckpt";
-    options.budget_s = 120;
-    const auto outcome = run::run_scenario(scenario::load_scenario_text(text, name + ".yaml"), options);
+    options.checkpoint_dir = path("ckpt");
+    const auto outcome = run_all(scenario::load_scenario_text(text, name + ".yaml"), options);
     EXPECT_EQ(outcome.exit_code, 0) << (outcome.results.at(0).failure ? outcome.results.at(0).failure->message : "");
-    return dir_ + "/ckpt/" + name + "/default";
+    return path("ckpt/" + name + "/default");
   }
-
-  std::string dir_;
 };
 
 TEST_F(Checkpoints, ReloadUnderAnotherWorldSizeAndPlanIsBitwise) {
@@ -75,7 +67,8 @@ TEST_F(Checkpoints, ReloadUnderAnotherWorldSizeAndPlanIsBitwise) {
   const std::string file = dir_ + "/a.pt";
   dmp::save_unsharded_checkpoint(file, saved);
   const dmp::FullState unsharded = dmp::load_checkpoint(file);
-  EXPECT_TRUE(unsharded.tensors.at("ebc.embedding_bags.t0.weight").equal(saved.tensors.at("ebc.embedding_bags.t0.weight")));
+  EXPECT_TRUE(
+      unsharded.tensors.at("ebc.embedding_bags.t0.weight").equal(saved.tensors.at("ebc.embedding_bags.t0.weight")));
   EXPECT_EQ(unsharded.tensors.at("ebc.embedding_bags.t0.weight").sizes(), (at::IntArrayRef{37, 8}));
 }
 

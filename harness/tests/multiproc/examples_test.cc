@@ -10,15 +10,16 @@
 namespace dmpcheck {
 namespace {
 
-class Examples : public ::testing::TestWithParam<std::string> {};
+class Examples : public testing::MultiProcessTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(Examples, MeetTheirExpectations) {
   const std::string path = std::string(DMPCHECK_SOURCE_DIR "/scenarios/examples/") + GetParam() + ".yaml";
-  const auto outcome = testing::run_quietly(scenario::load_scenario_file(path));
+  const auto outcome = run_all(scenario::load_scenario_file(path));
   ASSERT_FALSE(outcome.results.empty());
   for (const auto& r : outcome.results) {
     SCOPED_TRACE(r.run);
-    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass)
+        << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
     EXPECT_TRUE(r.global_model_checked);
     EXPECT_EQ(r.losses.size(), 3u);
   }

@@ -3,8 +3,8 @@
 #include "run/launcher.h"
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -16,8 +16,13 @@
 
 #include <gtest/gtest.h>
 
+#include "multiproc/multiproc_util.h"
+
 namespace dmpcheck::run {
 namespace {
+
+// The launcher under test starts the ranks; the fixture checks that none is left behind.
+class Launcher : public testing::MultiProcessTest {};
 
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
@@ -30,15 +35,15 @@ LaunchRequest shell_ranks(const std::string& script, int world_size) {
   return request;
 }
 
-TEST(Launcher, ARankThatExitsWithAnErrorStopsTheOthersFastAndIsNamed) {
-  // Rank 1 fails after a moment; ranks 0 and 2 would sleep for a minute.
-  const auto request = shell_ranks(
+TEST_F(Launcher, ARankThatExitsWithAnErrorStopsTheOthersFastAndIsNamed) {
+  // Rank 1 fails after a moment; ranks 0 and 2 would sleep for a day.
+  auto request = shell_ranks(
       "if [ \"$RANK\" = 1 ]; then echo \"rank $RANK of $WORLD_SIZE at $MASTER_ADDR:$MASTER_PORT\"; "
-      "echo 'boom: table t0 is on fire' >&2; sleep 0.2; exit 7; fi; exec sleep 60",
+      "echo 'boom: table t0 is on fire' >&2; sleep 0.2; exit 7; fi; exec sleep 100000",
       3);
-  const auto start = std::chrono::steady_clock::now();
+  // No budget to fall back on: the launch ends only if the launcher stops ranks 0 and 2 itself.
+  request.budget = std::chrono::hours(24);
   const LaunchOutcome outcome = launch(request);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_FALSE(outcome.ok);
   ASSERT_TRUE(outcome.failure.has_value());
   EXPECT_EQ(outcome.failure->rank, 1);
@@ -46,12 +51,11 @@ TEST(Launcher, ARankThatExitsWithAnErrorStopsTheOthersFastAndIsNamed) {
   EXPECT_EQ(outcome.failure->message, "boom: table t0 is on fire");
   ASSERT_EQ(outcome.failure->last_lines.size(), 2u);
   EXPECT_NE(outcome.failure->last_lines[0].find("rank 1 of 3 at 127.0.0.1:"), std::string::npos);
-  EXPECT_LT(seconds, 5.0);
   ASSERT_EQ(outcome.pids.size(), 3u);
   for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived";
 }
 
-TEST(Launcher, ACrashIsReportedWithItsSignal) {
+TEST_F(Launcher, ACrashIsReportedWithItsSignal) {
   const LaunchOutcome outcome = launch(shell_ranks("if [ \"$RANK\" = 0 ]; then kill -SEGV $$; fi; exec sleep 60", 2));
   ASSERT_TRUE(outcome.failure.has_value());
   EXPECT_EQ(outcome.failure->rank, 0);
@@ -59,17 +63,16 @@ TEST(Launcher, ACrashIsReportedWithItsSignal) {
   for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid));
 }
 
-TEST(Launcher, TheBudgetKillsAHungRun) {
-  auto request = shell_ranks("exec sleep 60", 2);
+TEST_F(Launcher, TheBudgetKillsAHungRun) {
+  auto request = shell_ranks("exec sleep 100000", 2);  // only the budget ends it
   request.budget = std::chrono::milliseconds(500);
   const LaunchOutcome outcome = launch(request);
   ASSERT_TRUE(outcome.failure.has_value());
   EXPECT_EQ(outcome.failure->kind, dmpcheck::check::FailureKind::kTimeout);
-  EXPECT_LT(outcome.seconds, 5.0);
   for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid));
 }
 
-TEST(Launcher, CleanRanksAndTheirOutputLines) {
+TEST_F(Launcher, CleanRanksAndTheirOutputLines) {
   auto request = shell_ranks("echo hello from $RANK; echo threads $OMP_NUM_THREADS", 2);
   request.threads_per_rank = 1;
   std::vector<std::string> lines;
@@ -89,15 +92,17 @@ LaunchRequest forked_ranks(std::function<int()> body, int world_size) {
   return request;
 }
 
-TEST(Launcher, ForkedRanksSeeTheirOwnEnvironmentAndOutput) {
+TEST_F(Launcher, ForkedRanksSeeTheirOwnEnvironmentAndOutput) {
   ASSERT_EQ(thread_count(), 1);
   int touched = 0;
-  auto request = forked_ranks([&] {
-    touched = 1;  // the child's copy; the parent's stays 0
-    std::printf("forked rank %s of %s, threads %s\n", std::getenv("RANK"), std::getenv("WORLD_SIZE"),
-                std::getenv("OMP_NUM_THREADS"));
-    return 0;
-  }, 3);
+  auto request = forked_ranks(
+      [&] {
+        touched = 1;  // the child's copy; the parent's stays 0
+        std::printf("forked rank %s of %s, threads %s\n", std::getenv("RANK"), std::getenv("WORLD_SIZE"),
+                    std::getenv("OMP_NUM_THREADS"));
+        return 0;
+      },
+      3);
   std::vector<std::string> lines;
   request.on_line = [&](int rank, const std::string& line) { lines.push_back(std::to_string(rank) + ":" + line); };
   const LaunchOutcome outcome = launch(request);
@@ -110,25 +115,28 @@ TEST(Launcher, ForkedRanksSeeTheirOwnEnvironmentAndOutput) {
   for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid));
 }
 
-TEST(Launcher, AForkedRankThatCrashesOrThrowsIsReportedAndThePeersAreReaped) {
-  auto crash = forked_ranks([] {
-    if (std::string(std::getenv("RANK")) == "1") std::raise(SIGSEGV);
-    ::pause();
-    return 0;
-  }, 2);
+TEST_F(Launcher, AForkedRankThatCrashesOrThrowsIsReportedAndThePeersAreReaped) {
+  auto crash = forked_ranks(
+      [] {
+        if (std::string(std::getenv("RANK")) == "1") std::raise(SIGSEGV);
+        ::pause();
+        return 0;
+      },
+      2);
   const LaunchOutcome crashed = launch(crash);
   ASSERT_TRUE(crashed.failure.has_value());
   EXPECT_EQ(crashed.failure->rank, 1);
   EXPECT_EQ(crashed.failure->cause, "killed by signal 11 (SIGSEGV)");
   for (pid_t pid : crashed.pids) EXPECT_FALSE(alive(pid));
 
-  const LaunchOutcome threw = launch(forked_ranks([]() -> int { throw std::runtime_error("the table is on fire"); }, 1));
+  const LaunchOutcome threw =
+      launch(forked_ranks([]() -> int { throw std::runtime_error("the table is on fire"); }, 1));
   ASSERT_TRUE(threw.failure.has_value());
   EXPECT_EQ(threw.failure->cause, "exited with status 3");
   EXPECT_EQ(threw.failure->message, "rank 0: error: the table is on fire");
 }
 
-TEST(Launcher, RanksAreExecedWhenAThreadExistsOrWhenAsked) {
+TEST_F(Launcher, RanksAreExecedWhenAThreadExistsOrWhenAsked) {
   std::vector<std::string> lines;
   auto request = forked_ranks([] { return 0; }, 1);
   request.on_line = [&](int, const std::string& line) { lines.push_back(line); };

@@ -19,12 +19,13 @@ std::vector<std::string> regression_files() {
   return files;
 }
 
-class Regressions : public ::testing::TestWithParam<std::string> {};
+class Regressions : public testing::MultiProcessTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(Regressions, ReproduceTheBugAndShowTheFix) {
-  const auto s = scenario::load_scenario_file(std::string(DMPCHECK_SOURCE_DIR "/scenarios/regressions/") + GetParam() + ".yaml");
+  const auto s =
+      scenario::load_scenario_file(std::string(DMPCHECK_SOURCE_DIR "/scenarios/regressions/") + GetParam() + ".yaml");
   // The reference's cells; the library's real-release cells run in torchrec_sut/tests.
-  const auto outcome = testing::run_reference_cells_quietly(s);
+  const auto outcome = run_reference(s);
   // The bug's profile and the fix's; a report confirmed on releases only, without a profile that
   // models it, has the reference's cell of what the user asked for.
   const bool profiled = s.reproduces && !s.reproduces->bug_profile.empty();
@@ -34,8 +35,10 @@ TEST_P(Regressions, ReproduceTheBugAndShowTheFix) {
     SCOPED_TRACE(r.run);
     // A cell of what the reference does not model (a bf16 table) is skipped saying so; its
     // release cells run in torchrec_sut/tests.
-    if (r.verdict == check::Verdict::kSkipped && r.skip_reason.rfind("the reference DMP models fp32 tables", 0) == 0) continue;
-    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    if (r.verdict == check::Verdict::kSkipped && r.skip_reason.rfind("the reference DMP models fp32 tables", 0) == 0)
+      continue;
+    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass)
+        << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
     ++passed;
   }
   EXPECT_GE(passed, 1);
@@ -52,17 +55,20 @@ TEST_P(Regressions, ReproduceTheBugAndShowTheFix) {
 
 // #2362 is a bug of the forward: the pooled embedding is wrong before any update, so with
 // `outputs:` it shows at step 0 even in a run of zero steps, and the fix agrees there.
-TEST(RegressionOutputs, TheRowWiseMeanBugShowsInThePooledEmbeddingAtStepZero) {
+class RegressionOutputs : public testing::MultiProcessTest {};
+
+TEST_F(RegressionOutputs, TheRowWiseMeanBugShowsInThePooledEmbeddingAtStepZero) {
   for (const char* steps : {"2", "0"}) {
     SCOPED_TRACE(std::string("steps: ") + steps);
     const auto s = scenario::load_scenario_file(
         DMPCHECK_SOURCE_DIR "/scenarios/regressions/torchrec-2362-row-wise-mean-local-length.yaml", {{"steps", steps}});
-    const auto outcome = testing::run_reference_cells_quietly(s);
+    const auto outcome = run_reference(s);
     ASSERT_EQ(outcome.results.size(), 2u);
     for (const auto& r : outcome.results) {
       SCOPED_TRACE(r.profile);
       auto find = [&](const std::string& name) {
-        auto it = std::find_if(r.global_model.begin(), r.global_model.end(), [&](const auto& g) { return g.name == name; });
+        auto it =
+            std::find_if(r.global_model.begin(), r.global_model.end(), [&](const auto& g) { return g.name == name; });
         EXPECT_NE(it, r.global_model.end()) << name;
         return it == r.global_model.end() ? check::GlobalModelCheck{} : *it;
       };

@@ -14,13 +14,13 @@ namespace {
 
 const char* kSeed = DMPCHECK_SOURCE_DIR "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml";
 
-
 void expect_seed_verdicts(const run::ScenarioOutcome& outcome, int world_size) {
   ASSERT_EQ(outcome.results.size(), 4u);
   EXPECT_EQ(outcome.exit_code, 0);
   for (const auto& r : outcome.results) {
     SCOPED_TRACE(r.run);
-    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass)
+        << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
     EXPECT_EQ(r.environment.world_size, world_size);
     std::set<std::string> diverged;
     for (const auto& c : r.replicas) {
@@ -47,20 +47,21 @@ void expect_seed_verdicts(const run::ScenarioOutcome& outcome, int world_size) {
   }
 }
 
-TEST(SeedScenario, TwoRanks) {
-  expect_seed_verdicts(testing::run_reference_cells_quietly(scenario::load_scenario_file(kSeed)), 2);
-}
+class SeedScenario : public testing::MultiProcessTest {};
 
-TEST(SeedScenario, ThreeRanks) {
+TEST_F(SeedScenario, TwoRanks) { expect_seed_verdicts(run_reference(scenario::load_scenario_file(kSeed)), 2); }
+
+TEST_F(SeedScenario, ThreeRanks) {
   const std::string text = testing::replace_once(testing::read_file(kSeed), "world_size: 2", "world_size: 3");
-  expect_seed_verdicts(testing::run_reference_cells_quietly(scenario::load_scenario_text(text, kSeed)), 3);
+  expect_seed_verdicts(run_reference(scenario::load_scenario_text(text, kSeed)), 3);
 }
 
-TEST(SeedScenario, AWrongExpectationFailsWithExitCodeOne) {
+TEST_F(SeedScenario, AWrongExpectationFailsWithExitCodeOne) {
   // Claim the bug shows under the fix profile too: the harness must say that it does not.
-  const std::string text =
-      testing::replace_once(testing::read_file(kSeed), "when: {init.mode: unseeded, system: reference, profile: torchrec-0.6}", "when: {init.mode: unseeded, system: reference}");
-  const auto outcome = testing::run_reference_cells_quietly(scenario::load_scenario_text(text, kSeed));
+  const std::string text = testing::replace_once(
+      testing::read_file(kSeed), "when: {init.mode: unseeded, system: reference, profile: torchrec-0.6}",
+      "when: {init.mode: unseeded, system: reference}");
+  const auto outcome = run_reference(scenario::load_scenario_text(text, kSeed));
   EXPECT_EQ(outcome.exit_code, 1);
   ASSERT_EQ(outcome.results.size(), 4u);
   const auto& fixed = outcome.results[3];  // unseeded + current

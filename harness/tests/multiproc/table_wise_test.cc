@@ -32,12 +32,15 @@ expect:
     global_model: {rtol: 1e-4, atol: 1e-6}
 )";
 
-TEST(TableWise, MatchesTheUnshardedModelAtWorldSizesOneToThree) {
-  const auto outcome = testing::run_quietly(scenario::load_scenario_text(kTableWise, "table_wise_test.yaml"));
+class TableWise : public testing::MultiProcessTest {};
+
+TEST_F(TableWise, MatchesTheUnshardedModelAtWorldSizesOneToThree) {
+  const auto outcome = run_all(scenario::load_scenario_text(kTableWise, "table_wise_test.yaml"));
   ASSERT_EQ(outcome.results.size(), 6u);
   for (const auto& r : outcome.results) {
     SCOPED_TRACE(r.run);
-    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
+    EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass)
+        << (r.failure ? r.failure->message : fmt::format("{}", fmt::join(r.expectation.failures, "; ")));
     EXPECT_TRUE(r.global_model_checked);
     EXPECT_GE(r.global_model.size(), 8u);  // four tables, dense weight and bias of two layers, optimizer state
     EXPECT_EQ(r.losses.size(), 3u);
@@ -52,13 +55,14 @@ TEST(TableWise, MatchesTheUnshardedModelAtWorldSizesOneToThree) {
   EXPECT_EQ(plan[3].sharding, "data_parallel");
 }
 
-TEST(TableWise, TheSeedBugAlsoBreaksEquivalenceWithTheUnshardedModel) {
+TEST_F(TableWise, TheSeedBugAlsoBreaksEquivalenceWithTheUnshardedModel) {
   // Under the bug, rank 1 trains on its own table draw, so the averaged dense gradient is not
   // the unsharded model's: the comparison must catch it.
   const std::string text = testing::replace_once(
-      testing::replace_once(kTableWise, "matrix:\n  world_size: [1, 2, 3]\n  optimizers.sparse.type: [sgd, adagrad]\n", ""),
+      testing::replace_once(kTableWise, "matrix:\n  world_size: [1, 2, 3]\n  optimizers.sparse.type: [sgd, adagrad]\n",
+                            ""),
       "world_size: 2", "world_size: 2\nprofile: torchrec-0.6");
-  const auto outcome = testing::run_quietly(scenario::load_scenario_text(text, "table_wise_bug.yaml"));
+  const auto outcome = run_all(scenario::load_scenario_text(text, "table_wise_bug.yaml"));
   ASSERT_EQ(outcome.results.size(), 1u);
   const auto& r = outcome.results[0];
   EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kFail);
