@@ -2,20 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include "comm/broadcast_bytes.h"
 #include "comm/communicator.h"
 #include "common/error.h"
 
 namespace dmpcheck::check {
 namespace {
-
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
 
 // Bitwise inequality: floats are compared as integers of the same width, so -0.0 != 0.0 and a
 // NaN equals only the same NaN.
@@ -61,13 +53,10 @@ std::vector<TensorCheck> check_replicas(comm::Communicator& comm, const std::vec
     signature += fmt::format("{} {} {}\n", t.name, fmt::join(t.tensor.sizes(), "x"),
                              std::string(c10::toString(t.tensor.scalar_type())));
   }
-  at::Tensor mine = at::tensor({static_cast<int64_t>(fnv1a(signature) >> 1)}, at::kLong);
-  const auto all = comm.all_gather(mine);
-  for (size_t r = 1; r < all.size(); ++r) {
-    DMP_CHECK(all[r].item<int64_t>() == all[0].item<int64_t>(), ErrorKind::kInternal,
-              "rank {} and rank 0 hold different sets of replicated tensors at {}; rank {} holds:\n{}", r, phase,
-              comm.rank(), signature);
-  }
+  const int differs = comm::first_rank_disagreeing(comm, signature);
+  DMP_CHECK(differs < 0, ErrorKind::kInternal,
+            "rank {} and rank 0 hold different sets of replicated tensors at {}; rank {} holds:\n{}", differs, phase,
+            comm.rank(), signature);
   std::vector<TensorCheck> checks;
   for (const auto& t : tensors) {
     checks.push_back(compare_copies(t.name, t.sharding, phase, comm.all_gather(t.tensor.detach().contiguous())));

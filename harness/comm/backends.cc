@@ -1,7 +1,10 @@
 #include "comm/backends.h"
 
+#include <cstdlib>
+
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/nccl/nccl_communicator.h"
+#include "comm/rendezvous.h"
 #include "common/error.h"
 
 namespace dmpcheck::comm {
@@ -34,6 +37,17 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Stor
   }
   throw_error(ErrorKind::kInvalidInput,
               fmt::format("unknown backend '{}' (expected one of: {})", backend, fmt::join(backend_names(), ", ")));
+}
+
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, const RankEnvironment& env,
+                                                double timeout_s) {
+  BackendOptions options;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));
+  options.local_rank = env.local_rank;
+  const char* launched = std::getenv("DMPCHECK_LAUNCHED");
+  options.hostname = launched != nullptr && std::string(launched) == "1" ? "127.0.0.1" : gloo_listen_address(env);
+  options.interface = env.gloo_interface;
+  return make_communicator(backend, store, env.rank, env.world_size, options);
 }
 
 }  // namespace dmpcheck::comm

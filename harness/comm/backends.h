@@ -12,6 +12,7 @@
 namespace dmpcheck::comm {
 
 class Store;
+struct RankEnvironment;
 
 const std::vector<std::string>& backend_names();
 
@@ -29,5 +30,10 @@ struct BackendOptions {
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, int rank, int world_size,
                                                 const BackendOptions& options);
+// The communicator of a rank that `env` describes, with a deadline of `timeout_s` per collective:
+// Gloo listens where PyTorch's would (gloo_listen_address), or on loopback under dmpcheck's own
+// launcher (DMPCHECK_LAUNCHED=1), whose "hosts" are simulated on this one.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, const RankEnvironment& env,
+                                                double timeout_s);
 
 }  // namespace dmpcheck::comm

@@ -127,4 +127,10 @@ std::string random_secret() {
   return to_hex(bytes, sizeof(bytes));
 }
 
+uint64_t fnv1a64(std::string_view bytes) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
 }  // namespace dmpcheck

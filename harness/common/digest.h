@@ -16,6 +16,8 @@ std::string to_hex(const uint8_t* bytes, size_t size);
 std::string hmac_hex(std::string_view key, std::string_view message);
 // Equal in time independent of where they differ.
 bool constant_time_equal(std::string_view a, std::string_view b);
+// FNV-1a 64 of `bytes`: tensor digests and the agreement of ranks on a text (not a MAC).
+uint64_t fnv1a64(std::string_view bytes);
 // 32 random bytes from the kernel, as hex: a run's secret.
 std::string random_secret();
 

@@ -49,6 +49,18 @@ class Error : public std::runtime_error {
     }                                                              \
   } while (false)
 
+// DMP_CHECK_EQ(a, b, kind, "format {}", args...): DMP_CHECK(a == b, ...) whose message ends with
+// both operands, as gloo's GLOO_ENFORCE_EQ: "...: source.sizes() is [2, 4], s.tensor.sizes() is [3, 4]".
+#define DMP_CHECK_EQ(a, b, kind, ...)                                                                               \
+  do {                                                                                                              \
+    const auto& dmp_check_a = (a);                                                                                  \
+    const auto& dmp_check_b = (b);                                                                                  \
+    if (!(dmp_check_a == dmp_check_b)) {                                                                            \
+      ::dmpcheck::throw_error((kind), ::fmt::format(__VA_ARGS__) +                                                  \
+                                          ::fmt::format(": {} is {}, {} is {}", #a, dmp_check_a, #b, dmp_check_b)); \
+    }                                                                                                               \
+  } while (false)
+
 // DMP_INTERNAL_ASSERT(condition, "format {}", args...): an invariant of dmpcheck itself.
 #define DMP_INTERNAL_ASSERT(condition, ...)                                                   \
   do {                                                                                        \

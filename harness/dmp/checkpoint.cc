@@ -158,9 +158,8 @@ FullState load_sharded_checkpoint(const std::string& directory) {
         continue;  // replicated: rank 0's copy is the one kept
       }
       at::Tensor target = target_of(it->second, sharding, placement, tensor.dim());
-      DMP_CHECK(target.sizes() == tensor.sizes(), ErrorKind::kInvalidInput,
-                "{}: piece of '{}' has shape [{}] but its place in the full tensor is [{}]", path, name,
-                fmt::join(tensor.sizes(), ", "), fmt::join(target.sizes(), ", "));
+      DMP_CHECK_EQ(tensor.sizes(), target.sizes(), ErrorKind::kInvalidInput,
+                   "{}: piece of '{}' does not fit its place in the full tensor", path, name);
       target.copy_(tensor);
     }
   }

@@ -418,9 +418,8 @@ void DistributedModelParallel::load_full_state(const std::map<std::string, at::T
       const int64_t column_shard = s.placement.cols > 0 ? s.placement.col_offset / s.placement.cols : 0;
       source = piece_of(full, s.placement, column_shard, row_state);
     }
-    DMP_CHECK(source.sizes() == s.tensor.sizes(), ErrorKind::kInvalidInput,
-              "cannot load '{}': the checkpoint's piece has shape [{}], this rank's has [{}]", s.name,
-              fmt::join(source.sizes(), ", "), fmt::join(s.tensor.sizes(), ", "));
+    DMP_CHECK_EQ(source.sizes(), s.tensor.sizes(), ErrorKind::kInvalidInput,
+                 "cannot load '{}': the checkpoint's piece and this rank's differ in shape", s.name);
     s.tensor.copy_(source);
   }
 }

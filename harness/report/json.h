@@ -1,43 +1,67 @@
 // RunResult <-> JSON.  The JSON is the RunResult's canonical form: workers hand it to the
-// launcher in it, and reports/<scenario>/<run>.json is it.
+// launcher in it, and reports/<scenario>/<run>.json is it.  One mapping per type, each field
+// named once (nlohmann's macros); a field missing from a report (an older dmpcheck's) reads as
+// its default.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "check/run_result.h"
 
+// std::optional as null or the value, for the fields that may be absent (a run's failure, a
+// method's device time).
+template <typename T>
+struct nlohmann::adl_serializer<std::optional<T>> {
+  static void to_json(json& j, const std::optional<T>& v) { j = v ? json(*v) : json(nullptr); }
+  static void from_json(const json& j, std::optional<T>& v) {
+    v = j.is_null() ? std::nullopt : std::optional<T>(j.get<T>());
+  }
+};
+
+namespace dmpcheck {
+
+// Both by their names (common/outcome.cc), in their own namespace for nlohmann::json to find.  A
+// verdict this build cannot read is an error; a failure kind it does not know (a newer rank
+// program's) reads as rank_failed.
+void to_json(nlohmann::json& j, const Verdict& v);
+void from_json(const nlohmann::json& j, Verdict& v);
+void to_json(nlohmann::json& j, const FailureKind& v);
+void from_json(const nlohmann::json& j, FailureKind& v);
+
+}  // namespace dmpcheck
+
 namespace dmpcheck::check {
 
-void to_json(nlohmann::json& j, const TensorCheck& v);
-void from_json(const nlohmann::json& j, TensorCheck& v);
-void to_json(nlohmann::json& j, const GlobalModelCheck& v);
-void from_json(const nlohmann::json& j, GlobalModelCheck& v);
-void to_json(nlohmann::json& j, const BroadcastCost& v);
-void from_json(const nlohmann::json& j, BroadcastCost& v);
-void to_json(nlohmann::json& j, const ShardPlacement& v);
-void from_json(const nlohmann::json& j, ShardPlacement& v);
-void to_json(nlohmann::json& j, const TablePlacement& v);
-void from_json(const nlohmann::json& j, TablePlacement& v);
-void to_json(nlohmann::json& j, const Environment& v);
-void from_json(const nlohmann::json& j, Environment& v);
-void to_json(nlohmann::json& j, const ExpectationResult& v);
-void from_json(const nlohmann::json& j, ExpectationResult& v);
-void to_json(nlohmann::json& j, const RankFailure& v);
-void from_json(const nlohmann::json& j, RankFailure& v);
-void to_json(nlohmann::json& j, const StepDivergence& v);
-void from_json(const nlohmann::json& j, StepDivergence& v);
-void to_json(nlohmann::json& j, const Timings& v);
-void from_json(const nlohmann::json& j, Timings& v);
-void to_json(nlohmann::json& j, const LatencyStats& v);
-void from_json(const nlohmann::json& j, LatencyStats& v);
-void to_json(nlohmann::json& j, const BroadcastMethodCost& v);
-void from_json(const nlohmann::json& j, BroadcastMethodCost& v);
-void to_json(nlohmann::json& j, const BroadcastProbe& v);
-void from_json(const nlohmann::json& j, BroadcastProbe& v);
-void to_json(nlohmann::json& j, const RunResult& v);
-void from_json(const nlohmann::json& j, RunResult& v);
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TensorCheck, name, sharding, phase, equal, max_abs_diff,
+                                                elements_differing, numel, differing_ranks)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(GlobalModelCheck, name, step, max_abs_diff, max_allowed_excess,
+                                                within_tolerance, comparable, note, numel)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BroadcastCost, performed, bytes, tensors, collectives, bucket_cap_bytes,
+                                                seconds, gbps)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LatencyStats, min_s, p50_s, p99_s, max_s, mean_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BroadcastMethodCost, method, bucket_cap_bytes, collectives, end_to_end,
+                                                algbw_gbps, busbw_gbps, device, device_algbw_gbps)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BroadcastProbe, performed, backend, world_size, bytes, tensors, warmup,
+                                                iterations, methods, note)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardPlacement, rank, row_offset, rows, col_offset, cols, bytes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TablePlacement, table, sharding, shards)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Environment, libtorch_version, backend, host, git_revision, world_size,
+                                                cores, threads_per_rank)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ExpectationResult, description, held, failures)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankFailure, rank, kind, cause, message, last_lines)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Timings, init_s, train_s, check_s, total_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StepDivergence, step, tensors_differing, max_abs_diff)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ReferenceDiff, name, step, max_abs_diff, max_rel_diff,
+                                                elements_differing, numel, within_tolerance, note)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SystemUnderTest, name, torchrec, torch, fbgemm_gpu, simulated, notes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunResult, scenario, scenario_file, run, slug, cell, profile, init_mode,
+                                                system, environment, plan, replicas, divergence, global_model_checked,
+                                                global_model, reference_compared, reference, reference_first_break_step,
+                                                init_from_compared, init_from, init_broadcast, broadcast_probe, losses,
+                                                digests, timings, failure, expectation, verdict, skip_reason)
 
 }  // namespace dmpcheck::check
 

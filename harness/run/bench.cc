@@ -123,30 +123,6 @@ const std::vector<std::string>& bench_collectives() {
   return names;
 }
 
-void to_json(nlohmann::json& j, const BenchSpec& s) {
-  j = nlohmann::json{{"collectives", s.collectives},
-                     {"min_bytes", s.min_bytes},
-                     {"max_bytes", s.max_bytes},
-                     {"factor", s.factor},
-                     {"warmup", s.warmup},
-                     {"iterations", s.iterations},
-                     {"root", s.root},
-                     {"timeout_s", s.timeout_s},
-                     {"threads_per_rank", s.threads_per_rank}};
-}
-
-void from_json(const nlohmann::json& j, BenchSpec& s) {
-  j.at("collectives").get_to(s.collectives);
-  j.at("min_bytes").get_to(s.min_bytes);
-  j.at("max_bytes").get_to(s.max_bytes);
-  j.at("factor").get_to(s.factor);
-  j.at("warmup").get_to(s.warmup);
-  j.at("iterations").get_to(s.iterations);
-  j.at("root").get_to(s.root);
-  j.at("timeout_s").get_to(s.timeout_s);
-  j.at("threads_per_rank").get_to(s.threads_per_rank);
-}
-
 namespace {
 
 // Latencies are written in microseconds, as the table prints them.
@@ -194,12 +170,6 @@ void from_json(const nlohmann::json& j, BenchRow& r) {
   r.device = j.at("device_time_us").is_null()
                  ? std::nullopt
                  : std::optional<check::LatencyStats>(from_microseconds(j.at("device_time_us")));
-}
-
-void to_json(nlohmann::json& j, const BenchGroup& g) {
-  j = nlohmann::json{{"backend", g.backend}, {"world_size", g.world_size},   {"threads_per_rank", g.threads_per_rank},
-                     {"skipped", g.skipped}, {"skip_reason", g.skip_reason}, {"error", g.error},
-                     {"rows", g.rows}};
 }
 
 int64_t parse_size(const std::string& text) {
@@ -445,10 +415,7 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
   if (kind == "sweep") {
     const BenchSpec spec = nlohmann::json::parse(handed.at("bench/spec")).get<BenchSpec>();
     at::set_num_threads(std::max(1, spec.threads_per_rank));
-    comm::BackendOptions backend;
-    backend.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000.0));
-    backend.local_rank = env.local_rank;
-    auto comm = comm::make_communicator(handed.at("bench/backend"), group_store, env.rank, env.world_size, backend);
+    auto comm = comm::make_communicator(handed.at("bench/backend"), group_store, env, spec.timeout_s);
     const std::vector<BenchRow> rows = bench_on_rank(*comm, spec, line);
     if (env.rank == 0) set_signed(store, "result", nlohmann::json(rows).dump(), secret);
     return;
@@ -463,11 +430,8 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
   probe_json.at("warmup").get_to(probe.warmup);
   probe_json.at("iterations").get_to(probe.iterations);
   probe_json.at("bucket_caps").get_to(probe.bucket_caps);
-  comm::BackendOptions backend;
-  backend.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.timeout_s * 1000.0));
-  backend.local_rank = env.local_rank;
-  auto comm = comm::make_communicator((handed.count("bench/backend") ? handed.at("bench/backend") : spec.backend),
-                                      group_store, env.rank, env.world_size, backend);
+  auto comm = comm::make_communicator(handed.count("bench/backend") ? handed.at("bench/backend") : spec.backend,
+                                      group_store, env, spec.timeout_s);
   RankRunOptions run_options;
   run_options.progress = line;
   const check::BroadcastProbe result = probe_scenario_on_rank(scenario, spec, *comm, probe, run_options);

@@ -47,8 +47,8 @@ struct BenchSpec {
   double timeout_s = 120.0;
   int threads_per_rank = 0;  // 0: cores / world size
 };
-void to_json(nlohmann::json& j, const BenchSpec& s);
-void from_json(const nlohmann::json& j, BenchSpec& s);
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BenchSpec, collectives, min_bytes, max_bytes, factor, warmup, iterations, root,
+                                   timeout_s, threads_per_rank)
 
 struct BenchRow {
   std::string collective;
@@ -63,6 +63,7 @@ struct BenchRow {
   double busbw_gbps = 0.0;
   std::optional<check::LatencyStats> device;  // NCCL: CUDA-event time of the collective alone
 };
+// Written out: latencies are in microseconds, as the table prints them.
 void to_json(nlohmann::json& j, const BenchRow& r);
 void from_json(const nlohmann::json& j, BenchRow& r);
 
@@ -75,7 +76,7 @@ struct BenchGroup {
   std::string error;  // a rank failed: what it said
   std::vector<BenchRow> rows;
 };
-void to_json(nlohmann::json& j, const BenchGroup& g);
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BenchGroup, backend, world_size, threads_per_rank, skipped, skip_reason, error, rows)
 
 // "1K" -> 1024, "64M" -> 67108864, "2G", or plain bytes; nccl-tests' suffixes (powers of 1024).
 int64_t parse_size(const std::string& text);

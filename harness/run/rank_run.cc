@@ -22,6 +22,7 @@
 #include "check/replica_check.h"
 #include "comm/broadcast_bytes.h"
 #include "comm/communicator.h"
+#include "common/digest.h"
 #include "common/error.h"
 #include "common/revision.h"
 #include "dmp/checkpoint.h"
@@ -79,13 +80,9 @@ dmp::ShardingPlan collective_plan(comm::Communicator& comm, dmp::PlannerInput in
     plan = dmp::ShardingPlan::deserialize(comm::broadcast_bytes(comm, text, 0));
   }
   const std::string held = plan.serialize();
-  uint64_t hash = 1469598103934665603ull;
-  for (unsigned char c : held) hash = (hash ^ c) * 1099511628211ull;
-  const auto all = comm.all_gather(at::tensor({static_cast<int64_t>(hash >> 1)}, at::kLong));
-  for (size_t r = 1; r < all.size(); ++r) {
-    DMP_CHECK(all[r].item<int64_t>() == all[0].item<int64_t>(), ErrorKind::kCommunication,
-              "rank {} holds a different sharding plan from rank 0; rank {} has:\n{}", r, comm.rank(), held);
-  }
+  const int differs = comm::first_rank_disagreeing(comm, held);
+  DMP_CHECK(differs < 0, ErrorKind::kCommunication,
+            "rank {} holds a different sharding plan from rank 0; rank {} has:\n{}", differs, comm.rank(), held);
   return plan;
 }
 
@@ -232,11 +229,8 @@ void check_finite(dmp::DistributedModelParallel& model, double loss, int step) {
 
 std::string tensor_digest(const at::Tensor& tensor) {
   const at::Tensor t = tensor.contiguous();
-  const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
-  uint64_t hash = 1469598103934665603ull;
-  for (size_t i = 0; i < static_cast<size_t>(t.numel()) * t.element_size(); ++i)
-    hash = (hash ^ bytes[i]) * 1099511628211ull;
-  return fmt::format("{:016x}", hash);
+  return fmt::format(
+      "{:016x}", fnv1a64({static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * t.element_size()}));
 }
 
 check::RunResult result_header(const scenario::Scenario& scenario, const scenario::RunSpec& spec) {

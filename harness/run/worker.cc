@@ -26,10 +26,6 @@
 namespace dmpcheck::run {
 namespace {
 
-std::chrono::milliseconds millis(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
-}
-
 check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm::Store& store,
                          const comm::RankEnvironment& env, const WorkerOptions& worker,
                          const std::map<std::string, std::string>& handed) {
@@ -39,15 +35,7 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
   };
   const scenario::RunSpec& spec = scenario.runs.at(index);
   comm::Store run_store = store.with_prefix(fmt::format("run{}", index));
-  comm::BackendOptions backend;
-  backend.timeout = millis(spec.timeout_s);
-  backend.local_rank = env.local_rank;
-  // dmpcheck's own launcher runs every rank on this host (its "hosts" are simulated topology).
-  const char* launched = std::getenv("DMPCHECK_LAUNCHED");
-  backend.hostname = launched != nullptr && std::string(launched) == "1" ? "127.0.0.1" : comm::gloo_listen_address(env);
-  backend.interface = env.gloo_interface;
-  std::unique_ptr<comm::Communicator> comm =
-      comm::make_communicator(spec.backend, run_store, env.rank, env.world_size, backend);
+  std::unique_ptr<comm::Communicator> comm = comm::make_communicator(spec.backend, run_store, env, spec.timeout_s);
   if (spec.fingerprint) comm = comm::make_fingerprinting_communicator(std::move(comm));
   RankRunOptions options;
   options.local_world_size = env.local_world_size;

@@ -145,10 +145,10 @@ at::Tensor ModelParallelSharding::forward(const KeyedJaggedTensor& local) {
     for (int s = 0; s < world; ++s) {
       // The lengths a source sent must account for exactly the ids it sent.
       const int64_t declared = my_items > 0 ? recv_lengths.narrow(0, l0, batch * my_items).sum().item<int64_t>() : 0;
-      DMP_CHECK(declared == recv_counts[static_cast<size_t>(s)], ErrorKind::kInvalidInput,
-                "rank {}: the lengths received from rank {} sum to {} but rank {} sent {} ids: the KeyedJaggedTensor's "
-                "lengths no longer match its values",
-                comm_.rank(), s, declared, s, recv_counts[static_cast<size_t>(s)]);
+      DMP_CHECK_EQ(declared, recv_counts[static_cast<size_t>(s)], ErrorKind::kInvalidInput,
+                   "rank {}: the ids rank {} sent do not match the lengths it sent (the KeyedJaggedTensor's lengths "
+                   "no longer match its values)",
+                   comm_.rank(), s);
       for (int64_t i = 0; i < my_items; ++i) {
         const at::Tensor len = recv_lengths.narrow(0, l0, batch);
         const int64_t n = len.sum().item<int64_t>();

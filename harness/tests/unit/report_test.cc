@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "report/console.h"
 #include "report/json.h"
 #include "report/suite_reports.h"
@@ -55,6 +56,18 @@ TEST(Reports, JunitEscapesMarkup) {
 }  // namespace dmpcheck::report
 
 // One policy from outcome to exit status (docs/errors.md), and the names reports carry.
+TEST(Errors, CheckEqPrintsBothOperands) {
+  const std::vector<int64_t> held = {2, 4}, expected = {3, 4};
+  try {
+    DMP_CHECK_EQ(held, expected, dmpcheck::ErrorKind::kInvalidInput, "the piece of '{}' does not fit", "t0");
+    ADD_FAILURE() << "no error";
+  } catch (const dmpcheck::Error& e) {
+    EXPECT_EQ(e.kind(), dmpcheck::ErrorKind::kInvalidInput);
+    EXPECT_EQ(std::string(e.what()), "the piece of 't0' does not fit: held is [2, 4], expected is [3, 4]");
+  }
+  EXPECT_NO_THROW(DMP_CHECK_EQ(held.size(), expected.size(), dmpcheck::ErrorKind::kInternal, "never"));
+}
+
 TEST(Outcomes, OneExitStatusPolicyAndStableNames) {
   using dmpcheck::check::exit_status;
   using dmpcheck::check::FailureKind;
