@@ -215,7 +215,7 @@ void train_step_dmp(benchmark::State& state) {
   comm::Store store = comm::Store::host("127.0.0.1", "microbench", std::chrono::seconds(30));
   comm::GlooOptions gloo;
   auto communicator = comm::make_gloo_communicator(store, 0, 1, gloo);
-  const dmp::ShardingPlan plan = dmp::plan_sharding(scenario::planner_input(f.spec, 1));
+  const dmp::ShardingPlan plan = dmp::plan_sharding(scenario::planner_input(f.spec, 1), f.spec.profile);
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(f.spec.init.seed);
   dmp::DistributedModelParallel model(*communicator, f.spec.model, plan, generator,
                                       {f.spec.profile, f.spec.sparse_optimizer, f.spec.dense_optimizer});

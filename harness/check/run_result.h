@@ -165,6 +165,7 @@ struct RunResult {
   std::string slug;
   std::vector<std::pair<std::string, std::string>> cell;
   std::string profile;
+  std::map<std::string, std::string> switches;  // the profile's switch values, by name (the reference's runs)
   std::string init_mode;
   SystemUnderTest system;
   Environment environment;

@@ -90,7 +90,7 @@ int command_explain(const std::vector<std::string>& files, const std::vector<std
         std::string label;
         const dmp::ShardingPlan theirs = run::torchrec_planner_plan(run, version, &label);
         // Bytes are the reference's estimate; the release's plan has none, so compare placements only.
-        dmp::ShardingPlan ours = dmp::plan_sharding(scenario::planner_input(run));
+        dmp::ShardingPlan ours = dmp::plan_sharding(scenario::planner_input(run), run.profile);
         for (auto& t : ours.tables) {
           for (auto& shard : t.shards) shard.bytes = 0;
         }

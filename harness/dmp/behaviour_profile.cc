@@ -1,6 +1,11 @@
 #include "dmp/behaviour_profile.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <variant>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace dmpcheck::dmp {
 
@@ -110,6 +115,80 @@ std::vector<std::string> behaviour_profile_names() {
   std::vector<std::string> names;
   for (const auto& profile : behaviour_profiles()) names.push_back(profile.name);
   return names;
+}
+
+const char* data_parallel_init_broadcast(const BehaviourProfile& profile) {
+  if (!profile.broadcast_data_parallel_tables_at_init) return nullptr;
+  return profile.init_broadcast_bucket_cap_bytes > 0 ? "coalesced" : "one per table";
+}
+
+namespace {
+
+using Member = std::variant<bool BehaviourProfile::*, int64_t BehaviourProfile::*, double BehaviourProfile::*>;
+#define DMPCHECK_SWITCH(field) \
+  { #field, &BehaviourProfile::field }
+const std::vector<std::pair<std::string, Member>> kSwitches = {
+    DMPCHECK_SWITCH(broadcast_data_parallel_tables_at_init),
+    DMPCHECK_SWITCH(init_broadcast_bucket_cap_bytes),
+    DMPCHECK_SWITCH(divide_model_parallel_gradients_by_world_size),
+    DMPCHECK_SWITCH(row_wise_mean_divides_by_local_length),
+    DMPCHECK_SWITCH(mean_divisor_mutates_lengths),
+    DMPCHECK_SWITCH(row_wise_fails_on_gloo),
+    DMPCHECK_SWITCH(row_wise_offered_on_cpu),
+    DMPCHECK_SWITCH(wrap_keeps_weights_loaded_before_it),
+    DMPCHECK_SWITCH(row_wise_mean_divisor_eps),
+    DMPCHECK_SWITCH(row_wise_mean_divides_other_features),
+    DMPCHECK_SWITCH(deduplicate_row_gradients),
+    DMPCHECK_SWITCH(broadcast_dense_at_wrap),
+    DMPCHECK_SWITCH(ddp_first_bucket_cap_bytes),
+    DMPCHECK_SWITCH(update_data_parallel_tables),
+    DMPCHECK_SWITCH(data_parallel_tables_use_dense_optimizer),
+    DMPCHECK_SWITCH(planner_counts_optimizer_state),
+    DMPCHECK_SWITCH(plan_on_every_rank),
+    DMPCHECK_SWITCH(data_parallel_state_keys_differ),
+    DMPCHECK_SWITCH(load_requires_same_sharding),
+};
+#undef DMPCHECK_SWITCH
+
+}  // namespace
+
+std::vector<std::string> behaviour_switch_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : kSwitches) names.push_back(entry.first);
+  return names;
+}
+
+std::map<std::string, std::string> behaviour_switch_values(const BehaviourProfile& profile) {
+  std::map<std::string, std::string> values;
+  for (const auto& [name, member] : kSwitches) {
+    values[name] = std::visit([&](auto m) { return fmt::format("{}", profile.*m); }, member);
+  }
+  return values;
+}
+
+std::optional<std::string> set_behaviour_switch(BehaviourProfile& profile, const std::string& name,
+                                                const std::string& value) {
+  for (const auto& [known, member] : kSwitches) {
+    if (known != name) continue;
+    if (auto* flag = std::get_if<bool BehaviourProfile::*>(&member)) {
+      if (value != "true" && value != "false") return std::string("true or false");
+      profile.** flag = value == "true";
+      return std::nullopt;
+    }
+    char* end = nullptr;
+    const double number = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0') return std::string("a number");
+    if (auto* bytes = std::get_if<int64_t BehaviourProfile::*>(&member)) {
+      if (number < 0 || number != static_cast<double>(static_cast<int64_t>(number))) {
+        return std::string("a whole number of bytes, 0 or more");
+      }
+      profile.** bytes = static_cast<int64_t>(number);
+    } else {
+      profile.*std::get<double BehaviourProfile::*>(member) = number;
+    }
+    return std::nullopt;
+  }
+  return fmt::format("one of the switches {}", fmt::join(behaviour_switch_names(), ", "));
 }
 
 }  // namespace dmpcheck::dmp

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,5 +98,18 @@ std::string profile_for_release(const std::string& version);
 // The name a scenario gives to mean "the profile of the cell's release".
 inline constexpr const char* kReleaseProfile = "release";
 std::vector<std::string> behaviour_profile_names();
+
+// How the profile's DMP broadcasts data-parallel tables at init: "coalesced", "one per table", or
+// nullptr (not at all: TorchRec #1739).
+const char* data_parallel_init_broadcast(const BehaviourProfile& profile);
+
+// The switches by their field names, for scenarios (`profile: {base: torchrec-0.6, <switch>: v}`)
+// and reports (every run records the values it ran with).
+std::vector<std::string> behaviour_switch_names();
+std::map<std::string, std::string> behaviour_switch_values(const BehaviourProfile& profile);
+// Sets switch `name` from its text ("true"/"false", or a number); the error says what was
+// expected, or that there is no such switch.
+std::optional<std::string> set_behaviour_switch(BehaviourProfile& profile, const std::string& name,
+                                                const std::string& value);
 
 }  // namespace dmpcheck::dmp

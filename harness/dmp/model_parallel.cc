@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "comm/broadcast_bytes.h"
 #include "comm/communicator.h"
 #include "common/error.h"
 #include "dmp/embedding_bag_collection.h"
@@ -171,6 +172,7 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
     bopts.root = 0;
     bopts.bucket_cap_bytes = options_.profile.init_broadcast_bucket_cap_bytes;
     init_broadcast_.data_parallel_tables_broadcast = true;
+    init_broadcast_.data_parallel_bucket_cap_bytes = bopts.bucket_cap_bytes;
     init_broadcast_.data_parallel_tables = comm::broadcast_coalesced(comm_, weights, bopts);
   }
 
@@ -448,6 +450,54 @@ void DistributedModelParallel::resume(const std::map<std::string, at::Tensor>& s
     }
   }
   dense_dp_->load_optimizer_state(state_map, steps);
+}
+
+ShardingPlan collective_plan(comm::Communicator& comm, PlannerInput input, const BehaviourProfile& profile) {
+  ShardingPlan plan;
+  if (profile.plan_on_every_rank) {
+    input.tie_break_rank = comm.rank();
+    plan = plan_sharding(input, profile);
+  } else {
+    const std::string text = comm.rank() == 0 ? plan_sharding(input, profile).serialize() : std::string();
+    plan = ShardingPlan::deserialize(comm::broadcast_bytes(comm, text, 0));
+  }
+  const std::string held = plan.serialize();
+  const int differs = comm::first_rank_disagreeing(comm, held);
+  DMP_CHECK(differs < 0, ErrorKind::kCommunication,
+            "rank {} holds a different sharding plan from rank 0; rank {} has:\n{}", differs, comm.rank(), held);
+  return plan;
+}
+
+std::unique_ptr<DistributedModelParallel> reshard(comm::Communicator& comm, DistributedModelParallel& old,
+                                                  const ModelConfig& model, const ShardingPlan& plan,
+                                                  at::Generator& generator, const DmpOptions& options, int64_t steps) {
+  std::map<std::string, at::Tensor> state = old.gather_full_state();
+  if (options.profile.data_parallel_state_keys_differ) {
+    // torch.optim names for data-parallel tables' state: "<table>.weight.<state>".
+    for (const auto& t : old.plan().tables) {
+      if (t.type != ShardingType::kDataParallel) continue;
+      for (const auto& s : FusedOptimizer::state_specs(options.sparse_optimizer, 1, 1)) {
+        auto node = state.extract(table_state_key(t.table, s.name));
+        if (node.empty()) continue;
+        node.key() = table_state_key(t.table, "weight." + s.name);
+        state.insert(std::move(node));
+      }
+    }
+  }
+  if (options.profile.load_requires_same_sharding) {
+    for (const auto& t : plan.tables) {
+      const ShardingType before = old.plan().of(t.table).type;
+      DMP_CHECK(before == t.type, ErrorKind::kInvalidInput,
+                "cannot load table '{}': the checkpoint holds it {} ({}), the model now shards it {} "
+                "('Tensor' object has no attribute 'local_shards', TorchRec #1497)",
+                t.table, sharding_type_name(before),
+                before == ShardingType::kDataParallel ? "a plain tensor" : "a sharded tensor",
+                sharding_type_name(t.type));
+    }
+  }
+  auto resharded = std::make_unique<DistributedModelParallel>(comm, model, plan, generator, options);
+  resharded->resume(state, steps);
+  return resharded;
 }
 
 }  // namespace dmpcheck::dmp

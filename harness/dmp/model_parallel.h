@@ -52,6 +52,7 @@ struct StateTensor {
 struct InitBroadcastReport {
   bool data_parallel_tables_broadcast = false;
   comm::CoalescedBroadcastStats data_parallel_tables;  // the profile's init broadcast
+  int64_t data_parallel_bucket_cap_bytes = 0;          // its buckets' cap; 0: one broadcast per table
   comm::CoalescedBroadcastStats dense;                 // the DDP wrapper's broadcast
 };
 
@@ -115,5 +116,18 @@ class DistributedModelParallel {
   std::vector<bool> divided_by_length_;       // per lookup in model order
   std::vector<std::string> embedding_names_;  // per lookup in model order (ModelConfig::embedding_names)
 };
+
+// Collective.  The plan every rank runs: rank 0 plans and broadcasts, as TorchRec's
+// collective_plan does; under the profile's plan_on_every_rank each rank plans with its own
+// tie-breaks.  Either way every rank checks that all hold the same plan (a planner that gives
+// ranks different plans is a class of bug of its own): a communication error names the rank.
+ShardingPlan collective_plan(comm::Communicator& comm, PlannerInput input, const BehaviourProfile& profile);
+
+// Collective.  The model again under `plan` from `old`'s full state after `steps` steps, as a
+// checkpoint carries it from one plan to another, with the profile's checkpoint switches:
+// data_parallel_state_keys_differ (TorchRec #2394) and load_requires_same_sharding (#1497).
+std::unique_ptr<DistributedModelParallel> reshard(comm::Communicator& comm, DistributedModelParallel& old,
+                                                  const ModelConfig& model, const ShardingPlan& plan,
+                                                  at::Generator& generator, const DmpOptions& options, int64_t steps);
 
 }  // namespace dmpcheck::dmp

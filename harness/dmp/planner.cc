@@ -321,4 +321,9 @@ ShardingPlan plan_sharding(const PlannerInput& input) {
   return plan;
 }
 
+ShardingPlan plan_sharding(PlannerInput input, const BehaviourProfile& profile) {
+  if (!profile.planner_counts_optimizer_state) input.state_multiplier = nullptr;
+  return plan_sharding(input);
+}
+
 }  // namespace dmpcheck::dmp

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dmp/behaviour_profile.h"
 #include "dmp/config.h"
 
 namespace dmpcheck::dmp {
@@ -119,5 +120,8 @@ int64_t torchrec_column_width(int64_t dim, int column_shards);
 //           table_row_wise  row_wise over the ranks of one host (local_world_size ranks).
 //           data_parallel   a full replica on every rank.
 ShardingPlan plan_sharding(const PlannerInput& input);
+// As the profile's TorchRec plans: without the optimizer state in the storage estimate unless
+// planner_counts_optimizer_state.
+ShardingPlan plan_sharding(PlannerInput input, const BehaviourProfile& profile);
 
 }  // namespace dmpcheck::dmp

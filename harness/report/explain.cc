@@ -42,7 +42,7 @@ std::string explain_placement(const scenario::RunSpec& run, const dmp::ShardingP
 }
 
 std::string explain_run(const scenario::RunSpec& run) {
-  const dmp::ShardingPlan plan = dmp::plan_sharding(scenario::planner_input(run));
+  const dmp::ShardingPlan plan = dmp::plan_sharding(scenario::planner_input(run), run.profile);
   std::string out =
       fmt::format("run [{}]: {} ranks ({} per host), profile {}, sparse optimizer {}, batch {} per rank\n", run.name,
                   run.world_size, plan.topology.local_world_size, run.profile.name,
@@ -97,9 +97,10 @@ std::string explain_run(const scenario::RunSpec& run) {
   out += fmt::format("    {}. all_reduce  dense gradients (25 MiB buckets): {} floats ({})\n", n++, dense,
                      human_bytes(dense * 4));
   out += "  at init: ";
-  out += run.profile.broadcast_data_parallel_tables_at_init && dp_elements > 0
+  const char* broadcast = dmp::data_parallel_init_broadcast(run.profile);
+  out += dp_elements > 0 && broadcast != nullptr
              ? fmt::format("broadcast of data_parallel tables from rank 0 ({}, {}), ", human_bytes(dp_elements * 4),
-                           run.profile.init_broadcast_bucket_cap_bytes > 0 ? "coalesced" : "one per table")
+                           broadcast)
              : std::string("no broadcast of data_parallel tables, ");
   out += fmt::format("broadcast of dense parameters ({})\n", human_bytes(dense * 4));
   return out;

@@ -39,7 +39,7 @@ RunMemory estimate_run_memory(const scenario::RunSpec& spec, int ranks_on_host) 
   m.run = spec.name;
   dmp::ShardingPlan plan;
   try {
-    plan = dmp::plan_sharding(scenario::planner_input(spec));
+    plan = dmp::plan_sharding(scenario::planner_input(spec), spec.profile);
   } catch (const Error& e) {
     throw_error(ErrorKind::kInvalidScenario, fmt::format("run '{}': the plan fails: {}", spec.name, e.what()));
   }

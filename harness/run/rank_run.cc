@@ -67,25 +67,6 @@ dmp::ShardingPlan given_plan(const scenario::RunSpec& spec) {
   return plan;
 }
 
-// Rank 0 plans and broadcasts the plan (TorchRec's collective_plan); then every rank's copy is
-// compared, since a planner that gives ranks different plans is a class of bug of its own.
-// Under the plan-per-rank profile every rank plans for itself with its own tie-breaks.
-dmp::ShardingPlan collective_plan(comm::Communicator& comm, dmp::PlannerInput input, bool plan_on_every_rank) {
-  dmp::ShardingPlan plan;
-  if (plan_on_every_rank) {
-    input.tie_break_rank = comm.rank();
-    plan = dmp::plan_sharding(input);
-  } else {
-    const std::string text = comm.rank() == 0 ? dmp::plan_sharding(input).serialize() : std::string();
-    plan = dmp::ShardingPlan::deserialize(comm::broadcast_bytes(comm, text, 0));
-  }
-  const std::string held = plan.serialize();
-  const int differs = comm::first_rank_disagreeing(comm, held);
-  DMP_CHECK(differs < 0, ErrorKind::kCommunication,
-            "rank {} holds a different sharding plan from rank 0; rank {} has:\n{}", differs, comm.rank(), held);
-  return plan;
-}
-
 std::vector<dmp::StateTensor> replicated(const std::vector<dmp::StateTensor>& state) {
   std::vector<dmp::StateTensor> out;
   for (const auto& s : state) {
@@ -112,36 +93,9 @@ std::vector<at::Tensor> replicated_parameters(const dmp::DistributedModelParalle
 std::unique_ptr<dmp::DistributedModelParallel> resume_under_new_plan(
     comm::Communicator& comm, const scenario::RunSpec& spec, dmp::DistributedModelParallel& old_model,
     dmp::PlannerInput planner, at::Generator& generator, const dmp::DmpOptions& options, int64_t steps) {
-  std::map<std::string, at::Tensor> state = old_model.gather_full_state();
-  const dmp::ShardingPlan& old_plan = old_model.plan();
-  if (spec.profile.data_parallel_state_keys_differ) {
-    // torch.optim names for data-parallel tables' state: "<table>.weight.<state>".
-    for (const auto& t : old_plan.tables) {
-      if (t.type != dmp::ShardingType::kDataParallel) continue;
-      for (const auto& s : dmp::FusedOptimizer::state_specs(options.sparse_optimizer, 1, 1)) {
-        auto node = state.extract("ebc.embedding_bags." + t.table + "." + s.name);
-        if (node.empty()) continue;
-        node.key() = "ebc.embedding_bags." + t.table + ".weight." + s.name;
-        state.insert(std::move(node));
-      }
-    }
-  }
   for (const auto& [table, constraints] : spec.resume->constraints) planner.constraints[table] = constraints;
-  const dmp::ShardingPlan new_plan = collective_plan(comm, planner, spec.profile.plan_on_every_rank);
-  if (spec.profile.load_requires_same_sharding) {
-    for (const auto& t : new_plan.tables) {
-      const dmp::ShardingType before = old_plan.of(t.table).type;
-      DMP_CHECK(before == t.type, ErrorKind::kInvalidInput,
-                "cannot load table '{}': the checkpoint holds it {} ({}), the model now shards it {} "
-                "('Tensor' object has no attribute 'local_shards', TorchRec #1497)",
-                t.table, dmp::sharding_type_name(before),
-                before == dmp::ShardingType::kDataParallel ? "a plain tensor" : "a sharded tensor",
-                dmp::sharding_type_name(t.type));
-    }
-  }
-  auto model = std::make_unique<dmp::DistributedModelParallel>(comm, spec.model, new_plan, generator, options);
-  model->resume(state, steps);
-  return model;
+  const dmp::ShardingPlan new_plan = dmp::collective_plan(comm, planner, spec.profile);
+  return dmp::reshard(comm, old_model, spec.model, new_plan, generator, options, steps);
 }
 
 // The scenario's faults for this rank at this step (0: after the build).  Faults that end the
@@ -241,6 +195,7 @@ check::RunResult result_header(const scenario::Scenario& scenario, const scenari
   result.slug = spec.slug;
   result.cell = spec.cell;
   result.profile = spec.on_torchrec() ? std::string() : spec.profile.name;
+  if (!spec.on_torchrec()) result.switches = dmp::behaviour_switch_values(spec.profile);
   result.system.name = spec.system;
   result.system.simulated = !spec.on_torchrec();
   result.init_mode = scenario::init_mode_name(spec.init.mode);
@@ -273,7 +228,7 @@ check::BroadcastProbe probe_scenario_on_rank(const scenario::Scenario& scenario,
   at::set_num_threads(threads_per_rank(spec, cores));
   const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
   const dmp::ShardingPlan plan =
-      collective_plan(comm, scenario::planner_input(spec, local_world_size), spec.profile.plan_on_every_rank);
+      dmp::collective_plan(comm, scenario::planner_input(spec, local_world_size), spec.profile);
   const uint64_t seed = spec.init.seed + (spec.init.mode == scenario::InitMode::kUnseeded ? comm.rank() : 0);
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   dmp::DmpOptions dmp_options{spec.profile, spec.sparse_optimizer, spec.dense_optimizer};
@@ -308,7 +263,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
             spec.local_world_size);
   const dmp::PlannerInput planner = scenario::planner_input(spec, local_world_size);
   const dmp::ShardingPlan plan =
-      spec.given_plan.empty() ? collective_plan(comm, planner, spec.profile.plan_on_every_rank) : given_plan(spec);
+      spec.given_plan.empty() ? dmp::collective_plan(comm, planner, spec.profile) : given_plan(spec);
   for (const auto& t : plan.tables) {
     check::TablePlacement placement{t.table, dmp::sharding_type_name(t.type), {}};
     for (const auto& s : t.shards)
@@ -353,7 +308,7 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     cost.bytes = init.data_parallel_tables.bytes;
     cost.tensors = init.data_parallel_tables.tensors;
     cost.collectives = init.data_parallel_tables.collectives;
-    cost.bucket_cap_bytes = spec.profile.init_broadcast_bucket_cap_bytes;
+    cost.bucket_cap_bytes = init.data_parallel_bucket_cap_bytes;
     cost.seconds = seconds.item<double>();
     cost.gbps = cost.seconds > 0 ? static_cast<double>(cost.bytes) / cost.seconds / 1e9 : 0.0;
     if (spec.broadcast_probe.enabled) {

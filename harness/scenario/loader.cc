@@ -250,6 +250,16 @@ bool assign_path(const YAML::Node& root, const std::vector<std::string>& parts, 
   return true;
 }
 
+// A profile with switches, as a matrix value, on one line ("{base: torchrec-0.6, plan_on_every_rank: true}"):
+// its cell's name.
+std::string flow_text(const YAML::Node& node) {
+  YAML::Emitter out;
+  out.SetMapFormat(YAML::Flow);
+  out.SetSeqFormat(YAML::Flow);
+  out << node;
+  return out.c_str();
+}
+
 std::string slug_of(const std::string& text) {
   std::string out;
   for (char c : text) {
@@ -519,8 +529,29 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
 
   run.profile = *dmp::find_behaviour_profile("current");
   r.section([&] {
-    if (root["profile"])
-      run.profile = *dmp::find_behaviour_profile(r.choice(root["profile"], "profile", dmp::behaviour_profile_names()));
+    const YAML::Node profile = root["profile"];
+    if (!profile) return;
+    if (!profile.IsMap()) {
+      run.profile = *dmp::find_behaviour_profile(r.choice(profile, "profile", dmp::behaviour_profile_names()));
+      return;
+    }
+    // A named profile with switches turned: {base: torchrec-0.6, plan_on_every_rank: true}.
+    std::vector<std::string> keys = dmp::behaviour_switch_names();
+    keys.insert(keys.begin(), "base");
+    r.check_keys(profile, "profile", keys);
+    run.profile = *dmp::find_behaviour_profile(
+        r.choice(r.required(profile, "profile", "base"), "profile.base", dmp::behaviour_profile_names()));
+    std::vector<std::string> turned;
+    for (const auto& kv : profile) {
+      const std::string key = kv.first.Scalar();
+      if (key == "base") continue;
+      const std::string path = "profile." + key;
+      if (!kv.second.IsScalar()) r.expected(kv.second, path, "a value");
+      if (auto what = dmp::set_behaviour_switch(run.profile, key, kv.second.Scalar()))
+        r.expected(kv.second, path, *what);
+      turned.push_back(key + "=" + kv.second.Scalar());
+    }
+    if (!turned.empty()) run.profile.name += fmt::format("+{}", fmt::join(turned, "+"));
   });
 
   // Tables.
@@ -1066,7 +1097,9 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
       if (!assign_path(run_root, split_path(axes[a].path), value)) {
         r.fail(axes[a].key, "matrix." + axes[a].path, "this path does not lead to a field of the scenario");
       }
-      assignments.emplace_back(axes[a].path, value.IsScalar() ? value.Scalar() : YAML::Dump(value));
+      assignments.emplace_back(axes[a].path, value.IsScalar()            ? value.Scalar()
+                                             : axes[a].path == "profile" ? flow_text(value)
+                                                                         : YAML::Dump(value));
     }
     for (const auto& [path, value] : overrides) {
       const auto parts = split_path(path);

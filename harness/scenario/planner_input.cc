@@ -15,17 +15,15 @@ dmp::PlannerInput planner_input(const RunSpec& run, int local_world_size) {
   input.state_bytes = [sparse](int64_t rows, int64_t cols) {
     return dmp::FusedOptimizer::state_bytes(sparse, rows, cols);
   };
-  if (run.profile.planner_counts_optimizer_state) {
-    input.state_multiplier = [type = sparse.type](const dmp::EmbeddingBagConfig& t) {
-      switch (type) {
-        case dmp::FusedOptimizerType::kSgd: return 0.0;
-        case dmp::FusedOptimizerType::kAdagrad: return 1.0;
-        case dmp::FusedOptimizerType::kAdam: return 2.0;
-        case dmp::FusedOptimizerType::kRowWiseAdagrad: return 1.0 / static_cast<double>(t.embedding_dim);
-      }
-      return 0.0;
-    };
-  }
+  input.state_multiplier = [type = sparse.type](const dmp::EmbeddingBagConfig& t) {
+    switch (type) {
+      case dmp::FusedOptimizerType::kSgd: return 0.0;
+      case dmp::FusedOptimizerType::kAdagrad: return 1.0;
+      case dmp::FusedOptimizerType::kAdam: return 2.0;
+      case dmp::FusedOptimizerType::kRowWiseAdagrad: return 1.0 / static_cast<double>(t.embedding_dim);
+    }
+    return 0.0;
+  };
   return input;
 }
 

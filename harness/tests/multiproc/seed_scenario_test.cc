@@ -72,5 +72,33 @@ TEST_F(SeedScenario, AWrongExpectationFailsWithExitCodeOne) {
       << fixed.expectation.failures[0];
 }
 
+// A scenario turns one switch of a named profile: 0.6 with the #1739 fix alone keeps every
+// replica equal where 0.6 itself does not, and each run's result records the switches it ran.
+TEST_F(SeedScenario, ASwitchTurnedInTheScenarioChangesTheRunAndIsRecorded) {
+  const auto outcome = run_reference(scenario::load_scenario_text(R"(version: 1
+name: switched
+world_size: 2
+steps: 1
+batch_size: 4
+init: {mode: unseeded, seed: 1}
+tables:
+  - {name: dp, rows: 16, dim: 4, features: [f0], sharding: {types: [data_parallel]}}
+matrix:
+  profile: [torchrec-0.6, {base: torchrec-0.6, broadcast_data_parallel_tables_at_init: true}]
+)",
+                                                                  "switched.yaml"));
+  ASSERT_EQ(outcome.results.size(), 2u);
+  for (const auto& r : outcome.results) {
+    const bool fixed = r.switches.at("broadcast_data_parallel_tables_at_init") == "true";
+    EXPECT_EQ(fixed, r.profile == "torchrec-0.6+broadcast_data_parallel_tables_at_init=true") << r.profile;
+    EXPECT_EQ(r.switches.at("data_parallel_tables_use_dense_optimizer"), "true");  // the base's
+    const auto init = std::find_if(r.replicas.begin(), r.replicas.end(), [](const check::TensorCheck& c) {
+      return c.name == "ebc.embedding_bags.dp.weight" && c.phase == "init";
+    });
+    ASSERT_NE(init, r.replicas.end()) << r.profile;
+    EXPECT_EQ(init->equal, fixed) << r.profile;
+  }
+}
+
 }  // namespace
 }  // namespace dmpcheck

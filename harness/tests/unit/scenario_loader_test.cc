@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "dmp/behaviour_profile.h"
 #include "run/data_generator.h"
 #include "scenario/scenario.h"
 
@@ -110,6 +111,36 @@ TEST(ScenarioLoader, UnknownProfileListsTheKnownOnes) {
   EXPECT_NE(message.find("field 'profile': expected one of torchrec-0.6, torchrec-0.8, torchrec-1.9, current"),
             std::string::npos)
       << message;
+}
+
+TEST(ScenarioLoader, AProfileIsANamedOneWithSwitchesTurnedAndAMatrixAxis) {
+  const Scenario s = load_scenario_text(std::string(kMinimal) +
+                                            "matrix:\n  profile:\n    - torchrec-0.6\n"
+                                            "    - {base: torchrec-0.6, broadcast_data_parallel_tables_at_init: true, "
+                                            "ddp_first_bucket_cap_bytes: 4096}\n",
+                                        "s.yaml");
+  ASSERT_EQ(s.runs.size(), 2u);
+  EXPECT_EQ(s.runs[0].profile.name, "torchrec-0.6");
+  EXPECT_FALSE(s.runs[0].profile.broadcast_data_parallel_tables_at_init);
+  const auto& turned = s.runs[1].profile;
+  EXPECT_EQ(turned.name, "torchrec-0.6+broadcast_data_parallel_tables_at_init=true+ddp_first_bucket_cap_bytes=4096");
+  EXPECT_TRUE(turned.broadcast_data_parallel_tables_at_init);
+  EXPECT_EQ(turned.ddp_first_bucket_cap_bytes, 4096);
+  EXPECT_TRUE(turned.data_parallel_tables_use_dense_optimizer);  // the rest is the base's
+  EXPECT_EQ(dmp::behaviour_switch_values(turned).at("ddp_first_bucket_cap_bytes"), "4096");
+  EXPECT_EQ(s.runs[1].name,
+            "profile={base: torchrec-0.6, broadcast_data_parallel_tables_at_init: true, ddp_first_bucket_cap_bytes: "
+            "4096}");
+
+  EXPECT_NE(
+      error_of(std::string(kMinimal) + "profile: {base: current, plan_on_every_rnak: true}\n")
+          .find("s.yaml:12: field 'profile.plan_on_every_rnak': unknown key (did you mean 'plan_on_every_rank'?)"),
+      std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "profile: {base: current, plan_on_every_rank: 3}\n")
+                .find("field 'profile.plan_on_every_rank': expected true or false, got '3'"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kMinimal) + "profile: {plan_on_every_rank: true}\n").find("'profile.base'"),
+            std::string::npos);
 }
 
 TEST(ScenarioLoader, ConstraintRankOutsideTheWorldIsRejected) {
