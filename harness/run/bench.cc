@@ -280,15 +280,15 @@ namespace {
 
 // Launches `world` ranks of `dmpcheck worker` with `entries` in the store; rank 0's lines that
 // start with `echo_prefix` are passed to `out` as they arrive (the prefix removed).
-LaunchOutcome launch_bench(const std::string& executable, int world, int threads,
-                           std::map<std::string, std::string> entries, double budget_s, std::ostream* out) {
+LaunchOutcome launch_bench(const std::string& executable, int world, int threads, RankTask task, double budget_s,
+                           std::ostream* out) {
   LaunchRequest request;
   request.executable = executable;
   request.arguments = {"worker"};
   request.in_process = [] { return worker_main(WorkerOptions{}); };
   request.world_size = world;
   request.threads_per_rank = threads;
-  request.store_entries = std::move(entries);
+  request.task = std::move(task);
   request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget_s * 1000.0));
   static std::mutex out_mutex;
   if (out) {
@@ -357,10 +357,12 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
       }
       BenchSpec rank_spec = spec;
       rank_spec.threads_per_rank = group.threads_per_rank;
-      const LaunchOutcome launched = launch_bench(
-          options.worker_executable, world, group.threads_per_rank,
-          {{"bench/kind", "sweep"}, {"bench/backend", backend}, {"bench/spec", nlohmann::json(rank_spec).dump()}},
-          std::max(600.0, 20.0 * spec.timeout_s), options.out);
+      RankTask task;
+      task.bench_kind = "sweep";
+      task.bench_backend = backend;
+      task.bench_options = rank_spec;
+      const LaunchOutcome launched = launch_bench(options.worker_executable, world, group.threads_per_rank,
+                                                  std::move(task), std::max(600.0, 20.0 * spec.timeout_s), options.out);
       if (launched.ok && launched.result) {
         group.rows = nlohmann::json::parse(*launched.result).get<std::vector<BenchRow>>();
         for (const auto& r : group.rows) code = std::max(code, r.wrong != 0 ? 1 : 0);
@@ -397,7 +399,7 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
 }
 
 void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const std::string& secret,
-                  const std::map<std::string, std::string>& handed) {
+                  const RankTask& task) {
   // Rank 0's lines go to the launcher marked, so that it can print them as the table.
   auto line = [&](const std::string& text) {
     if (env.rank != 0) return;
@@ -411,27 +413,24 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
     std::fflush(stdout);
   };
   comm::Store group_store = store.with_prefix("bench");
-  const std::string kind = handed.at("bench/kind");
-  if (kind == "sweep") {
-    const BenchSpec spec = nlohmann::json::parse(handed.at("bench/spec")).get<BenchSpec>();
+  if (task.bench_kind == "sweep") {
+    const BenchSpec spec = task.bench_options.get<BenchSpec>();
     at::set_num_threads(std::max(1, spec.threads_per_rank));
-    auto comm = comm::make_communicator(handed.at("bench/backend"), group_store, env, spec.timeout_s);
+    auto comm = comm::make_communicator(task.bench_backend, group_store, env, spec.timeout_s);
     const std::vector<BenchRow> rows = bench_on_rank(*comm, spec, line);
     if (env.rank == 0) set_signed(store, "result", nlohmann::json(rows).dump(), secret);
     return;
   }
-  DMP_INTERNAL_ASSERT(kind == "scenario", "unknown benchmark kind '{}'", kind);
-  const auto overrides = nlohmann::json::parse(handed.at("overrides")).get<scenario::Overrides>();
+  DMP_INTERNAL_ASSERT(task.bench_kind == "scenario", "unknown benchmark kind '{}'", task.bench_kind);
   const scenario::Scenario scenario =
-      scenario::load_scenario_text(handed.at("scenario_text"), handed.at("scenario_file"), overrides);
-  const scenario::RunSpec& spec = scenario.runs.at(std::stoul(handed.at("run_index")));
-  const auto probe_json = nlohmann::json::parse(handed.at("bench/probe"));
+      scenario::load_scenario_text(task.scenario_text, task.scenario_file, task.overrides);
+  const scenario::RunSpec& spec = scenario.runs.at(static_cast<size_t>(task.run_index));
   check::ProbeOptions probe;
-  probe_json.at("warmup").get_to(probe.warmup);
-  probe_json.at("iterations").get_to(probe.iterations);
-  probe_json.at("bucket_caps").get_to(probe.bucket_caps);
-  auto comm = comm::make_communicator(handed.count("bench/backend") ? handed.at("bench/backend") : spec.backend,
-                                      group_store, env, spec.timeout_s);
+  task.bench_options.at("warmup").get_to(probe.warmup);
+  task.bench_options.at("iterations").get_to(probe.iterations);
+  task.bench_options.at("bucket_caps").get_to(probe.bucket_caps);
+  auto comm = comm::make_communicator(task.bench_backend.empty() ? spec.backend : task.bench_backend, group_store, env,
+                                      spec.timeout_s);
   RankRunOptions run_options;
   run_options.progress = line;
   const check::BroadcastProbe result = probe_scenario_on_rank(scenario, spec, *comm, probe, run_options);
@@ -462,19 +461,19 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
         results.push_back({{"run", spec.name}, {"backend", backend}, {"skipped", true}, {"skip_reason", *reason}});
         continue;
       }
-      const nlohmann::json probe_options = {{"warmup", options.probe.warmup},
-                                            {"iterations", options.probe.iterations},
-                                            {"bucket_caps", options.probe.bucket_caps}};
+      RankTask task;
+      task.scenario_text = scenario.source_text;
+      task.scenario_file = scenario.file;
+      task.run_index = static_cast<int64_t>(i);
+      task.overrides = scenario.overrides;
+      task.bench_kind = "scenario";
+      task.bench_backend = backend;
+      task.bench_options = {{"warmup", options.probe.warmup},
+                            {"iterations", options.probe.iterations},
+                            {"bucket_caps", options.probe.bucket_caps}};
       const LaunchOutcome launched =
           launch_bench(options.worker_executable, spec.world_size, threads_per_rank(spec, available_cores()),
-                       {{"bench/kind", "scenario"},
-                        {"bench/backend", backend},
-                        {"bench/probe", probe_options.dump()},
-                        {"scenario_text", scenario.source_text},
-                        {"scenario_file", scenario.file},
-                        {"run_index", std::to_string(i)},
-                        {"overrides", nlohmann::json(scenario.overrides).dump()}},
-                       std::max(600.0, 10.0 * spec.timeout_s), options.out);
+                       std::move(task), std::max(600.0, 10.0 * spec.timeout_s), options.out);
       if (launched.ok && launched.result) {
         const auto probe = nlohmann::json::parse(*launched.result).get<check::BroadcastProbe>();
         if (options.out) *options.out << check::render_probe(probe) << std::flush;

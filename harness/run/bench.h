@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check/broadcast_probe.h"
+#include "run/handover.h"
 
 namespace dmpcheck::comm {
 class Communicator;
@@ -125,8 +126,8 @@ int run_scenario_bench(const ScenarioBenchOptions& options);
 
 // A rank of either benchmark, started by run_bench or run_scenario_bench (the store says which
 // and with what); rank 0 leaves its result in the store under "result".
-// `handed`: the launcher's entries, checked (run/handover.h); `store`: the run's view of the store.
+// `task`: what the launcher handed over (run/handover.h); `store`: the run's view of the store.
 void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const std::string& secret,
-                  const std::map<std::string, std::string>& handed);
+                  const RankTask& task);
 
 }  // namespace dmpcheck::run

@@ -73,4 +73,12 @@ std::optional<std::string> get_signed(comm::Store& store, const std::string& key
   return value;
 }
 
+void hand_over(comm::Store& store, const RankTask& task, const std::string& secret) {
+  hand_over(store, {{"task", nlohmann::json(task).dump()}}, secret);
+}
+
+RankTask take_task(comm::Store& store, const std::string& secret) {
+  return nlohmann::json::parse(take_over(store, secret).at("task")).get<RankTask>();
+}
+
 }  // namespace dmpcheck::run

@@ -10,7 +10,10 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "comm/store.h"
+#include "scenario/scenario.h"
 
 namespace dmpcheck::run {
 
@@ -25,6 +28,36 @@ void hand_over(comm::Store& store, const std::map<std::string, std::string>& ent
 // A rank: the entries, once their MAC checks; Error(kCommunication) when it does not (forged or
 // written by a run with another secret), naming which.
 std::map<std::string, std::string> take_over(comm::Store& store, const std::string& secret);
+
+// What a rank is asked to do: the one vocabulary of the launcher (or rank 0 under an external
+// launcher) and the ranks, handed over as one signed entry.  A field neither side knows cannot be
+// written by one and missed by the other.
+struct RankTask {
+  std::string scenario_file;
+  std::string scenario_text;
+  scenario::Overrides overrides;
+  int64_t run_index = -1;  // -1: every run of the scenario (ranks under an external launcher)
+  std::string checkpoint_dir;
+  std::string dump_batches_dir;
+  // The reference half of a side-by-side TorchRec cell (torchrec_cell.cc): the same run on the
+  // reference, dumping its whole state into full_state_dir; under reference_profile when set,
+  // sharing rank 0's start on every rank, on reference_plan when set (ShardingPlan text).
+  std::string full_state_dir;
+  std::string reference_profile;
+  bool reference_shares_its_start = false;
+  std::string reference_plan;
+  // `dmpcheck bench`: "sweep" (bench_options a BenchSpec) or "scenario" (the probe's warmup,
+  // iterations, bucket_caps); empty for a run.  The backend, when set, replaces the run's.
+  std::string bench_kind;
+  std::string bench_backend;
+  nlohmann::json bench_options;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankTask, scenario_file, scenario_text, overrides, run_index,
+                                                checkpoint_dir, dump_batches_dir, full_state_dir, reference_profile,
+                                                reference_shares_its_start, reference_plan, bench_kind, bench_backend,
+                                                bench_options)
+void hand_over(comm::Store& store, const RankTask& task, const std::string& secret);
+RankTask take_task(comm::Store& store, const std::string& secret);
 
 // A value with its MAC (key and key + "#mac").
 void set_signed(comm::Store& store, const std::string& key, const std::string& value, const std::string& secret);

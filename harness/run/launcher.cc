@@ -201,7 +201,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
   comm::Store file_store = comm::Store::host_file(store_dir.path(), request.store_timeout);
   const std::string secret = random_secret();
   comm::Store store = secret_view(file_store, secret);
-  hand_over(store, request.store_entries, secret);
+  hand_over(store, request.task, secret);
 
   std::vector<Rank> ranks(static_cast<size_t>(request.world_size));
   pid_t group = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "check/run_result.h"
+#include "run/handover.h"
 
 namespace dmpcheck::run {
 
@@ -22,8 +23,8 @@ struct LaunchRequest {
   int world_size = 1;
   int local_world_size = 0;  // ranks per host (LOCAL_WORLD_SIZE); 0: world_size
   int threads_per_rank = 1;  // exported as OMP_NUM_THREADS
-  // Set in the store before any rank starts (e.g. the scenario text and run index).
-  std::map<std::string, std::string> store_entries;
+  // Handed to the ranks through the store before any starts.
+  RankTask task;
   std::chrono::milliseconds store_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds budget{std::chrono::minutes(10)};            // the whole run
   std::chrono::milliseconds kill_grace{std::chrono::milliseconds(500)};  // SIGTERM, then SIGKILL

@@ -92,19 +92,17 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   request.world_size = spec.world_size;
   request.local_world_size = spec.local_world_size;
   request.threads_per_rank = threads_per_rank(spec, available_cores());
-  request.store_entries = {{"scenario_text", scenario.source_text},
-                           {"scenario_file", scenario.file},
-                           {"run_index", std::to_string(i)},
-                           {"overrides", nlohmann::json(scenario.overrides).dump()}};
-  if (!options.checkpoint_dir.empty()) request.store_entries["checkpoint_dir"] = options.checkpoint_dir;
-  if (!options.dump_batches_dir.empty()) request.store_entries["dump_batches_dir"] = options.dump_batches_dir;
-  if (!options.full_state_dir.empty()) {
-    request.store_entries["full_state_dir"] = options.full_state_dir;
-    request.store_entries["as_reference"] = "1";
-    if (!options.reference_profile.empty()) request.store_entries["as_reference_profile"] = options.reference_profile;
-    if (options.reference_shares_its_start) request.store_entries["as_reference_shared_start"] = "1";
-    if (!options.reference_plan.empty()) request.store_entries["as_reference_plan"] = options.reference_plan;
-  }
+  RankTask& task = request.task;
+  task.scenario_text = scenario.source_text;
+  task.scenario_file = scenario.file;
+  task.run_index = static_cast<int64_t>(i);
+  task.overrides = scenario.overrides;
+  task.checkpoint_dir = options.checkpoint_dir;
+  task.dump_batches_dir = options.dump_batches_dir;
+  task.full_state_dir = options.full_state_dir;
+  task.reference_profile = options.reference_profile;
+  task.reference_shares_its_start = options.reference_shares_its_start;
+  task.reference_plan = options.reference_plan;
   set_cell_budget_and_echo(spec, options, "", request);
   const LaunchOutcome launched = launch(request);
 

@@ -27,21 +27,16 @@ namespace dmpcheck::run {
 namespace {
 
 check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm::Store& store,
-                         const comm::RankEnvironment& env, const WorkerOptions& worker,
-                         const std::map<std::string, std::string>& handed) {
-  auto entry = [&](const std::string& key, const std::string& fallback) {
-    auto it = handed.find(key);
-    return it == handed.end() ? fallback : it->second;
-  };
+                         const comm::RankEnvironment& env, const WorkerOptions& worker, const RankTask& task) {
   const scenario::RunSpec& spec = scenario.runs.at(index);
   comm::Store run_store = store.with_prefix(fmt::format("run{}", index));
   std::unique_ptr<comm::Communicator> comm = comm::make_communicator(spec.backend, run_store, env, spec.timeout_s);
   if (spec.fingerprint) comm = comm::make_fingerprinting_communicator(std::move(comm));
   RankRunOptions options;
   options.local_world_size = env.local_world_size;
-  options.checkpoint_dir = entry("checkpoint_dir", worker.checkpoint_dir);
-  options.dump_batches_dir = entry("dump_batches_dir", worker.dump_batches_dir);
-  options.full_state_dir = entry("full_state_dir", "");
+  options.checkpoint_dir = task.checkpoint_dir.empty() ? worker.checkpoint_dir : task.checkpoint_dir;
+  options.dump_batches_dir = task.dump_batches_dir.empty() ? worker.dump_batches_dir : task.dump_batches_dir;
+  options.full_state_dir = task.full_state_dir;
   options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
   return run_on_rank(scenario, spec, *comm, options);
 }
@@ -79,16 +74,15 @@ int worker_main(const WorkerOptions& options) {
                             ? comm::Store::connect(env.master_addr, env.master_port, secret, store_timeout)
                             : comm::Store::open_file(env.store_file, store_timeout);
       store = secret_view(raw, secret);
-      const std::map<std::string, std::string> handed = take_over(*store, secret);
-      if (handed.count("bench/kind")) {
-        bench_worker(*store, env, secret, handed);
+      const RankTask task = take_task(*store, secret);
+      if (!task.bench_kind.empty()) {
+        bench_worker(*store, env, secret, task);
         return 0;
       }
-      const auto overrides = nlohmann::json::parse(handed.at("overrides")).get<scenario::Overrides>();
       scenario::Scenario scenario =
-          scenario::load_scenario_text(handed.at("scenario_text"), handed.at("scenario_file"), overrides);
-      const size_t index = std::stoul(handed.at("run_index"));
-      if (handed.count("as_reference")) {
+          scenario::load_scenario_text(task.scenario_text, task.scenario_file, task.overrides);
+      const size_t index = static_cast<size_t>(task.run_index);
+      if (!task.full_state_dir.empty()) {
         // The reference half of a side-by-side TorchRec cell: the same run on the reference DMP;
         // its verdict is not used, only the state it dumps.
         scenario::RunSpec& spec = scenario.runs.at(index);
@@ -96,12 +90,13 @@ int worker_main(const WorkerOptions& options) {
         const auto outputs = spec.expect.outputs;  // still dumped for the comparison
         spec.expect = scenario::Expectation{};
         spec.expect.outputs = outputs;
-        if (handed.count("as_reference_profile"))
-          spec.profile = *dmp::find_behaviour_profile(handed.at("as_reference_profile"));
-        if (handed.count("as_reference_shared_start")) spec.profile.broadcast_data_parallel_tables_at_init = true;
-        if (handed.count("as_reference_plan")) spec.given_plan = handed.at("as_reference_plan");
+        if (!task.reference_profile.empty()) spec.profile = *dmp::find_behaviour_profile(task.reference_profile);
+        if (task.reference_shares_its_start) {
+          dmp::set_behaviour_switch(spec.profile, "broadcast_data_parallel_tables_at_init", "true");
+        }
+        if (!task.reference_plan.empty()) spec.given_plan = task.reference_plan;
       }
-      const check::RunResult result = run_one(scenario, index, *store, env, options, handed);
+      const check::RunResult result = run_one(scenario, index, *store, env, options, task);
       if (env.rank == 0) set_signed(*store, "result", nlohmann::json(result).dump(), secret);
       return 0;
     }
@@ -121,11 +116,13 @@ int worker_main(const WorkerOptions& options) {
             kSecretVariable, static_cast<unsigned>(env.store_port), kSecretVariable);
       }
       const scenario::Scenario loaded = scenario::load_scenario_file(*options.scenario_path);
-      hand_over(*store, {{"scenario_file", loaded.file}, {"scenario_text", loaded.source_text}}, secret);
+      RankTask task;
+      task.scenario_file = loaded.file;
+      task.scenario_text = loaded.source_text;
+      hand_over(*store, task, secret);
     }
-    const std::map<std::string, std::string> handed = take_over(*store, secret);
-    const scenario::Scenario scenario =
-        scenario::load_scenario_text(handed.at("scenario_text"), handed.at("scenario_file"));
+    const RankTask task = take_task(*store, secret);
+    const scenario::Scenario scenario = scenario::load_scenario_text(task.scenario_text, task.scenario_file);
     int exit_code = 0;
     for (size_t i = 0; i < scenario.runs.size(); ++i) {
       if (scenario.runs[i].on_torchrec()) {
@@ -136,7 +133,7 @@ int worker_main(const WorkerOptions& options) {
         }
         continue;
       }
-      check::RunResult result = run_one(scenario, i, *store, env, options, {});
+      check::RunResult result = run_one(scenario, i, *store, env, options, task);
       if (env.rank != 0) continue;
       report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
       std::printf("%s%s\n", report::render_run_table(result).c_str(), report::render_verdict_line(result).c_str());

@@ -168,12 +168,16 @@ TEST_F(Reliability, AProcessWithoutTheSecretIsRefusedAndTheRunGoesOn) {
 TEST(Handover, AnEntryChangedInTheStoreIsRefusedByTheRank) {
   comm::Store host = comm::Store::host("127.0.0.1", "s3cret", std::chrono::seconds(5));
   comm::Store view = run::secret_view(host, "s3cret");
-  run::hand_over(view, {{"scenario_text", "version: 1"}, {"run_index", "0"}}, "s3cret");
-  EXPECT_EQ(run::take_over(view, "s3cret").at("run_index"), "0");
-  // Someone who learned where the keys are but not the secret rewrites one.
-  view.set("entry/run_index", "3");
+  run::RankTask task;
+  task.scenario_text = "version: 1";
+  task.run_index = 0;
+  run::hand_over(view, task, "s3cret");
+  EXPECT_EQ(run::take_task(view, "s3cret").run_index, 0);
+  // Someone who learned where the keys are but not the secret rewrites the task.
+  task.run_index = 3;
+  view.set("entry/task", nlohmann::json(task).dump());
   try {
-    run::take_over(view, "s3cret");
+    run::take_task(view, "s3cret");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not carry the run's MAC"), std::string::npos) << e.what();
