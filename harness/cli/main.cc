@@ -255,11 +255,10 @@ int command_bench(const BenchFlags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "dmpcheck: a correctness harness for TorchRec-style distributed embedding training.\n"
-      "Exit status: 0 every expectation held, 1 one did not, 2 bad input, 3 a rank failed or timed out, 130 "
-      "interrupted.\n"
-      "Docs: README.md, docs/scenarios.md (the scenario format), docs/reliability.md, docs/sharding.md."};
+  CLI::App app{"dmpcheck: a correctness harness for TorchRec-style distributed embedding training.\n"
+               "Exit status: 0 every expectation held, 1 one did not, 2 bad input, 3 a rank failed or timed out, 130 "
+               "interrupted.\n"
+               "Docs: README.md, docs/scenarios.md (the scenario format), docs/reliability.md, docs/sharding.md."};
   app.footer(profiles_help());
   app.set_version_flag(
       "--version", [] { return fmt::format("dmpcheck {}, built against {}", git_revision(), run::libtorch_build()); });

@@ -97,9 +97,7 @@ std::string peer_name(const sockaddr_storage& addr, socklen_t len) {
 int64_t parse_ms(const std::string& text) {
   try {
     return std::stoll(text);
-  } catch (const std::exception&) {
-    return -1;
-  }
+  } catch (const std::exception&) { return -1; }
 }
 
 }  // namespace

@@ -19,9 +19,7 @@ int64_t parse_int(const std::string& name, const std::string& text, int64_t min,
   int64_t value = 0;
   try {
     value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  } catch (const std::exception&) { used = 0; }
   DMP_CHECK(used == text.size() && !text.empty() && value >= min && value <= max, ErrorKind::kInvalidInput,
             "environment variable {}='{}': expected an integer in [{}, {}]", name, text, min, max);
   return value;

@@ -100,9 +100,7 @@ std::optional<std::string> Store::try_get(const std::string& key) {
   try {
     if (!impl_->store->check({key})) return std::nullopt;
     return to_string(impl_->store->get(key));
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  } catch (const std::exception&) { return std::nullopt; }
 }
 
 int64_t Store::add(const std::string& key, int64_t amount) {

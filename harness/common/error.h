@@ -42,11 +42,9 @@ class Error : public std::runtime_error {
 }  // namespace dmpcheck
 
 // DMP_CHECK(condition, kind, "format {}", args...): always-on check of user input.
-#define DMP_CHECK(condition, kind, ...)                            \
-  do {                                                             \
-    if (!(condition)) {                                            \
-      ::dmpcheck::throw_error((kind), ::fmt::format(__VA_ARGS__)); \
-    }                                                              \
+#define DMP_CHECK(condition, kind, ...)                                                \
+  do {                                                                                 \
+    if (!(condition)) { ::dmpcheck::throw_error((kind), ::fmt::format(__VA_ARGS__)); } \
   } while (false)
 
 // DMP_CHECK_EQ(a, b, kind, "format {}", args...): DMP_CHECK(a == b, ...) whose message ends with
@@ -62,9 +60,7 @@ class Error : public std::runtime_error {
   } while (false)
 
 // DMP_INTERNAL_ASSERT(condition, "format {}", args...): an invariant of dmpcheck itself.
-#define DMP_INTERNAL_ASSERT(condition, ...)                                                   \
-  do {                                                                                        \
-    if (!(condition)) {                                                                       \
-      ::dmpcheck::throw_internal(__FILE__, __LINE__, #condition, ::fmt::format(__VA_ARGS__)); \
-    }                                                                                         \
+#define DMP_INTERNAL_ASSERT(condition, ...)                                                                       \
+  do {                                                                                                            \
+    if (!(condition)) { ::dmpcheck::throw_internal(__FILE__, __LINE__, #condition, ::fmt::format(__VA_ARGS__)); } \
   } while (false)

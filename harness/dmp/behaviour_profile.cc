@@ -27,9 +27,8 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
 
     BehaviourProfile fix;
     fix.name = "torchrec-0.8";
-    fix.description =
-        "TorchRec 0.8 (commit cc482f8a): each data-parallel table is broadcast from rank 0 after "
-        "reset_parameters, one broadcast per table; the dense optimizer trains them";
+    fix.description = "TorchRec 0.8 (commit cc482f8a): each data-parallel table is broadcast from rank 0 after "
+                      "reset_parameters, one broadcast per table; the dense optimizer trains them";
     fix.init_broadcast_bucket_cap_bytes = 0;
     fix.data_parallel_tables_use_dense_optimizer = true;
     fix.wrap_keeps_weights_loaded_before_it = false;

@@ -244,9 +244,7 @@ KeyedJaggedTensor load_batch(const std::string& path) {
             keys.size(), stride.toInt(), stride.toInt() * static_cast<int64_t>(keys.size()));
   try {
     return KeyedJaggedTensor(keys, values.to(at::kLong).contiguous(), lengths.to(at::kLong).contiguous(), weights);
-  } catch (const Error& e) {
-    throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", path, e.what()));
-  }
+  } catch (const Error& e) { throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", path, e.what())); }
 }
 
 }  // namespace dmpcheck::dmp

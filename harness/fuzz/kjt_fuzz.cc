@@ -31,7 +31,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       dmpcheck::dmp::pooled_forward(table, bags, dmpcheck::dmp::PoolingType::kMean);
       dmpcheck::dmp::pooled_backward(at::ones({kjt.stride(), 2}), bags, dmpcheck::dmp::PoolingType::kSum);
     }
-  } catch (const dmpcheck::Error&) {
-  }
+  } catch (const dmpcheck::Error&) {}
   return 0;
 }

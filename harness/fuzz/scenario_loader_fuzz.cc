@@ -11,7 +11,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   try {
     dmpcheck::scenario::load_scenario_text(text, "fuzz.yaml");
-  } catch (const dmpcheck::Error&) {
-  }
+  } catch (const dmpcheck::Error&) {}
   return 0;
 }

@@ -258,9 +258,8 @@ tr.fail td:nth-child(4),tr.error td:nth-child(4){color:#b00020;font-weight:bold}
       xml_escape(suite.title), total.pass, all.size(), total.fail, total.error, suite.seconds, suite.started_at);
   page += "<h2>Init broadcast of data-parallel tables: seconds against bytes</h2>\n";
   page += series.empty() ? std::string("<p>No run of this suite broadcast data-parallel tables at init.</p>\n")
-                         : std::string(
-                               "<div id=\"plot-box\"><canvas id=\"broadcast-cost\" role=\"img\" "
-                               "aria-label=\"broadcast cost plot\"></canvas></div>\n");
+                         : std::string("<div id=\"plot-box\"><canvas id=\"broadcast-cost\" role=\"img\" "
+                                       "aria-label=\"broadcast cost plot\"></canvas></div>\n");
   if (chart_js.empty()) {
     page += "<p>The plot needs Chart.js: <code>apt-get install libjs-chart.js</code>, then run the suite again.</p>\n";
   } else {
@@ -278,11 +277,10 @@ if (document.getElementById('broadcast-cost')) new Chart(document.getElementById
 )";
   }
   if (!against.empty()) {
-    page +=
-        "<h2>TorchRec against the reference DMP: worst max |diff| per step</h2>\n"
-        "<div id=\"plot-box-reference\" style=\"width:760px;height:380px\"><canvas id=\"against-reference\" "
-        "role=\"img\" "
-        "aria-label=\"difference from the reference per step\"></canvas></div>\n";
+    page += "<h2>TorchRec against the reference DMP: worst max |diff| per step</h2>\n"
+            "<div id=\"plot-box-reference\" style=\"width:760px;height:380px\"><canvas id=\"against-reference\" "
+            "role=\"img\" "
+            "aria-label=\"difference from the reference per step\"></canvas></div>\n";
     if (!chart_js.empty()) {
       page += "<script>\nconst against = " + against.dump() + ";\n";
       page += R"(new Chart(document.getElementById('against-reference'), {type: 'line',
@@ -295,15 +293,13 @@ if (document.getElementById('broadcast-cost')) new Chart(document.getElementById
 </script>
 )";
     }
-    page +=
-        "<table id=\"against-reference-table\"><tr><th>run</th><th>ran on</th><th>first step out of tolerance</th>"
-        "<th>worst max |diff| per step</th><th>not comparable</th></tr>\n" +
-        against_rows + "</table>\n";
+    page += "<table id=\"against-reference-table\"><tr><th>run</th><th>ran on</th><th>first step out of tolerance</th>"
+            "<th>worst max |diff| per step</th><th>not comparable</th></tr>\n" +
+            against_rows + "</table>\n";
   }
-  page +=
-      "<h2>Verdicts</h2>\n<table id=\"verdicts\"><tr><th>scenario</th><th>run</th><th>ran on</th><th>verdict</th>"
-      "<th>observed</th><th>divergence per step (step:max |diff|)</th><th>seconds</th></tr>\n" +
-      rows + "</table>\n";
+  page += "<h2>Verdicts</h2>\n<table id=\"verdicts\"><tr><th>scenario</th><th>run</th><th>ran on</th><th>verdict</th>"
+          "<th>observed</th><th>divergence per step (step:max |diff|)</th><th>seconds</th></tr>\n" +
+          rows + "</table>\n";
   page += "<h2>Replicated tensors that differ across ranks</h2>\n";
   page +=
       tensors.empty()

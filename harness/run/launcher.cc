@@ -263,9 +263,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
         int code = 3;
         try {
           code = request.in_process();
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "rank %d: error: %s\n", r, e.what());
-        } catch (...) {
+        } catch (const std::exception& e) { std::fprintf(stderr, "rank %d: error: %s\n", r, e.what()); } catch (...) {
           std::fprintf(stderr, "rank %d: error: an unknown exception\n", r);
         }
         std::fflush(nullptr);
@@ -333,9 +331,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
         // The rank said why; a kind this build does not know is still a rank failure.
         if (j.contains("kind")) f.kind = check::parse_failure_kind(j.value("kind", std::string())).value_or(kind);
         f.message = j.value("message", std::string());
-      } catch (const std::exception&) {
-        f.message = *error;
-      }
+      } catch (const std::exception&) { f.message = *error; }
     }
     // Ranks are only SIGKILLed by us after the first failure, so a first failure by SIGKILL came
     // from elsewhere, most often the kernel's out-of-memory killer.

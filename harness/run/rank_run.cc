@@ -236,74 +236,79 @@ check::BroadcastProbe probe_scenario_on_rank(const scenario::Scenario& scenario,
   return check::probe_broadcast(comm, replicated_parameters(model), options, run_options.progress);
 }
 
-check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
-                             comm::Communicator& comm, const RankRunOptions& options) {
-  auto say = [&](const std::string& line) {
-    if (options.progress) options.progress(line);
-  };
-  DMP_CHECK(comm.world_size() == spec.world_size, ErrorKind::kInvalidInput,
-            "run '{}' needs {} ranks but this group has {} (WORLD_SIZE)", spec.name, spec.world_size,
-            comm.world_size());
-  const auto start = Clock::now();
-  const int cores = options.cores > 0 ? options.cores : available_cores();
-  const int threads = threads_per_rank(spec, cores);
-  at::set_num_threads(threads);
+namespace {
 
-  check::RunResult result = result_header(scenario, spec);
-  result.environment = {TORCH_VERSION, comm.backend_name(), hostname(), git_revision(), spec.world_size, cores,
-                        threads};
-
-  // Plan.
-  // The hosts the launcher really gives (LOCAL_WORLD_SIZE) plan the run; a scenario that names
-  // its topology must agree with them.
-  const int scenario_local = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
-  const int local_world_size = options.local_world_size > 0 ? options.local_world_size : scenario_local;
-  DMP_CHECK(spec.local_world_size == 0 || local_world_size == spec.local_world_size, ErrorKind::kInvalidInput,
-            "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size,
-            spec.local_world_size);
-  const dmp::PlannerInput planner = scenario::planner_input(spec, local_world_size);
-  const dmp::ShardingPlan plan =
-      spec.given_plan.empty() ? dmp::collective_plan(comm, planner, spec.profile) : given_plan(spec);
-  for (const auto& t : plan.tables) {
-    check::TablePlacement placement{t.table, dmp::sharding_type_name(t.type), {}};
-    for (const auto& s : t.shards)
-      placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, s.bytes});
-    result.plan.push_back(placement);
+// One run on this rank, in the order of its phases: plan, build, check the start, train (with
+// the per-step checks), save, check the end.  Each phase reads and adds to what the earlier ones
+// left in the members.
+class RankRun {
+ public:
+  RankRun(const scenario::Scenario& scenario, const scenario::RunSpec& spec, comm::Communicator& comm,
+          const RankRunOptions& options)
+      : scenario_(scenario), spec_(spec), comm_(comm), options_(options), start_(Clock::now()) {
+    DMP_CHECK(comm.world_size() == spec.world_size, ErrorKind::kInvalidInput,
+              "run '{}' needs {} ranks but this group has {} (WORLD_SIZE)", spec.name, spec.world_size,
+              comm.world_size());
+    const int cores = options.cores > 0 ? options.cores : available_cores();
+    threads_ = threads_per_rank(spec, cores);
+    at::set_num_threads(threads_);
+    result_ = result_header(scenario, spec);
+    result_.environment = {TORCH_VERSION, comm.backend_name(), hostname(), git_revision(), spec.world_size, cores,
+                           threads_};
   }
 
-  // Build: the generator is seeded per the init mode before the model exists.
-  const uint64_t seed = spec.init.seed + (spec.init.mode == scenario::InitMode::kUnseeded ? comm.rank() : 0);
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  dmp::DmpOptions dmp_options{spec.profile, spec.sparse_optimizer, spec.dense_optimizer};
-  auto model = std::make_unique<dmp::DistributedModelParallel>(comm, spec.model, plan, generator, dmp_options);
-  int64_t steps_done = 0;  // steps the model had taken before this run (a checkpoint's)
-  std::optional<dmp::FullState> checkpoint;
-  if (!spec.init.from.empty()) {
-    checkpoint = dmp::load_checkpoint(spec.init.from);
-    if (!spec.init.load_before_wrap) {
-      model->resume(checkpoint->tensors, checkpoint->steps);
-      steps_done = checkpoint->steps;
-      say(fmt::format("resumed from {} after {} step(s)", spec.init.from, steps_done));
-    } else if (model->take_weights_loaded_before_wrap(checkpoint->tensors, checkpoint->steps)) {
-      steps_done = checkpoint->steps;
-      say(fmt::format("{} loaded before the wrap, and kept by it", spec.init.from));
-    } else {
-      say(fmt::format("{} loaded before the wrap, and replaced by its draw (profile {})", spec.init.from,
-                      spec.profile.name));
+  // The hosts the launcher really gives (LOCAL_WORLD_SIZE) plan the run; a scenario that names its
+  // topology must agree with them.
+  void plan() {
+    const int scenario_local = spec_.local_world_size > 0 ? spec_.local_world_size : spec_.world_size;
+    const int local_world_size = options_.local_world_size > 0 ? options_.local_world_size : scenario_local;
+    DMP_CHECK(spec_.local_world_size == 0 || local_world_size == spec_.local_world_size, ErrorKind::kInvalidInput,
+              "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size,
+              spec_.local_world_size);
+    planner_ = scenario::planner_input(spec_, local_world_size);
+    plan_ = spec_.given_plan.empty() ? dmp::collective_plan(comm_, planner_, spec_.profile) : given_plan(spec_);
+    for (const auto& t : plan_.tables) {
+      check::TablePlacement placement{t.table, dmp::sharding_type_name(t.type), {}};
+      for (const auto& s : t.shards)
+        placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, s.bytes});
+      result_.plan.push_back(placement);
     }
   }
-  if (spec.expect.initial_state) {
-    // Collective: every tensor the checkpoint holds, as the model holds it before any step.
-    const auto state = model->gather_full_state();
-    if (comm.rank() == 0) result.init_from = check::compare_with_checkpoint(state, checkpoint->tensors);
-    result.init_from_compared = true;
-  }
-  inject_faults(spec, comm, 0, *model, say);
-  const auto& init = model->init_broadcast();
-  if (init.data_parallel_tables_broadcast) {
+
+  // The generator is seeded per the init mode before the model exists; then the model, what it
+  // starts from, the scenario's step-0 faults, and what the init broadcast cost.
+  void build() {
+    const uint64_t seed = spec_.init.seed + (spec_.init.mode == scenario::InitMode::kUnseeded ? comm_.rank() : 0);
+    generator_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+    dmp_options_ = {spec_.profile, spec_.sparse_optimizer, spec_.dense_optimizer};
+    model_ = std::make_unique<dmp::DistributedModelParallel>(comm_, spec_.model, plan_, generator_, dmp_options_);
+    std::optional<dmp::FullState> checkpoint;
+    if (!spec_.init.from.empty()) {
+      checkpoint = dmp::load_checkpoint(spec_.init.from);
+      if (!spec_.init.load_before_wrap) {
+        model_->resume(checkpoint->tensors, checkpoint->steps);
+        steps_done_ = checkpoint->steps;
+        say(fmt::format("resumed from {} after {} step(s)", spec_.init.from, steps_done_));
+      } else if (model_->take_weights_loaded_before_wrap(checkpoint->tensors, checkpoint->steps)) {
+        steps_done_ = checkpoint->steps;
+        say(fmt::format("{} loaded before the wrap, and kept by it", spec_.init.from));
+      } else {
+        say(fmt::format("{} loaded before the wrap, and replaced by its draw (profile {})", spec_.init.from,
+                        spec_.profile.name));
+      }
+    }
+    if (spec_.expect.initial_state) {
+      // Collective: every tensor the checkpoint holds, as the model holds it before any step.
+      const auto state = model_->gather_full_state();
+      if (comm_.rank() == 0) result_.init_from = check::compare_with_checkpoint(state, checkpoint->tensors);
+      result_.init_from_compared = true;
+    }
+    inject_faults(spec_, comm_, 0, *model_, [this](const std::string& line) { say(line); });
+    const auto& init = model_->init_broadcast();
+    if (!init.data_parallel_tables_broadcast) return;
     at::Tensor seconds = at::tensor({init.data_parallel_tables.seconds}, at::kDouble);
-    comm.all_reduce(seconds, comm::ReduceOp::kMax);
-    auto& cost = result.init_broadcast;
+    comm_.all_reduce(seconds, comm::ReduceOp::kMax);
+    auto& cost = result_.init_broadcast;
     cost.performed = true;
     cost.bytes = init.data_parallel_tables.bytes;
     cost.tensors = init.data_parallel_tables.tensors;
@@ -311,115 +316,153 @@ check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario:
     cost.bucket_cap_bytes = init.data_parallel_bucket_cap_bytes;
     cost.seconds = seconds.item<double>();
     cost.gbps = cost.seconds > 0 ? static_cast<double>(cost.bytes) / cost.seconds / 1e9 : 0.0;
-    if (spec.broadcast_probe.enabled) {
+    if (spec_.broadcast_probe.enabled) {
       check::ProbeOptions probe;
-      probe.warmup = spec.broadcast_probe.warmup;
-      probe.iterations = spec.broadcast_probe.iterations;
-      result.broadcast_probe = check::probe_broadcast(comm, replicated_parameters(*model), probe);
+      probe.warmup = spec_.broadcast_probe.warmup;
+      probe.iterations = spec_.broadcast_probe.iterations;
+      result_.broadcast_probe = check::probe_broadcast(comm_, replicated_parameters(*model_), probe);
     }
   }
-  result.replicas = check::check_replicas(comm, replicated(model->state()), "init");
-  auto record_divergence = [&](int step, const std::vector<check::TensorCheck>& checks) {
-    result.divergence.push_back(check::step_divergence(step, checks));
-  };
-  record_divergence(0, result.replicas);
-  auto dump_full_state = [&](const std::string& phase) {
-    if (options.full_state_dir.empty()) return;
-    const auto state = model->gather_full_state();  // collective
-    if (comm.rank() == 0) write_exchange_phase(options.full_state_dir, phase, whole_pieces(state));
-  };
-  dump_full_state("init");
-  const bool compare_global = spec.expect.global_model.has_value();
-  std::unique_ptr<check::GlobalModelTracker> tracker;
-  if (compare_global) {
-    const auto initial = model->gather_full_state();
-    if (comm.rank() == 0) {
-      tracker = std::make_unique<check::GlobalModelTracker>(
-          spec.model, dmp_options, initial, steps_done,
-          check::Tolerances{spec.expect.global_model->rtol, spec.expect.global_model->atol},
-          spec.expect.outputs ? check::Tolerances{spec.expect.outputs->rtol, spec.expect.outputs->atol}
-                              : check::Tolerances{});
-    }
-  }
-  result.timings.init_s = seconds_since(start);
-  say(fmt::format(
-      "built: {} tables, plan {}, threads/rank {}", spec.model.tables.size(),
-      [&] {
-        std::vector<std::string> p;
-        for (const auto& t : plan.tables) p.push_back(fmt::format("{}:{}", t.table, dmp::sharding_type_name(t.type)));
-        return fmt::format("{}", fmt::join(p, " "));
-      }(),
-      threads));
 
-  // Train; the unsharded model follows step by step when the scenario compares with it.
-  const auto train_start = Clock::now();
-  double check_seconds = 0.0;
-  for (int step = 0; step < spec.steps; ++step) {
-    const int global_step = static_cast<int>(steps_done) + step;
-    const dmp::KeyedJaggedTensor global = make_global_batch(spec, global_step);
-    if (!options.dump_batches_dir.empty() && comm.rank() == 0) {
-      dmp::save_batch(
-          fmt::format("{}/{}/{}/batch{}.pt", options.dump_batches_dir, scenario.name, spec.slug, global_step), global);
-    }
-    const double loss = model->train_step(local_batch(spec, global, comm.rank()));
-    result.losses.push_back(loss);
-    std::map<std::string, at::Tensor> outputs;
-    if (spec.expect.outputs && (compare_global || !options.full_state_dir.empty())) {
-      outputs = gather_outputs(comm, model->last_outputs());  // collective
-      if (comm.rank() == 0 && !options.full_state_dir.empty()) {
-        write_exchange_phase(options.full_state_dir, fmt::format("outputs{}", global_step), whole_pieces(outputs));
+  // The replicas at init; the unsharded model starts from the same state when it is compared.
+  void check_start() {
+    result_.replicas = check::check_replicas(comm_, replicated(model_->state()), "init");
+    result_.divergence.push_back(check::step_divergence(0, result_.replicas));
+    dump_full_state("init");
+    if (spec_.expect.global_model) {
+      const auto initial = model_->gather_full_state();
+      if (comm_.rank() == 0) {
+        tracker_ = std::make_unique<check::GlobalModelTracker>(
+            spec_.model, dmp_options_, initial, steps_done_,
+            check::Tolerances{spec_.expect.global_model->rtol, spec_.expect.global_model->atol},
+            spec_.expect.outputs ? check::Tolerances{spec_.expect.outputs->rtol, spec_.expect.outputs->atol}
+                                 : check::Tolerances{});
       }
     }
-    inject_faults(spec, comm, step + 1, *model, say);
-    check_finite(*model, loss, step + 1);
-    dump_full_state(fmt::format("step{}", global_step + 1));
-    if (step + 1 < spec.steps) {  // the last step is checked in full below
-      const auto check_start = Clock::now();
-      record_divergence(step + 1, check::check_replicas(comm, replicated(model->state()), "step"));
-      check_seconds += seconds_since(check_start);
-    }
-    if (compare_global) {
-      const auto check_start = Clock::now();
-      const auto state = model->gather_full_state();
-      if (tracker) tracker->step_and_compare(global, state, outputs, step + 1);
-      check_seconds += seconds_since(check_start);
-    }
-    say(fmt::format("step {}/{} loss {:.6f} ({:.2f} s)", step + 1, spec.steps, loss, seconds_since(train_start)));
-    if (spec.resume && step + 1 == spec.resume->after_step) {
-      model = resume_under_new_plan(comm, spec, *model, planner, generator, dmp_options, steps_done + step + 1);
-      say(fmt::format("resumed after step {} under another plan", step + 1));
-    }
-  }
-  if (spec.expect.outputs && spec.steps == 0 && (compare_global || !options.full_state_dir.empty())) {
-    // No step to check after: the forward alone, so that the outputs at step 0 are compared.
-    const dmp::KeyedJaggedTensor global = make_global_batch(spec, static_cast<int>(steps_done));
-    model->forward(local_batch(spec, global, comm.rank()));
-    const auto outputs = gather_outputs(comm, model->last_outputs());  // collective
-    if (tracker) tracker->forward_and_compare(global, outputs, 0);
-    if (comm.rank() == 0 && !options.full_state_dir.empty())
-      write_exchange_phase(options.full_state_dir, "outputs0", whole_pieces(outputs));
-  }
-  result.timings.train_s = seconds_since(train_start) - check_seconds;
-  if (!options.checkpoint_dir.empty()) {
-    const std::string dir = fmt::format("{}/{}/{}", options.checkpoint_dir, scenario.name, spec.slug);
-    dmp::save_sharded_checkpoint(dir, *model, comm.rank(), comm.world_size(), steps_done + spec.steps);
-    say(fmt::format("checkpoint saved to {}/rank{}.pt", dir, comm.rank()));
+    result_.timings.init_s = seconds_since(start_);
+    std::vector<std::string> placed;
+    for (const auto& t : plan_.tables) placed.push_back(fmt::format("{}:{}", t.table, dmp::sharding_type_name(t.type)));
+    say(fmt::format("built: {} tables, plan {}, threads/rank {}", spec_.model.tables.size(), fmt::join(placed, " "),
+                    threads_));
   }
 
-  // Check.
-  const auto check_start = Clock::now();
-  auto final_checks = check::check_replicas(comm, replicated(model->state()), "final");
-  result.replicas.insert(result.replicas.end(), final_checks.begin(), final_checks.end());
-  if (spec.steps > 0) record_divergence(spec.steps, final_checks);
-  if (tracker) {
-    result.global_model = tracker->results();
-    result.global_model_checked = true;
+  // The steps; the unsharded model follows step by step when the scenario compares with it.
+  void train() {
+    const auto train_start = Clock::now();
+    const bool compare_global = spec_.expect.global_model.has_value();
+    const bool gather_outputs_too = spec_.expect.outputs && (compare_global || !options_.full_state_dir.empty());
+    for (int step = 0; step < spec_.steps; ++step) {
+      const int global_step = static_cast<int>(steps_done_) + step;
+      const dmp::KeyedJaggedTensor global = make_global_batch(spec_, global_step);
+      if (!options_.dump_batches_dir.empty() && comm_.rank() == 0) {
+        dmp::save_batch(
+            fmt::format("{}/{}/{}/batch{}.pt", options_.dump_batches_dir, scenario_.name, spec_.slug, global_step),
+            global);
+      }
+      const double loss = model_->train_step(local_batch(spec_, global, comm_.rank()));
+      result_.losses.push_back(loss);
+      std::map<std::string, at::Tensor> outputs;
+      if (gather_outputs_too) {
+        outputs = gather_outputs(comm_, model_->last_outputs());  // collective
+        if (comm_.rank() == 0 && !options_.full_state_dir.empty()) {
+          write_exchange_phase(options_.full_state_dir, fmt::format("outputs{}", global_step), whole_pieces(outputs));
+        }
+      }
+      inject_faults(spec_, comm_, step + 1, *model_, [this](const std::string& line) { say(line); });
+      check_finite(*model_, loss, step + 1);
+      dump_full_state(fmt::format("step{}", global_step + 1));
+      const auto check_start = Clock::now();
+      if (step + 1 < spec_.steps) {  // the last step is checked in full by check_end
+        const auto checks = check::check_replicas(comm_, replicated(model_->state()), "step");
+        result_.divergence.push_back(check::step_divergence(step + 1, checks));
+      }
+      if (compare_global) {
+        const auto state = model_->gather_full_state();
+        if (tracker_) tracker_->step_and_compare(global, state, outputs, step + 1);
+      }
+      check_seconds_ += seconds_since(check_start);
+      say(fmt::format("step {}/{} loss {:.6f} ({:.2f} s)", step + 1, spec_.steps, loss, seconds_since(train_start)));
+      if (spec_.resume && step + 1 == spec_.resume->after_step) {
+        model_ =
+            resume_under_new_plan(comm_, spec_, *model_, planner_, generator_, dmp_options_, steps_done_ + step + 1);
+        say(fmt::format("resumed after step {} under another plan", step + 1));
+      }
+    }
+    if (gather_outputs_too && spec_.steps == 0) {
+      // No step to check after: the forward alone, so that the outputs at step 0 are compared.
+      const dmp::KeyedJaggedTensor global = make_global_batch(spec_, static_cast<int>(steps_done_));
+      model_->forward(local_batch(spec_, global, comm_.rank()));
+      const auto outputs = gather_outputs(comm_, model_->last_outputs());  // collective
+      if (tracker_) tracker_->forward_and_compare(global, outputs, 0);
+      if (comm_.rank() == 0 && !options_.full_state_dir.empty())
+        write_exchange_phase(options_.full_state_dir, "outputs0", whole_pieces(outputs));
+    }
+    result_.timings.train_s = seconds_since(train_start) - check_seconds_;
   }
-  for (const auto& [name, tensor] : model->gather_full_state()) result.digests[name] = tensor_digest(tensor);
-  result.timings.check_s = seconds_since(check_start) + check_seconds;
-  result.expectation = check::evaluate_expectation(spec.expect, result);
-  result.verdict = result.expectation.held ? check::Verdict::kPass : check::Verdict::kFail;
-  return result;
+
+  void save() {
+    if (options_.checkpoint_dir.empty()) return;
+    const std::string dir = fmt::format("{}/{}/{}", options_.checkpoint_dir, scenario_.name, spec_.slug);
+    dmp::save_sharded_checkpoint(dir, *model_, comm_.rank(), comm_.world_size(), steps_done_ + spec_.steps);
+    say(fmt::format("checkpoint saved to {}/rank{}.pt", dir, comm_.rank()));
+  }
+
+  // The replicas at the end, the unsharded model's verdict, the digests, the expectation.
+  check::RunResult check_end() {
+    const auto check_start = Clock::now();
+    auto final_checks = check::check_replicas(comm_, replicated(model_->state()), "final");
+    result_.replicas.insert(result_.replicas.end(), final_checks.begin(), final_checks.end());
+    if (spec_.steps > 0) result_.divergence.push_back(check::step_divergence(spec_.steps, final_checks));
+    if (tracker_) {
+      result_.global_model = tracker_->results();
+      result_.global_model_checked = true;
+    }
+    for (const auto& [name, tensor] : model_->gather_full_state()) result_.digests[name] = tensor_digest(tensor);
+    result_.timings.check_s = seconds_since(check_start) + check_seconds_;
+    result_.expectation = check::evaluate_expectation(spec_.expect, result_);
+    result_.verdict = result_.expectation.held ? check::Verdict::kPass : check::Verdict::kFail;
+    return result_;
+  }
+
+ private:
+  void say(const std::string& line) const {
+    if (options_.progress) options_.progress(line);
+  }
+  // The side-by-side TorchRec cell's reference half: every tensor whole, for the comparison.
+  void dump_full_state(const std::string& phase) {
+    if (options_.full_state_dir.empty()) return;
+    const auto state = model_->gather_full_state();  // collective
+    if (comm_.rank() == 0) write_exchange_phase(options_.full_state_dir, phase, whole_pieces(state));
+  }
+
+  const scenario::Scenario& scenario_;
+  const scenario::RunSpec& spec_;
+  comm::Communicator& comm_;
+  const RankRunOptions& options_;
+  const Clock::time_point start_;
+  int threads_ = 1;
+  check::RunResult result_;
+  dmp::PlannerInput planner_;
+  dmp::ShardingPlan plan_;
+  at::Generator generator_;
+  dmp::DmpOptions dmp_options_;
+  std::unique_ptr<dmp::DistributedModelParallel> model_;
+  int64_t steps_done_ = 0;  // steps the model had taken before this run (a checkpoint's)
+  std::unique_ptr<check::GlobalModelTracker> tracker_;
+  double check_seconds_ = 0.0;  // inside train(): the per-step checks, not training
+};
+
+}  // namespace
+
+check::RunResult run_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
+                             comm::Communicator& comm, const RankRunOptions& options) {
+  RankRun run(scenario, spec, comm, options);
+  run.plan();
+  run.build();
+  run.check_start();
+  run.train();
+  run.save();
+  return run.check_end();
 }
 
 }  // namespace dmpcheck::run

@@ -110,10 +110,9 @@ int worker_main(const WorkerOptions& options) {
     store = secret_view(raw, secret);
     if (env.rank == 0) {
       if (secret.empty()) {
-        std::printf(
-            "dmpcheck: %s is not set: the run's store on port %u is open to anyone who can reach it; set the "
-            "same secret for every rank (e.g. %s=$(openssl rand -hex 32))\n",
-            kSecretVariable, static_cast<unsigned>(env.store_port), kSecretVariable);
+        std::printf("dmpcheck: %s is not set: the run's store on port %u is open to anyone who can reach it; set the "
+                    "same secret for every rank (e.g. %s=$(openssl rand -hex 32))\n",
+                    kSecretVariable, static_cast<unsigned>(env.store_port), kSecretVariable);
       }
       const scenario::Scenario loaded = scenario::load_scenario_file(*options.scenario_path);
       RankTask task;
@@ -163,8 +162,7 @@ int worker_main(const WorkerOptions& options) {
             nlohmann::json{{"kind", check::failure_kind_name(check::FailureKind::kInternal)}, {"message", e.what()}}
                 .dump(),
             secret);
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
     }
     return check::exit_status(check::Verdict::kError, check::FailureKind::kInternal);
   }

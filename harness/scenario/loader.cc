@@ -99,9 +99,7 @@ class Reader {
 
   YAML::Node required(const YAML::Node& map, const std::string& path, const std::string& key) const {
     YAML::Node value = map[key];
-    if (!value.IsDefined() || value.IsNull()) {
-      fail(map, join(path, key), "is required");
-    }
+    if (!value.IsDefined() || value.IsNull()) { fail(map, join(path, key), "is required"); }
     return value;
   }
 
@@ -112,9 +110,7 @@ class Reader {
     int64_t value = 0;
     try {
       value = std::stoll(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
+    } catch (const std::exception&) { used = 0; }
     if (used != text.size() || text.empty() || value < min || value > max) {
       expected(node, path, fmt::format("an integer in [{}, {}]", min, max));
     }
@@ -128,9 +124,7 @@ class Reader {
     double value = 0;
     try {
       value = std::stod(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
+    } catch (const std::exception&) { used = 0; }
     if (used != text.size() || text.empty() || !(value > min_exclusive)) {
       expected(node, path, fmt::format("a number > {}", min_exclusive));
     }
@@ -144,8 +138,7 @@ class Reader {
       size_t used = 0;
       const double v = std::stod(node.Scalar(), &used);
       if (used == node.Scalar().size() && v >= 0) return v;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     expected(node, path, "a number >= 0");
   }
 

@@ -6,9 +6,8 @@
 namespace dmpcheck::comm {
 
 std::optional<std::string> nccl_unavailable_reason(int) {
-  return std::string(
-      "this dmpcheck was built without NCCL (CMake found no nccl.h and cudart; set CUDAToolkit_ROOT or "
-      "NCCL_ROOT and rebuild with -DDMPCHECK_WITH_NCCL=ON)");
+  return std::string("this dmpcheck was built without NCCL (CMake found no nccl.h and cudart; set CUDAToolkit_ROOT or "
+                     "NCCL_ROOT and rebuild with -DDMPCHECK_WITH_NCCL=ON)");
 }
 
 std::string nccl_version() { return "not built"; }

@@ -37,10 +37,10 @@ LaunchRequest shell_ranks(const std::string& script, int world_size) {
 
 TEST_F(Launcher, ARankThatExitsWithAnErrorStopsTheOthersFastAndIsNamed) {
   // Rank 1 fails after a moment; ranks 0 and 2 would sleep for a day.
-  auto request = shell_ranks(
-      "if [ \"$RANK\" = 1 ]; then echo \"rank $RANK of $WORLD_SIZE at $MASTER_ADDR:$MASTER_PORT\"; "
-      "echo 'boom: table t0 is on fire' >&2; sleep 0.2; exit 7; fi; exec sleep 100000",
-      3);
+  auto request =
+      shell_ranks("if [ \"$RANK\" = 1 ]; then echo \"rank $RANK of $WORLD_SIZE at $MASTER_ADDR:$MASTER_PORT\"; "
+                  "echo 'boom: table t0 is on fire' >&2; sleep 0.2; exit 7; fi; exec sleep 100000",
+                  3);
   // No budget to fall back on: the launch ends only if the launcher stops ranks 0 and 2 itself.
   request.budget = std::chrono::hours(24);
   const LaunchOutcome outcome = launch(request);

@@ -100,10 +100,9 @@ TEST_F(Reliability, AFailingRankWritesTorchrunsErrorFile) {
 TEST_F(Reliability, AProcessWithoutTheSecretIsRefusedAndTheRunGoesOn) {
   // Long enough (a few seconds) for the intruder to be on the store while the run goes on.
   const std::string seed =
-      write("secret-run.yaml",
-            "version: 1\nname: secret-run\nworld_size: 2\nsteps: 1500\nbatch_size: 4\ntables:\n"
-            "  - {name: t0, rows: 16, dim: 4, features: [f0], sharding: {types: [data_parallel]}}\n"
-            "  - {name: t1, rows: 16, dim: 4, features: [f1], sharding: {types: [table_wise]}}\n");
+      write("secret-run.yaml", "version: 1\nname: secret-run\nworld_size: 2\nsteps: 1500\nbatch_size: 4\ntables:\n"
+                               "  - {name: t0, rows: 16, dim: 4, features: [f0], sharding: {types: [data_parallel]}}\n"
+                               "  - {name: t1, rows: 16, dim: 4, features: [f1], sharding: {types: [table_wise]}}\n");
   const int port = free_port();
   std::vector<size_t> ranks;
   for (int r = 0; r < 2; ++r) {
@@ -118,9 +117,7 @@ TEST_F(Reliability, AProcessWithoutTheSecretIsRefusedAndTheRunGoesOn) {
     try {
       right.emplace(
           comm::Store::connect("127.0.0.1", static_cast<uint16_t>(port), "the-run-secret", std::chrono::seconds(2)));
-    } catch (const Error&) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
+    } catch (const Error&) { std::this_thread::sleep_for(std::chrono::milliseconds(25)); }
   }
   ASSERT_TRUE(right.has_value()) << testing::read_file(dir_ + "/rank0.log");
   // An intruder who guessed a secret gets nothing: no key to read, none to write.
@@ -142,8 +139,7 @@ TEST_F(Reliability, AProcessWithoutTheSecretIsRefusedAndTheRunGoesOn) {
   (void)!::write(raw, junk.data(), junk.size());
   char buf[256];
   ssize_t got = 0;
-  while ((got = ::read(raw, buf, sizeof buf)) > 0) {
-  }
+  while ((got = ::read(raw, buf, sizeof buf)) > 0) {}
   EXPECT_EQ(got, 0) << "the store kept a connection that did not prove the secret";
   ::close(raw);
   // Every address of this host but loopback: nothing listens there.

@@ -41,9 +41,7 @@ void expect_seed_verdicts(const run::ScenarioOutcome& outcome, int world_size) {
       EXPECT_TRUE(diverged.empty());
     }
     EXPECT_EQ(r.init_broadcast.performed, r.profile == "torchrec-1.9");
-    if (r.init_broadcast.performed) {
-      EXPECT_EQ(r.init_broadcast.bytes, (2 * 4096 + 2 * 1024) * 64 * 4);
-    }
+    if (r.init_broadcast.performed) { EXPECT_EQ(r.init_broadcast.bytes, (2 * 4096 + 2 * 1024) * 64 * 4); }
   }
 }
 

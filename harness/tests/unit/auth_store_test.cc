@@ -47,9 +47,7 @@ TEST(AuthStore, AGetThatNobodyAnswersTimesOut) {
   try {
     a.get("never");
     ADD_FAILURE() << "no timeout";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << e.what();
-  }
+  } catch (const Error& e) { EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << e.what(); }
   // The connection is still usable after a timeout.
   a.set("k", bytes("v"));
   EXPECT_EQ(a.get("k"), bytes("v"));

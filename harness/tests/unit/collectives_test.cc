@@ -32,9 +32,7 @@ void on_ranks(const std::string& backend, int world, const std::function<void(co
         options.local_rank = r;
         auto c = comm::make_communicator(backend, store, r, world, options);
         body(*c);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
+      } catch (...) { errors[static_cast<size_t>(r)] = std::current_exception(); }
     });
   }
   for (auto& t : threads) t.join();
