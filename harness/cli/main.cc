@@ -5,13 +5,13 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "bench/sweep.h"
 #include "common/error.h"
 #include "common/revision.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
 #include "dmp/planner.h"
 #include "report/explain.h"
-#include "run/bench.h"
 #include "run/launcher.h"
 #include "run/preflight.h"
 #include "run/releases.h"
@@ -212,7 +212,7 @@ struct BenchFlags {
 
 int command_bench(const BenchFlags& flags) {
   if (!flags.scenario.empty()) {
-    run::ScenarioBenchOptions options;
+    bench::ScenarioBenchOptions options;
     options.worker_executable = self_executable();
     options.scenario_path = flags.scenario;
     options.run_filter = flags.run_filter;
@@ -221,35 +221,35 @@ int command_bench(const BenchFlags& flags) {
     options.probe.iterations = flags.iterations;
     if (!flags.bucket_caps.empty()) {
       options.probe.bucket_caps.clear();
-      for (const auto& cap : flags.bucket_caps) options.probe.bucket_caps.push_back(run::parse_size(cap));
+      for (const auto& cap : flags.bucket_caps) options.probe.bucket_caps.push_back(bench::parse_size(cap));
     }
     options.json_path = flags.json_path;
     options.out = &std::cout;
-    return run::run_scenario_bench(options);
+    return bench::run_scenario_bench(options);
   }
-  run::BenchCommandOptions options;
+  bench::BenchCommandOptions options;
   options.worker_executable = self_executable();
   options.backends = flags.backends;
   options.world_sizes = flags.world_sizes;
   options.json_path = flags.json_path;
   options.out = &std::cout;
-  run::BenchSpec& spec = options.spec;
+  bench::BenchSpec& spec = options.spec;
   spec.collectives.clear();
   for (const auto& c : flags.collectives) {
     if (c == "all") {
-      spec.collectives = run::bench_collectives();
+      spec.collectives = bench::bench_collectives();
       break;
     }
     spec.collectives.push_back(c);
   }
-  spec.min_bytes = run::parse_size(flags.min_bytes);
-  spec.max_bytes = run::parse_size(flags.max_bytes);
+  spec.min_bytes = bench::parse_size(flags.min_bytes);
+  spec.max_bytes = bench::parse_size(flags.max_bytes);
   spec.factor = flags.factor;
   spec.warmup = flags.warmup;
   spec.iterations = flags.iterations;
   spec.threads_per_rank = flags.threads;
   spec.timeout_s = flags.timeout_s;
-  return run::run_bench(options);
+  return bench::run_bench(options);
 }
 
 }  // namespace
@@ -456,6 +456,7 @@ int main(int argc, char** argv) {
       run::WorkerOptions worker;
       worker.scenario_path = worker_file;
       worker.out_dir = worker_out;
+      worker.bench = bench::bench_worker;
       return run::worker_main(worker);
     }
   } catch (const Error& e) {

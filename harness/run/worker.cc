@@ -19,7 +19,6 @@
 #include "common/error.h"
 #include "report/console.h"
 #include "report/json.h"
-#include "run/bench.h"
 #include "run/rank_run.h"
 #include "scenario/scenario.h"
 
@@ -76,7 +75,8 @@ int worker_main(const WorkerOptions& options) {
       store = secret_view(raw, secret);
       const RankTask task = take_task(*store, secret);
       if (!task.bench_kind.empty()) {
-        bench_worker(*store, env, secret, task);
+        DMP_INTERNAL_ASSERT(options.bench != nullptr, "a benchmark task reached a worker that cannot run one");
+        options.bench(*store, env, secret, task);
         return 0;
       }
       scenario::Scenario scenario =

@@ -4,8 +4,13 @@
 // and hands its text to the other ranks, and every run of the matrix is run in turn).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
+
+#include "comm/rendezvous.h"
+#include "comm/store.h"
+#include "run/handover.h"
 
 namespace dmpcheck::run {
 
@@ -14,6 +19,8 @@ struct WorkerOptions {
   std::string out_dir = "reports";           // external launchers: where rank 0 writes reports
   std::string checkpoint_dir;                // external launchers: save sharded checkpoints here
   std::string dump_batches_dir;              // external launchers: rank 0 dumps batches here
+  // Runs a task of `dmpcheck bench` (bench/sweep.h, which sits above run/ and sets this).
+  std::function<void(comm::Store&, const comm::RankEnvironment&, const std::string& secret, const RankTask&)> bench;
 };
 
 // Returns the process exit status: 0 pass, 1 an expectation failed, 2 bad input, 3 this rank

@@ -3,11 +3,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "bench/sweep.h"
 #include "check/broadcast_probe.h"
 #include "comm/communicator.h"
 #include "comm/loopback/loopback_communicator.h"
 #include "common/error.h"
-#include "run/bench.h"
 
 namespace dmpcheck {
 namespace {
@@ -28,26 +28,26 @@ TEST(LatencyStats, NearestRankPercentilesMeanAndExtremes) {
 }
 
 TEST(BenchSizes, NcclTestsSuffixesArePowersOf1024) {
-  EXPECT_EQ(run::parse_size("1024"), 1024);
-  EXPECT_EQ(run::parse_size("1K"), 1024);
-  EXPECT_EQ(run::parse_size("64M"), 64ll << 20);
-  EXPECT_EQ(run::parse_size("2G"), 2ll << 30);
+  EXPECT_EQ(bench::parse_size("1024"), 1024);
+  EXPECT_EQ(bench::parse_size("1K"), 1024);
+  EXPECT_EQ(bench::parse_size("64M"), 64ll << 20);
+  EXPECT_EQ(bench::parse_size("2G"), 2ll << 30);
   try {
-    run::parse_size("12Q");
+    bench::parse_size("12Q");
     FAIL() << "12Q was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown suffix 'Q'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(run::parse_size("abc"), Error);
-  EXPECT_THROW(run::parse_size("-1K"), Error);
+  EXPECT_THROW(bench::parse_size("abc"), Error);
+  EXPECT_THROW(bench::parse_size("-1K"), Error);
 }
 
 TEST(BenchSizes, BusBandwidthFactorsAreNcclTests) {
-  EXPECT_DOUBLE_EQ(run::bus_factor("broadcast", 8), 1.0);
-  EXPECT_DOUBLE_EQ(run::bus_factor("all_reduce", 4), 1.5);
-  EXPECT_DOUBLE_EQ(run::bus_factor("all_gather", 4), 0.75);
-  EXPECT_DOUBLE_EQ(run::bus_factor("reduce_scatter", 2), 0.5);
-  EXPECT_DOUBLE_EQ(run::bus_factor("all_to_all", 2), 0.5);
+  EXPECT_DOUBLE_EQ(bench::bus_factor("broadcast", 8), 1.0);
+  EXPECT_DOUBLE_EQ(bench::bus_factor("all_reduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(bench::bus_factor("all_gather", 4), 0.75);
+  EXPECT_DOUBLE_EQ(bench::bus_factor("reduce_scatter", 2), 0.5);
+  EXPECT_DOUBLE_EQ(bench::bus_factor("all_to_all", 2), 0.5);
 }
 
 // A world of one that gets one element of every result wrong.
@@ -83,21 +83,21 @@ class OffByOne final : public comm::Communicator {
 };
 
 TEST(BenchSweep, CountsEveryWrongElementAndNothingWhenRight) {
-  run::BenchSpec spec;
-  spec.collectives = run::bench_collectives();
+  bench::BenchSpec spec;
+  spec.collectives = bench::bench_collectives();
   spec.min_bytes = 64;
   spec.max_bytes = 4096;
   spec.factor = 4;
   spec.warmup = 0;
   spec.iterations = 2;
   OffByOne wrong;
-  const auto bad = run::bench_on_rank(wrong, spec, nullptr);
+  const auto bad = bench::bench_on_rank(wrong, spec, nullptr);
   ASSERT_EQ(bad.size(), 5u * 4u);  // five collectives at 64, 256, 1024 and 4096 bytes
   for (const auto& row : bad) EXPECT_EQ(row.wrong, 1) << row.collective << " " << row.size_bytes;
 
   auto right = comm::make_loopback_communicator();
   std::vector<std::string> lines;
-  const auto good = run::bench_on_rank(*right, spec, [&](const std::string& l) { lines.push_back(l); });
+  const auto good = bench::bench_on_rank(*right, spec, [&](const std::string& l) { lines.push_back(l); });
   for (const auto& row : good) {
     EXPECT_EQ(row.wrong, 0) << row.collective << " " << row.size_bytes;
     EXPECT_EQ(row.size_bytes, row.count * 4);

@@ -33,7 +33,9 @@ struct Scenario;
 struct RunSpec;
 }  // namespace dmpcheck::scenario
 
-namespace dmpcheck::run {
+namespace dmpcheck::bench {
+
+using run::RankTask;
 
 const std::vector<std::string>& bench_collectives();
 
@@ -94,11 +96,6 @@ std::vector<BenchRow> bench_on_rank(comm::Communicator& comm, const BenchSpec& s
 std::string bench_table_header(bool device_column);
 std::string bench_table_row(const BenchRow& row, bool device_column);
 
-// The scenario benchmark on one rank: builds the run's model (its plan, its init) and probes
-// the broadcast of its replicated parameters, whether or not the run's profile broadcasts.
-check::BroadcastProbe probe_scenario_on_rank(const scenario::Scenario& scenario, const scenario::RunSpec& spec,
-                                             comm::Communicator& comm, const check::ProbeOptions& options);
-
 struct BenchCommandOptions {
   std::string worker_executable;
   std::vector<std::string> backends = {"gloo"};
@@ -130,4 +127,4 @@ int run_scenario_bench(const ScenarioBenchOptions& options);
 void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const std::string& secret,
                   const RankTask& task);
 
-}  // namespace dmpcheck::run
+}  // namespace dmpcheck::bench

@@ -1,4 +1,4 @@
-#include "run/bench.h"
+#include "bench/sweep.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,7 +22,9 @@
 #include "run/worker.h"
 #include "scenario/scenario.h"
 
-namespace dmpcheck::run {
+namespace dmpcheck::bench {
+
+using namespace run;  // the launcher, the worker and the in-rank run this sits on
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -285,7 +287,11 @@ LaunchOutcome launch_bench(const std::string& executable, int world, int threads
   LaunchRequest request;
   request.executable = executable;
   request.arguments = {"worker"};
-  request.in_process = [] { return worker_main(WorkerOptions{}); };
+  request.in_process = [] {
+    WorkerOptions worker;
+    worker.bench = bench_worker;
+    return worker_main(worker);
+  };
   request.world_size = world;
   request.threads_per_rank = threads;
   request.task = std::move(task);
@@ -501,4 +507,4 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
   return interrupt_requested() ? 130 : code;
 }
 
-}  // namespace dmpcheck::run
+}  // namespace dmpcheck::bench
