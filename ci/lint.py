@@ -109,7 +109,7 @@ def main():
     if not commands.exists():
         sys.exit(f"ci/lint.py: {commands} is missing: build first (bash ci/build.sh)")
     entries = [e for e in json.loads(commands.read_text())
-               if re.search(r"/harness/(?!tests/|fuzz/|bench/)[^ ]*\.cc$", e["file"])]
+               if re.search(r"/harness/(?!tests/|fuzz/|bench/microbench)[^ ]*\.cc$", e["file"])]
     cache_dir = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dmpcheck/tidy"
     cache_dir.mkdir(parents=True, exist_ok=True)
     failed, hits = [], 0
