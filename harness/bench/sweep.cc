@@ -364,7 +364,7 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
       BenchSpec rank_spec = spec;
       rank_spec.threads_per_rank = group.threads_per_rank;
       RankTask task;
-      task.bench_kind = "sweep";
+      task.bench_kind = BenchKind::kSweep;
       task.bench_backend = backend;
       task.bench_options = rank_spec;
       const LaunchOutcome launched = launch_bench(options.worker_executable, world, group.threads_per_rank,
@@ -419,7 +419,7 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
     std::fflush(stdout);
   };
   comm::Store group_store = store.with_prefix("bench");
-  if (task.bench_kind == "sweep") {
+  if (task.bench_kind == BenchKind::kSweep) {
     const BenchSpec spec = task.bench_options.get<BenchSpec>();
     at::set_num_threads(std::max(1, spec.threads_per_rank));
     auto comm = comm::make_communicator(task.bench_backend, group_store, env, spec.timeout_s);
@@ -427,7 +427,7 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
     if (env.rank == 0) set_signed(store, "result", nlohmann::json(rows).dump(), secret);
     return;
   }
-  DMP_INTERNAL_ASSERT(task.bench_kind == "scenario", "unknown benchmark kind '{}'", task.bench_kind);
+  DMP_INTERNAL_ASSERT(task.bench_kind == BenchKind::kScenario, "a benchmark task of no kind");
   const scenario::Scenario scenario =
       scenario::load_scenario_text(task.scenario_text, task.scenario_file, task.overrides);
   const scenario::RunSpec& spec = scenario.runs.at(static_cast<size_t>(task.run_index));
@@ -472,7 +472,7 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
       task.scenario_file = scenario.file;
       task.run_index = static_cast<int64_t>(i);
       task.overrides = scenario.overrides;
-      task.bench_kind = "scenario";
+      task.bench_kind = BenchKind::kScenario;
       task.bench_backend = backend;
       task.bench_options = {{"warmup", options.probe.warmup},
                             {"iterations", options.probe.iterations},

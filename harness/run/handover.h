@@ -32,6 +32,11 @@ std::map<std::string, std::string> take_over(comm::Store& store, const std::stri
 // What a rank is asked to do: the one vocabulary of the launcher (or rank 0 under an external
 // launcher) and the ranks, handed over as one signed entry.  A field neither side knows cannot be
 // written by one and missed by the other.
+enum class BenchKind { kNone, kSweep, kScenario };
+NLOHMANN_JSON_SERIALIZE_ENUM(BenchKind, {{BenchKind::kNone, "none"},
+                                         {BenchKind::kSweep, "sweep"},
+                                         {BenchKind::kScenario, "scenario"}})
+
 struct RankTask {
   std::string scenario_file;
   std::string scenario_text;
@@ -46,9 +51,9 @@ struct RankTask {
   std::string reference_profile;
   bool reference_shares_its_start = false;
   std::string reference_plan;
-  // `dmpcheck bench`: "sweep" (bench_options a BenchSpec) or "scenario" (the probe's warmup,
-  // iterations, bucket_caps); empty for a run.  The backend, when set, replaces the run's.
-  std::string bench_kind;
+  // `dmpcheck bench`: a sweep (bench_options a BenchSpec) or a scenario benchmark (the probe's
+  // warmup, iterations, bucket_caps); kNone for a run.  The backend, when set, replaces the run's.
+  BenchKind bench_kind = BenchKind::kNone;
   std::string bench_backend;
   nlohmann::json bench_options;
 };

@@ -74,7 +74,7 @@ int worker_main(const WorkerOptions& options) {
                             : comm::Store::open_file(env.store_file, store_timeout);
       store = secret_view(raw, secret);
       const RankTask task = take_task(*store, secret);
-      if (!task.bench_kind.empty()) {
+      if (task.bench_kind != BenchKind::kNone) {
         DMP_INTERNAL_ASSERT(options.bench != nullptr, "a benchmark task reached a worker that cannot run one");
         options.bench(*store, env, secret, task);
         return 0;

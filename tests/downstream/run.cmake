@@ -7,8 +7,13 @@ execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefi
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install failed: ${rc}")
 endif()
+# A library built against a torch wheel's libtorch is used against that libtorch too.
+set(wheel "")
+if(TORCH_PYTHON)
+  set(wheel -DDMPCHECK_TORCH_PYTHON=${TORCH_PYTHON} -DDMPCHECK_CMAKE_DIR=${SOURCE_DIR}/cmake)
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/downstream -B ${work} -G Ninja
-                        -DCMAKE_PREFIX_PATH=${prefix} RESULT_VARIABLE rc)
+                        -DCMAKE_PREFIX_PATH=${prefix} ${wheel} RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "configuring the downstream project failed: ${rc}")
 endif()
