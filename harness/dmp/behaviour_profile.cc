@@ -1,5 +1,6 @@
 #include "dmp/behaviour_profile.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <variant>
@@ -175,16 +176,17 @@ std::optional<std::string> set_behaviour_switch(BehaviourProfile& profile, const
       return std::nullopt;
     }
     char* end = nullptr;
+    if (auto* bytes = std::get_if<int64_t BehaviourProfile::*>(&member)) {
+      errno = 0;  // read as a whole number, not through a double, which rounds above 2^53
+      const long long n = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || n < 0 || errno == ERANGE)
+        return std::string("a whole number of bytes, 0 or more");
+      profile.** bytes = n;
+      return std::nullopt;
+    }
     const double number = std::strtod(value.c_str(), &end);
     if (value.empty() || *end != '\0') return std::string("a number");
-    if (auto* bytes = std::get_if<int64_t BehaviourProfile::*>(&member)) {
-      if (number < 0 || number != static_cast<double>(static_cast<int64_t>(number))) {
-        return std::string("a whole number of bytes, 0 or more");
-      }
-      profile.** bytes = static_cast<int64_t>(number);
-    } else {
-      profile.*std::get<double BehaviourProfile::*>(member) = number;
-    }
+    profile.*std::get<double BehaviourProfile::*>(member) = number;
     return std::nullopt;
   }
   return fmt::format("one of the switches {}", fmt::join(behaviour_switch_names(), ", "));

@@ -103,43 +103,35 @@ class Reader {
     return value;
   }
 
+  // A scalar that `parse` (std::stoll, std::stod) reads whole and `ok` accepts; otherwise "expected <what>".
+  template <typename T, typename Parse, typename Ok>
+  T parsed(const YAML::Node& node, const std::string& path, const std::string& what, Parse parse, Ok ok) const {
+    size_t used = 0;
+    T value{};
+    try {
+      if (node.IsScalar()) value = parse(node.Scalar(), &used);
+    } catch (const std::exception&) { used = 0; }
+    if (!node.IsScalar() || node.Scalar().empty() || used != node.Scalar().size() || !ok(value)) {
+      expected(node, path, what);
+    }
+    return value;
+  }
   int64_t integer(const YAML::Node& node, const std::string& path, int64_t min, int64_t max) const {
-    if (!node.IsScalar()) expected(node, path, fmt::format("an integer in [{}, {}]", min, max));
-    const std::string& text = node.Scalar();
-    size_t used = 0;
-    int64_t value = 0;
-    try {
-      value = std::stoll(text, &used);
-    } catch (const std::exception&) { used = 0; }
-    if (used != text.size() || text.empty() || value < min || value > max) {
-      expected(node, path, fmt::format("an integer in [{}, {}]", min, max));
-    }
-    return value;
+    return parsed<int64_t>(
+        node, path, fmt::format("an integer in [{}, {}]", min, max),
+        [](const std::string& t, size_t* used) { return std::stoll(t, used); },
+        [&](int64_t v) { return v >= min && v <= max; });
   }
-
   double number(const YAML::Node& node, const std::string& path, double min_exclusive) const {
-    if (!node.IsScalar()) expected(node, path, fmt::format("a number > {}", min_exclusive));
-    const std::string& text = node.Scalar();
-    size_t used = 0;
-    double value = 0;
-    try {
-      value = std::stod(text, &used);
-    } catch (const std::exception&) { used = 0; }
-    if (used != text.size() || text.empty() || !(value > min_exclusive)) {
-      expected(node, path, fmt::format("a number > {}", min_exclusive));
-    }
-    return value;
+    return parsed<double>(
+        node, path, fmt::format("a number > {}", min_exclusive),
+        [](const std::string& t, size_t* used) { return std::stod(t, used); },
+        [&](double v) { return v > min_exclusive; });
   }
-
   double non_negative(const YAML::Node& node, const std::string& path) const {
-    if (node.IsScalar() && node.Scalar() == "0") return 0.0;
-    if (!node.IsScalar()) expected(node, path, "a number >= 0");
-    try {
-      size_t used = 0;
-      const double v = std::stod(node.Scalar(), &used);
-      if (used == node.Scalar().size() && v >= 0) return v;
-    } catch (const std::exception&) {}
-    expected(node, path, "a number >= 0");
+    return parsed<double>(
+        node, path, "a number >= 0", [](const std::string& t, size_t* used) { return std::stod(t, used); },
+        [](double v) { return v >= 0; });
   }
 
   std::string string(const YAML::Node& node, const std::string& path) const {
@@ -153,6 +145,13 @@ class Reader {
       expected(node, path, fmt::format("one of {}", fmt::join(options, ", ")));
     }
     return value;
+  }
+
+  // A path, relative to the scenario file's folder unless absolute.
+  std::string path(const YAML::Node& node, const std::string& field) const {
+    const std::string text = string(node, field);
+    const std::filesystem::path base = std::filesystem::path(file_).parent_path();
+    return std::filesystem::path(text).is_absolute() || base.empty() ? text : (base / text).string();
   }
 
   std::vector<std::string> string_list(const YAML::Node& node, const std::string& path) const {
@@ -174,37 +173,18 @@ class Reader {
   mutable std::vector<std::string> errors_;
 };
 
-const std::vector<std::string> kTopLevelKeys = {"version",
-                                                "name",
-                                                "description",
-                                                "reproduces",
-                                                "system",
-                                                "world_size",
-                                                "backend",
-                                                "steps",
-                                                "batch_size",
-                                                "timeout_s",
-                                                "threads_per_rank",
-                                                "topology",
-                                                "init",
-                                                "profile",
-                                                "data",
-                                                "tables",
-                                                "dense",
-                                                "optimizers",
-                                                "resume",
-                                                "faults",
-                                                "fingerprint",
-                                                "broadcast_probe",
-                                                "torchrec",
-                                                "matrix",
-                                                "expect"};
-
 // Keys a matrix may vary: everything that describes one run.
-const std::vector<std::string> kMatrixRoots = {"system",    "world_size",       "backend",  "steps",      "batch_size",
-                                               "timeout_s", "threads_per_rank", "topology", "init",       "profile",
-                                               "data",      "tables",           "dense",    "optimizers", "resume",
-                                               "faults",    "fingerprint",      "torchrec"};
+const std::vector<std::string> kMatrixRoots = {
+    "system",      "world_size",      "backend", "steps",  "batch_size", "timeout_s",  "threads_per_rank", "topology",
+    "init",        "profile",         "data",    "tables", "dense",      "optimizers", "resume",           "faults",
+    "fingerprint", "broadcast_probe", "torchrec"};
+// The scenario's keys: what it is, its runs' fields, and how they vary and are judged.
+const std::vector<std::string> kTopLevelKeys = [] {
+  std::vector<std::string> keys = {"version", "name", "description", "reproduces"};
+  keys.insert(keys.end(), kMatrixRoots.begin(), kMatrixRoots.end());
+  keys.insert(keys.end(), {"matrix", "expect"});
+  return keys;
+}();
 
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
@@ -406,124 +386,88 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
 
 RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   RunSpec run;
-  r.section([&] {
-    if (root["world_size"]) run.world_size = static_cast<int>(r.integer(root["world_size"], "world_size", 1, 64));
-  });
-  r.section([&] {
-    if (root["backend"]) run.backend = r.choice(root["backend"], "backend", {"gloo", "nccl"});
-  });
-  r.section([&] {
-    if (root["system"]) {
-      run.system = r.string(root["system"], "system");
-      static const std::regex release(R"(torchrec==[0-9]+\.[0-9]+\.[0-9]+)");
-      if (run.system != kReferenceSystem && !std::regex_match(run.system, release)) {
-        r.expected(root["system"], "system",
-                   "'reference' or a TorchRec release as 'torchrec==X.Y.Z' (e.g. torchrec==1.9.2)");
-      }
+  // One optional field, read in a section of its own: its error is recorded and reading goes on.
+  using Node = const YAML::Node&;
+  auto field = [&](const char* key, auto&& read) {
+    r.section([&] {
+      if (Node node = root[key]) read(node);
+    });
+  };
+  field("world_size", [&](Node n) { run.world_size = static_cast<int>(r.integer(n, "world_size", 1, 64)); });
+  field("backend", [&](Node n) { run.backend = r.choice(n, "backend", {"gloo", "nccl"}); });
+  field("system", [&](Node n) {
+    run.system = r.string(n, "system");
+    static const std::regex release(R"(torchrec==[0-9]+\.[0-9]+\.[0-9]+)");
+    if (run.system != kReferenceSystem && !std::regex_match(run.system, release)) {
+      r.expected(n, "system", "'reference' or a TorchRec release as 'torchrec==X.Y.Z' (e.g. torchrec==1.9.2)");
     }
   });
-  r.section([&] {
-    if (root["steps"]) run.steps = static_cast<int>(r.integer(root["steps"], "steps", 0, 1000000));
+  field("steps", [&](Node n) { run.steps = static_cast<int>(r.integer(n, "steps", 0, 1000000)); });
+  field("batch_size", [&](Node n) { run.batch_size = r.integer(n, "batch_size", 1, 1 << 24); });
+  field("timeout_s", [&](Node n) { run.timeout_s = r.number(n, "timeout_s", 0.0); });
+  field("threads_per_rank", [&](Node n) {
+    const bool automatic = n.IsScalar() && n.Scalar() == "auto";
+    run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));
   });
-  r.section([&] {
-    if (root["batch_size"]) run.batch_size = r.integer(root["batch_size"], "batch_size", 1, 1 << 24);
-  });
-  r.section([&] {
-    if (root["timeout_s"]) run.timeout_s = r.number(root["timeout_s"], "timeout_s", 0.0);
-  });
-  r.section([&] {
-    if (root["threads_per_rank"]) {
-      const YAML::Node t = root["threads_per_rank"];
-      run.threads_per_rank =
-          (t.IsScalar() && t.Scalar() == "auto") ? 0 : static_cast<int>(r.integer(t, "threads_per_rank", 1, 1024));
+  field("torchrec", [&](Node torchrec) {
+    r.check_keys(torchrec, "torchrec", {"sharder", "module"});
+    if (torchrec["sharder"])
+      run.torchrec_sharder = r.choice(torchrec["sharder"], "torchrec.sharder", {"extended", "stock"});
+    if (!torchrec["module"]) return;
+    run.torchrec_module =
+        r.choice(torchrec["module"], "torchrec.module", {"embedding_bag_collection", "embedding_bag"});
+    if (run.torchrec_module != "embedding_bag") return;
+    if (!root["tables"] || !root["tables"].IsSequence() || root["tables"].size() != 1 ||
+        !root["tables"][0]["features"] || root["tables"][0]["features"].size() != 1) {
+      r.fail(torchrec["module"], "torchrec.module",
+             "'embedding_bag' is one torch.nn.EmbeddingBag: the scenario must have one table reading one feature");
     }
-  });
-
-  r.section([&] {
-    if (YAML::Node torchrec = root["torchrec"]) {
-      r.check_keys(torchrec, "torchrec", {"sharder", "module"});
-      if (torchrec["sharder"])
-        run.torchrec_sharder = r.choice(torchrec["sharder"], "torchrec.sharder", {"extended", "stock"});
-      if (torchrec["module"]) {
-        run.torchrec_module =
-            r.choice(torchrec["module"], "torchrec.module", {"embedding_bag_collection", "embedding_bag"});
-        if (run.torchrec_module == "embedding_bag") {
-          if (!root["tables"] || !root["tables"].IsSequence() || root["tables"].size() != 1 ||
-              !root["tables"][0]["features"] || root["tables"][0]["features"].size() != 1) {
-            r.fail(
-                torchrec["module"], "torchrec.module",
-                "'embedding_bag' is one torch.nn.EmbeddingBag: the scenario must have one table reading one feature");
-          }
-          if (torchrec["sharder"] && run.torchrec_sharder != "stock") {
-            r.fail(torchrec["sharder"], "torchrec.sharder",
-                   "an nn.EmbeddingBag is sharded by TorchRec's own EmbeddingBagSharder: 'stock' only");
-          }
-          run.torchrec_sharder = "stock";
-        }
-      }
+    if (torchrec["sharder"] && run.torchrec_sharder != "stock") {
+      r.fail(torchrec["sharder"], "torchrec.sharder",
+             "an nn.EmbeddingBag is sharded by TorchRec's own EmbeddingBagSharder: 'stock' only");
     }
+    run.torchrec_sharder = "stock";
   });
-  r.section([&] {
-    if (root["fingerprint"])
-      run.fingerprint = r.choice(root["fingerprint"], "fingerprint", {"true", "false"}) == "true";
+  field("fingerprint", [&](Node n) { run.fingerprint = r.choice(n, "fingerprint", {"true", "false"}) == "true"; });
+  field("broadcast_probe", [&](Node probe) {
+    if (probe.IsScalar()) {
+      run.broadcast_probe.enabled = r.choice(probe, "broadcast_probe", {"true", "false"}) == "true";
+      return;
+    }
+    r.check_keys(probe, "broadcast_probe", {"warmup", "iterations"});
+    if (Node n = probe["warmup"])
+      run.broadcast_probe.warmup = static_cast<int>(r.integer(n, "broadcast_probe.warmup", 0, 1000));
+    if (Node n = probe["iterations"])
+      run.broadcast_probe.iterations = static_cast<int>(r.integer(n, "broadcast_probe.iterations", 1, 100000));
   });
-  r.section([&] {
-    if (YAML::Node probe = root["broadcast_probe"]) {
-      if (probe.IsScalar()) {
-        run.broadcast_probe.enabled = r.choice(probe, "broadcast_probe", {"true", "false"}) == "true";
-      } else {
-        r.check_keys(probe, "broadcast_probe", {"warmup", "iterations"});
-        if (probe["warmup"])
-          run.broadcast_probe.warmup = static_cast<int>(r.integer(probe["warmup"], "broadcast_probe.warmup", 0, 1000));
-        if (probe["iterations"]) {
-          run.broadcast_probe.iterations =
-              static_cast<int>(r.integer(probe["iterations"], "broadcast_probe.iterations", 1, 100000));
-        }
+  field("topology", [&](Node topology) {
+    r.check_keys(topology, "topology", {"local_world_size", "memory_per_rank"});
+    if (Node n = topology["local_world_size"]) {
+      run.local_world_size = static_cast<int>(r.integer(n, "topology.local_world_size", 1, run.world_size));
+      if (run.world_size % run.local_world_size != 0) {
+        r.fail(n, "topology.local_world_size",
+               fmt::format("must divide world_size {} (hosts of equal size)", run.world_size));
       }
     }
+    if (Node n = topology["memory_per_rank"])
+      run.memory_per_rank = r.integer(n, "topology.memory_per_rank", 1, INT64_MAX);
   });
-  r.section([&] {
-    if (YAML::Node topology = root["topology"]) {
-      r.check_keys(topology, "topology", {"local_world_size", "memory_per_rank"});
-      if (topology["local_world_size"]) {
-        run.local_world_size =
-            static_cast<int>(r.integer(topology["local_world_size"], "topology.local_world_size", 1, run.world_size));
-        if (run.world_size % run.local_world_size != 0) {
-          r.fail(topology["local_world_size"], "topology.local_world_size",
-                 fmt::format("must divide world_size {} (hosts of equal size)", run.world_size));
-        }
-      }
-      if (topology["memory_per_rank"]) {
-        run.memory_per_rank = r.integer(topology["memory_per_rank"], "topology.memory_per_rank", 1, INT64_MAX);
-      }
+  field("init", [&](Node init) {
+    r.check_keys(init, "init", {"mode", "seed", "from", "load"});
+    if (Node n = init["load"]) {
+      run.init.load_before_wrap = r.choice(n, "init.load", {"after_wrap", "before_wrap"}) == "before_wrap";
+      if (!init["from"]) r.fail(n, "init.load", "says when init.from's weights are loaded; give init.from");
     }
-  });
-
-  r.section([&] {
-    if (YAML::Node init = root["init"]) {
-      r.check_keys(init, "init", {"mode", "seed", "from", "load"});
-      if (init["load"]) {
-        run.init.load_before_wrap = r.choice(init["load"], "init.load", {"after_wrap", "before_wrap"}) == "before_wrap";
-        if (!init["from"])
-          r.fail(init["load"], "init.load", "says when init.from's weights are loaded; give init.from");
-      }
-      if (init["from"]) {
-        const std::string from = r.string(init["from"], "init.from");
-        const std::filesystem::path base = std::filesystem::path(r.file()).parent_path();
-        run.init.from = std::filesystem::path(from).is_absolute() || base.empty() ? from : (base / from).string();
-      }
-      if (init["mode"]) {
-        run.init.mode = r.choice(init["mode"], "init.mode", {"seeded", "unseeded"}) == "seeded" ? InitMode::kSeeded
-                                                                                                : InitMode::kUnseeded;
-      }
-      if (init["seed"]) run.init.seed = static_cast<uint64_t>(r.integer(init["seed"], "init.seed", 0, INT64_MAX));
+    if (Node n = init["from"]) run.init.from = r.path(n, "init.from");
+    if (Node n = init["mode"]) {
+      const bool seeded = r.choice(n, "init.mode", {"seeded", "unseeded"}) == "seeded";
+      run.init.mode = seeded ? InitMode::kSeeded : InitMode::kUnseeded;
     }
+    if (Node n = init["seed"]) run.init.seed = static_cast<uint64_t>(r.integer(n, "init.seed", 0, INT64_MAX));
   });
 
   run.profile = *dmp::find_behaviour_profile("current");
-  r.section([&] {
-    const YAML::Node profile = root["profile"];
-    if (!profile) return;
+  field("profile", [&](Node profile) {
     if (!profile.IsMap()) {
       run.profile = *dmp::find_behaviour_profile(r.choice(profile, "profile", dmp::behaviour_profile_names()));
       return;
@@ -630,164 +574,150 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
   });
 
-  // Dense MLP.
-  r.section([&] {
-    if (YAML::Node dense = root["dense"]) {
-      r.check_keys(dense, "dense", {"layers"});
-      const YAML::Node layers = r.required(dense, "dense", "layers");
-      if (!layers.IsSequence() || layers.size() == 0)
-        r.expected(layers, "dense.layers", "a non-empty list of layer sizes");
-      for (size_t i = 0; i < layers.size(); ++i) {
-        run.model.dense_layers.push_back(r.integer(layers[i], fmt::format("dense.layers[{}]", i), 1, 1 << 20));
-      }
-    } else {
-      run.model.dense_layers = {1};
+  // Dense MLP: one layer of one unit unless given.
+  run.model.dense_layers = {1};
+  field("dense", [&](Node dense) {
+    r.check_keys(dense, "dense", {"layers"});
+    const YAML::Node layers = r.required(dense, "dense", "layers");
+    if (!layers.IsSequence() || layers.size() == 0)
+      r.expected(layers, "dense.layers", "a non-empty list of layer sizes");
+    run.model.dense_layers.clear();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      run.model.dense_layers.push_back(r.integer(layers[i], fmt::format("dense.layers[{}]", i), 1, 1 << 20));
     }
   });
 
   // Optimizers.
-  r.section([&] {
-    if (YAML::Node opts = root["optimizers"]) {
-      r.check_keys(opts, "optimizers", {"sparse", "dense"});
-      if (YAML::Node s = opts["sparse"]) {
-        r.check_keys(s, "optimizers.sparse",
-                     {"type", "lr", "eps", "beta1", "beta2", "weight_decay", "weight_decay_mode"});
-        auto& o = run.sparse_optimizer;
-        const std::string type = r.choice(r.required(s, "optimizers.sparse", "type"), "optimizers.sparse.type",
-                                          dmp::fused_optimizer_names());
-        o.type = type == "sgd"               ? dmp::FusedOptimizerType::kSgd
-                 : type == "adagrad"         ? dmp::FusedOptimizerType::kAdagrad
-                 : type == "rowwise_adagrad" ? dmp::FusedOptimizerType::kRowWiseAdagrad
-                                             : dmp::FusedOptimizerType::kAdam;
-        if (s["lr"]) o.learning_rate = r.number(s["lr"], "optimizers.sparse.lr", 0.0);
-        if (s["eps"]) o.eps = r.number(s["eps"], "optimizers.sparse.eps", 0.0);
-        if (s["beta1"]) o.beta1 = r.non_negative(s["beta1"], "optimizers.sparse.beta1");
-        if (s["beta2"]) o.beta2 = r.non_negative(s["beta2"], "optimizers.sparse.beta2");
-        if (s["weight_decay"]) o.weight_decay = r.non_negative(s["weight_decay"], "optimizers.sparse.weight_decay");
-        if (s["weight_decay_mode"]) {
-          const std::string mode =
-              r.choice(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode", {"none", "l2", "decoupled"});
-          o.weight_decay_mode = mode == "none" ? dmp::WeightDecayMode::kNone
-                                : mode == "l2" ? dmp::WeightDecayMode::kL2
-                                               : dmp::WeightDecayMode::kDecoupled;
-          if (o.weight_decay_mode != dmp::WeightDecayMode::kNone &&
-              o.type != dmp::FusedOptimizerType::kRowWiseAdagrad) {
-            r.fail(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode",
-                   fmt::format("FBGEMM's {} has no weight decay modes; only rowwise_adagrad does (adam decays by "
-                               "weight_decay alone)",
-                               type));
-          }
-        }
-        if (o.weight_decay > 0 &&
-            (o.type == dmp::FusedOptimizerType::kSgd || o.type == dmp::FusedOptimizerType::kAdagrad)) {
-          r.fail(s["weight_decay"], "optimizers.sparse.weight_decay",
-                 fmt::format("FBGEMM's exact {} has no weight decay", type));
+  field("optimizers", [&](Node opts) {
+    r.check_keys(opts, "optimizers", {"sparse", "dense"});
+    if (YAML::Node s = opts["sparse"]) {
+      r.check_keys(s, "optimizers.sparse",
+                   {"type", "lr", "eps", "beta1", "beta2", "weight_decay", "weight_decay_mode"});
+      auto& o = run.sparse_optimizer;
+      const std::string type =
+          r.choice(r.required(s, "optimizers.sparse", "type"), "optimizers.sparse.type", dmp::fused_optimizer_names());
+      o.type = type == "sgd"               ? dmp::FusedOptimizerType::kSgd
+               : type == "adagrad"         ? dmp::FusedOptimizerType::kAdagrad
+               : type == "rowwise_adagrad" ? dmp::FusedOptimizerType::kRowWiseAdagrad
+                                           : dmp::FusedOptimizerType::kAdam;
+      if (s["lr"]) o.learning_rate = r.number(s["lr"], "optimizers.sparse.lr", 0.0);
+      if (s["eps"]) o.eps = r.number(s["eps"], "optimizers.sparse.eps", 0.0);
+      if (s["beta1"]) o.beta1 = r.non_negative(s["beta1"], "optimizers.sparse.beta1");
+      if (s["beta2"]) o.beta2 = r.non_negative(s["beta2"], "optimizers.sparse.beta2");
+      if (s["weight_decay"]) o.weight_decay = r.non_negative(s["weight_decay"], "optimizers.sparse.weight_decay");
+      if (s["weight_decay_mode"]) {
+        const std::string mode =
+            r.choice(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode", {"none", "l2", "decoupled"});
+        o.weight_decay_mode = mode == "none" ? dmp::WeightDecayMode::kNone
+                              : mode == "l2" ? dmp::WeightDecayMode::kL2
+                                             : dmp::WeightDecayMode::kDecoupled;
+        if (o.weight_decay_mode != dmp::WeightDecayMode::kNone && o.type != dmp::FusedOptimizerType::kRowWiseAdagrad) {
+          r.fail(s["weight_decay_mode"], "optimizers.sparse.weight_decay_mode",
+                 fmt::format("FBGEMM's {} has no weight decay modes; only rowwise_adagrad does (adam decays by "
+                             "weight_decay alone)",
+                             type));
         }
       }
-      if (YAML::Node d = opts["dense"]) {
-        r.check_keys(d, "optimizers.dense", {"type", "lr", "eps", "momentum", "beta1", "beta2", "weight_decay"});
-        const std::string type =
-            r.choice(r.required(d, "optimizers.dense", "type"), "optimizers.dense.type", {"sgd", "adagrad", "adam"});
-        auto& o = run.dense_optimizer;
-        o.type = type == "sgd"       ? dmp::DenseOptimizerType::kSgd
-                 : type == "adagrad" ? dmp::DenseOptimizerType::kAdagrad
-                                     : dmp::DenseOptimizerType::kAdam;
-        if (o.type == dmp::DenseOptimizerType::kAdagrad) o.eps = 1e-10;  // torch.optim.Adagrad's default
-        if (d["lr"]) o.learning_rate = r.number(d["lr"], "optimizers.dense.lr", 0.0);
-        if (d["eps"]) o.eps = r.number(d["eps"], "optimizers.dense.eps", 0.0);
-        if (d["momentum"]) o.momentum = r.non_negative(d["momentum"], "optimizers.dense.momentum");
-        if (d["beta1"]) o.beta1 = r.non_negative(d["beta1"], "optimizers.dense.beta1");
-        if (d["beta2"]) o.beta2 = r.non_negative(d["beta2"], "optimizers.dense.beta2");
-        if (d["weight_decay"]) o.weight_decay = r.non_negative(d["weight_decay"], "optimizers.dense.weight_decay");
+      if (o.weight_decay > 0 &&
+          (o.type == dmp::FusedOptimizerType::kSgd || o.type == dmp::FusedOptimizerType::kAdagrad)) {
+        r.fail(s["weight_decay"], "optimizers.sparse.weight_decay",
+               fmt::format("FBGEMM's exact {} has no weight decay", type));
       }
+    }
+    if (YAML::Node d = opts["dense"]) {
+      r.check_keys(d, "optimizers.dense", {"type", "lr", "eps", "momentum", "beta1", "beta2", "weight_decay"});
+      const std::string type =
+          r.choice(r.required(d, "optimizers.dense", "type"), "optimizers.dense.type", {"sgd", "adagrad", "adam"});
+      auto& o = run.dense_optimizer;
+      o.type = type == "sgd"       ? dmp::DenseOptimizerType::kSgd
+               : type == "adagrad" ? dmp::DenseOptimizerType::kAdagrad
+                                   : dmp::DenseOptimizerType::kAdam;
+      if (o.type == dmp::DenseOptimizerType::kAdagrad) o.eps = 1e-10;  // torch.optim.Adagrad's default
+      if (d["lr"]) o.learning_rate = r.number(d["lr"], "optimizers.dense.lr", 0.0);
+      if (d["eps"]) o.eps = r.number(d["eps"], "optimizers.dense.eps", 0.0);
+      if (d["momentum"]) o.momentum = r.non_negative(d["momentum"], "optimizers.dense.momentum");
+      if (d["beta1"]) o.beta1 = r.non_negative(d["beta1"], "optimizers.dense.beta1");
+      if (d["beta2"]) o.beta2 = r.non_negative(d["beta2"], "optimizers.dense.beta2");
+      if (d["weight_decay"]) o.weight_decay = r.non_negative(d["weight_decay"], "optimizers.dense.weight_decay");
     }
   });
 
   // Data.
-  r.section([&] {
-    if (YAML::Node data = root["data"]) {
-      r.check_keys(data, "data", {"seed", "ids_per_bag", "features", "from", "batches"});
-      if (data["from"] && data["batches"])
-        r.fail(data["batches"], "data.batches", "give data.from or data.batches, not both");
-      for (const char* generator_key : {"seed", "ids_per_bag", "features"}) {
-        if ((data["from"] || data["batches"]) && data[generator_key]) {
-          r.fail(
-              data[generator_key], std::string("data.") + generator_key,
-              fmt::format("configures generated batches; this run replays data.{}", data["from"] ? "from" : "batches"));
-        }
+  field("data", [&](Node data) {
+    r.check_keys(data, "data", {"seed", "ids_per_bag", "features", "from", "batches"});
+    if (data["from"] && data["batches"])
+      r.fail(data["batches"], "data.batches", "give data.from or data.batches, not both");
+    for (const char* generator_key : {"seed", "ids_per_bag", "features"}) {
+      if ((data["from"] || data["batches"]) && data[generator_key]) {
+        r.fail(
+            data[generator_key], std::string("data.") + generator_key,
+            fmt::format("configures generated batches; this run replays data.{}", data["from"] ? "from" : "batches"));
       }
-      if (data["from"]) {
-        const std::string from = r.string(data["from"], "data.from");
-        const std::filesystem::path base = std::filesystem::path(r.file()).parent_path();
-        run.data.from = std::filesystem::path(from).is_absolute() || base.empty() ? from : (base / from).string();
-        if (!std::filesystem::is_directory(run.data.from)) {
-          r.fail(data["from"], "data.from",
-                 fmt::format(
-                     "{} is not a directory (expected one holding batch0.pt, batch1.pt, ... as --dump-batches writes)",
-                     run.data.from));
-        }
+    }
+    if (data["from"]) {
+      run.data.from = r.path(data["from"], "data.from");
+      if (!std::filesystem::is_directory(run.data.from)) {
+        r.fail(data["from"], "data.from",
+               fmt::format(
+                   "{} is not a directory (expected one holding batch0.pt, batch1.pt, ... as --dump-batches writes)",
+                   run.data.from));
       }
-      if (data["batches"]) parse_inline_batches(r, data["batches"], run);
-      if (data["seed"]) run.data.seed = static_cast<uint64_t>(r.integer(data["seed"], "data.seed", 0, INT64_MAX));
-      if (data["ids_per_bag"]) {
-        std::tie(run.data.min_ids_per_bag, run.data.max_ids_per_bag) =
-            parse_ids_per_bag(r, data["ids_per_bag"], "data.ids_per_bag");
-      }
-      if (YAML::Node per = data["features"]) {
-        r.require_map(per, "data.features");
-        for (const auto& kv : per) {
-          const std::string feature = kv.first.as<std::string>();
-          const std::string path = "data.features." + feature;
-          if (!features.count(feature)) {
-            r.fail(kv.first, path,
-                   fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(features, ", ")));
-          }
-          r.check_keys(kv.second, path, {"ids_per_bag"});
-          run.data.per_feature[feature] =
-              parse_ids_per_bag(r, r.required(kv.second, path, "ids_per_bag"), path + ".ids_per_bag");
+    }
+    if (data["batches"]) parse_inline_batches(r, data["batches"], run);
+    if (data["seed"]) run.data.seed = static_cast<uint64_t>(r.integer(data["seed"], "data.seed", 0, INT64_MAX));
+    if (data["ids_per_bag"]) {
+      std::tie(run.data.min_ids_per_bag, run.data.max_ids_per_bag) =
+          parse_ids_per_bag(r, data["ids_per_bag"], "data.ids_per_bag");
+    }
+    if (YAML::Node per = data["features"]) {
+      r.require_map(per, "data.features");
+      for (const auto& kv : per) {
+        const std::string feature = kv.first.as<std::string>();
+        const std::string path = "data.features." + feature;
+        if (!features.count(feature)) {
+          r.fail(kv.first, path,
+                 fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(features, ", ")));
         }
+        r.check_keys(kv.second, path, {"ids_per_bag"});
+        run.data.per_feature[feature] =
+            parse_ids_per_bag(r, r.required(kv.second, path, "ids_per_bag"), path + ".ids_per_bag");
       }
     }
   });
-  r.section([&] {
-    if (YAML::Node resume = root["resume"]) {
-      r.check_keys(resume, "resume", {"after_step", "sharding"});
-      ResumeSpec spec;
-      spec.after_step =
-          static_cast<int>(r.integer(r.required(resume, "resume", "after_step"), "resume.after_step", 1, run.steps));
-      if (YAML::Node sharding = resume["sharding"]) {
-        r.require_map(sharding, "resume.sharding");
-        for (const auto& kv : sharding) {
-          const std::string table = kv.first.as<std::string>();
-          if (!names.count(table)) {
-            r.fail(kv.first, "resume.sharding." + table,
-                   fmt::format("no table '{}' (tables: {})", table, fmt::join(names, ", ")));
-          }
-          spec.constraints[table] = parse_constraints(r, kv.second, "resume.sharding." + table, run.world_size);
+  field("resume", [&](Node resume) {
+    r.check_keys(resume, "resume", {"after_step", "sharding"});
+    ResumeSpec spec;
+    spec.after_step =
+        static_cast<int>(r.integer(r.required(resume, "resume", "after_step"), "resume.after_step", 1, run.steps));
+    if (YAML::Node sharding = resume["sharding"]) {
+      r.require_map(sharding, "resume.sharding");
+      for (const auto& kv : sharding) {
+        const std::string table = kv.first.as<std::string>();
+        if (!names.count(table)) {
+          r.fail(kv.first, "resume.sharding." + table,
+                 fmt::format("no table '{}' (tables: {})", table, fmt::join(names, ", ")));
         }
+        spec.constraints[table] = parse_constraints(r, kv.second, "resume.sharding." + table, run.world_size);
       }
-      run.resume = spec;
     }
+    run.resume = spec;
   });
-  r.section([&] {
-    if (YAML::Node faults = root["faults"]) {
-      if (!faults.IsSequence()) r.expected(faults, "faults", "a list of faults");
-      const std::vector<std::string> kinds = {"crash", "abort",   "kill", "exit",  "throw",
-                                              "hang",  "corrupt", "nan",  "desync"};
-      for (size_t i = 0; i < faults.size(); ++i) {
-        const std::string path = fmt::format("faults[{}]", i);
-        r.check_keys(faults[i], path, {"kind", "rank", "step", "exit_code", "tensor"});
-        FaultSpec f;
-        const std::string kind = r.choice(r.required(faults[i], path, "kind"), path + ".kind", kinds);
-        f.kind = static_cast<FaultKind>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
-        f.rank =
-            static_cast<int>(r.integer(r.required(faults[i], path, "rank"), path + ".rank", 0, run.world_size - 1));
-        if (faults[i]["step"]) f.step = static_cast<int>(r.integer(faults[i]["step"], path + ".step", 0, run.steps));
-        if (faults[i]["exit_code"])
-          f.exit_code = static_cast<int>(r.integer(faults[i]["exit_code"], path + ".exit_code", 1, 255));
-        if (faults[i]["tensor"]) f.tensor = r.string(faults[i]["tensor"], path + ".tensor");
-        run.faults.push_back(f);
-      }
+  field("faults", [&](Node faults) {
+    if (!faults.IsSequence()) r.expected(faults, "faults", "a list of faults");
+    const std::vector<std::string> kinds = {"crash", "abort",   "kill", "exit",  "throw",
+                                            "hang",  "corrupt", "nan",  "desync"};
+    for (size_t i = 0; i < faults.size(); ++i) {
+      const std::string path = fmt::format("faults[{}]", i);
+      r.check_keys(faults[i], path, {"kind", "rank", "step", "exit_code", "tensor"});
+      FaultSpec f;
+      const std::string kind = r.choice(r.required(faults[i], path, "kind"), path + ".kind", kinds);
+      f.kind = static_cast<FaultKind>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
+      f.rank = static_cast<int>(r.integer(r.required(faults[i], path, "rank"), path + ".rank", 0, run.world_size - 1));
+      if (faults[i]["step"]) f.step = static_cast<int>(r.integer(faults[i]["step"], path + ".step", 0, run.steps));
+      if (faults[i]["exit_code"])
+        f.exit_code = static_cast<int>(r.integer(faults[i]["exit_code"], path + ".exit_code", 1, 255));
+      if (faults[i]["tensor"]) f.tensor = r.string(faults[i]["tensor"], path + ".tensor");
+      run.faults.push_back(f);
     }
   });
   r.section([&] {
@@ -911,75 +841,6 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
   }
   return e;
 }
-
-}  // namespace
-
-namespace {
-Scenario load_scenario_unchecked(const std::string& text, const std::string& file_label, const Overrides& overrides);
-}  // namespace
-
-const char* fault_kind_name(FaultKind kind) {
-  static const char* names[] = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan", "desync"};
-  return names[static_cast<int>(kind)];
-}
-
-const char* init_mode_name(InitMode mode) { return mode == InitMode::kSeeded ? "seeded" : "unseeded"; }
-const char* phase_name(Phase phase) { return phase == Phase::kInit ? "init" : "final"; }
-
-std::string SourceLocation::to_string() const { return line > 0 ? fmt::format("{}:{}", file, line) : file; }
-
-std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) const {
-  auto it = per_feature.find(feature);
-  return it == per_feature.end() ? std::make_pair(min_ids_per_bag, max_ids_per_bag) : it->second;
-}
-
-std::string Expectation::ExpectedError::describe() const {
-  return message.empty() ? fmt::format("an error of kind {}", kind)
-                         : fmt::format("an error of kind {} containing '{}'", kind, message);
-}
-
-std::string Expectation::describe() const {
-  std::string text = replicas == ReplicaExpectation::kEqual
-                         ? "replicas equal"
-                         : fmt::format("replicas diverge on {} at {}", fmt::join(diverged, ", "),
-                                       fmt::join(
-                                           [&] {
-                                             std::vector<std::string> p;
-                                             for (Phase ph : at) p.push_back(phase_name(ph));
-                                             return p;
-                                           }(),
-                                           ", "));
-  if (global_model) {
-    text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
-                        global_model->rtol, global_model->atol);
-  }
-  if (outputs) text += fmt::format("; outputs compared (rtol {}, atol {})", outputs->rtol, outputs->atol);
-  if (initial_state)
-    text += *initial_state ? "; the initial state is init.from's" : "; the initial state is not init.from's";
-  if (reference) {
-    text += fmt::format(
-        "; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
-        reference_profile.empty() ? std::string() : " under profile " + reference_profile,
-        reference_draws_own_init ? ", each drawing its own initial weights from the seed, on the release's plan" : "",
-        reference->rtol, reference->atol);
-  }
-  if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
-  if (error) text = fmt::format("the run fails with {}", error->describe());
-  return text;
-}
-
-Scenario load_scenario_text(const std::string& text, const std::string& file_label, const Overrides& overrides) {
-  // Every yaml-cpp error becomes a scenario error with its line, including shapes of input
-  // the schema walk did not foresee (found by fuzzing: a scalar where a mapping was expected).
-  try {
-    return load_scenario_unchecked(text, file_label, overrides);
-  } catch (const YAML::Exception& e) {
-    throw_error(ErrorKind::kInvalidScenario,
-                fmt::format("{}:{}: not a valid scenario: {}", file_label, e.mark.line + 1, e.msg));
-  }
-}
-
-namespace {
 
 Scenario load_scenario_unchecked(const std::string& text, const std::string& file_label, const Overrides& overrides) {
   Reader r(file_label);
@@ -1109,20 +970,14 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
                 value, path, file_label, fmt::join(kMatrixRoots, ", "));
     }
     RunSpec run = parse_run(r, run_root);
-    if (run.on_torchrec()) {
-      // A behaviour profile simulates a release in the reference; a release cell runs the real
-      // thing, so the profile axis does not apply to it and its cell appears once.
-      assignments.erase(
-          std::remove_if(assignments.begin(), assignments.end(), [](const auto& a) { return a.first == "profile"; }),
-          assignments.end());
-      if (std::any_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& done) { return done.cell == assignments; }))
-        continue;
-    } else if (std::any_of(assignments.begin(), assignments.end(),
-                           [](const auto& a) { return a.first.rfind("torchrec", 0) == 0; })) {
-      // Likewise the `torchrec` axes (how a release is driven) do not apply to the reference.
-      assignments.erase(std::remove_if(assignments.begin(), assignments.end(),
-                                       [](const auto& a) { return a.first.rfind("torchrec", 0) == 0; }),
-                        assignments.end());
+    // A behaviour profile simulates a release in the reference, and the `torchrec` axes say how a
+    // release is driven: an axis that does not apply to the run's system is dropped from its cell,
+    // and a cell that is then a repeat is not run again.
+    const auto dropped = std::remove_if(assignments.begin(), assignments.end(), [&](const auto& a) {
+      return run.on_torchrec() ? a.first == "profile" : a.first.rfind("torchrec", 0) == 0;
+    });
+    if (run.on_torchrec() || dropped != assignments.end()) {
+      assignments.erase(dropped, assignments.end());
       if (std::any_of(s.runs.begin(), s.runs.end(), [&](const RunSpec& done) { return done.cell == assignments; }))
         continue;
     }
@@ -1239,6 +1094,63 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
 }
 
 }  // namespace
+
+const char* fault_kind_name(FaultKind kind) {
+  static const char* names[] = {"crash", "abort", "kill", "exit", "throw", "hang", "corrupt", "nan", "desync"};
+  return names[static_cast<int>(kind)];
+}
+
+const char* init_mode_name(InitMode mode) { return mode == InitMode::kSeeded ? "seeded" : "unseeded"; }
+const char* phase_name(Phase phase) { return phase == Phase::kInit ? "init" : "final"; }
+
+std::string SourceLocation::to_string() const { return line > 0 ? fmt::format("{}:{}", file, line) : file; }
+
+std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) const {
+  auto it = per_feature.find(feature);
+  return it == per_feature.end() ? std::make_pair(min_ids_per_bag, max_ids_per_bag) : it->second;
+}
+
+std::string Expectation::ExpectedError::describe() const {
+  return message.empty() ? fmt::format("an error of kind {}", kind)
+                         : fmt::format("an error of kind {} containing '{}'", kind, message);
+}
+
+std::string Expectation::describe() const {
+  std::vector<const char*> phases;
+  for (Phase ph : at) phases.push_back(phase_name(ph));
+  std::string text =
+      replicas == ReplicaExpectation::kEqual
+          ? "replicas equal"
+          : fmt::format("replicas diverge on {} at {}", fmt::join(diverged, ", "), fmt::join(phases, ", "));
+  if (global_model) {
+    text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
+                        global_model->rtol, global_model->atol);
+  }
+  if (outputs) text += fmt::format("; outputs compared (rtol {}, atol {})", outputs->rtol, outputs->atol);
+  if (initial_state)
+    text += *initial_state ? "; the initial state is init.from's" : "; the initial state is not init.from's";
+  if (reference) {
+    text += fmt::format(
+        "; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
+        reference_profile.empty() ? std::string() : " under profile " + reference_profile,
+        reference_draws_own_init ? ", each drawing its own initial weights from the seed, on the release's plan" : "",
+        reference->rtol, reference->atol);
+  }
+  if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
+  if (error) text = fmt::format("the run fails with {}", error->describe());
+  return text;
+}
+
+Scenario load_scenario_text(const std::string& text, const std::string& file_label, const Overrides& overrides) {
+  // Every yaml-cpp error becomes a scenario error with its line, including shapes of input
+  // the schema walk did not foresee (found by fuzzing: a scalar where a mapping was expected).
+  try {
+    return load_scenario_unchecked(text, file_label, overrides);
+  } catch (const YAML::Exception& e) {
+    throw_error(ErrorKind::kInvalidScenario,
+                fmt::format("{}:{}: not a valid scenario: {}", file_label, e.mark.line + 1, e.msg));
+  }
+}
 
 Scenario load_scenario_file(const std::string& path, const Overrides& overrides) {
   std::ifstream in(path, std::ios::binary);

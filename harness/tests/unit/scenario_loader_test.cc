@@ -141,6 +141,12 @@ TEST(ScenarioLoader, AProfileIsANamedOneWithSwitchesTurnedAndAMatrixAxis) {
             std::string::npos);
   EXPECT_NE(error_of(std::string(kMinimal) + "profile: {plan_on_every_rank: true}\n").find("'profile.base'"),
             std::string::npos);
+  // Whole bytes are read as whole numbers: exact above 2^53, and a fraction is refused.
+  dmp::BehaviourProfile exact = *dmp::find_behaviour_profile("current");
+  EXPECT_FALSE(dmp::set_behaviour_switch(exact, "ddp_first_bucket_cap_bytes", "9007199254740993"));
+  EXPECT_EQ(exact.ddp_first_bucket_cap_bytes, int64_t{9007199254740993});
+  EXPECT_EQ(dmp::set_behaviour_switch(exact, "ddp_first_bucket_cap_bytes", "1.5"),
+            "a whole number of bytes, 0 or more");
 }
 
 TEST(ScenarioLoader, ConstraintRankOutsideTheWorldIsRejected) {
