@@ -19,7 +19,6 @@
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include "comm/coalesced.h"
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/store.h"
 #include "dmp/dense.h"
@@ -36,6 +35,12 @@
 namespace dmpcheck::bench {
 namespace {
 
+// Each byte read plus each byte written, per iteration: what the GB/s ratios divide.
+void report_bytes(benchmark::State& state, int64_t bytes) {
+  state.counters["bytes"] = static_cast<double>(bytes);
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+
 constexpr int64_t kFloat = 4;
 
 // ---------------------------------------------------------------------------------------------
@@ -49,8 +54,7 @@ void memcpy_bandwidth(benchmark::State& state) {
     benchmark::DoNotOptimize(target.data());
     benchmark::ClobberMemory();
   }
-  state.counters["bytes"] = static_cast<double>(2 * bytes);
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(2 * bytes));
+  report_bytes(state, static_cast<int64_t>(2 * bytes));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -76,8 +80,7 @@ void fused_optimizer(benchmark::State& state, dmp::FusedOptimizerType type) {
   }
   const int64_t bytes = unique * kFloat * (dim + 2 * dim + 2 * state_floats_per_row);
   for (auto _ : state) optimizer.apply(weight, grads);
-  state.counters["bytes"] = static_cast<double>(bytes);
-  state.SetBytesProcessed(state.iterations() * bytes);
+  report_bytes(state, bytes);
   state.SetItemsProcessed(state.iterations() * unique);  // rows/s
 }
 
@@ -102,8 +105,7 @@ void kjt_bucketize(benchmark::State& state) {
     bytes = bags_bytes(bags) + bags_bytes(part);
     benchmark::DoNotOptimize(part.ids.data_ptr());
   }
-  state.counters["bytes"] = static_cast<double>(bytes);
-  state.SetBytesProcessed(state.iterations() * bytes);
+  report_bytes(state, bytes);
   state.SetItemsProcessed(state.iterations() * bags.ids.numel());
 }
 
@@ -125,8 +127,7 @@ void kjt_permute(benchmark::State& state) {
     dmp::KeyedJaggedTensor permuted = kjt.select(reversed);
     benchmark::DoNotOptimize(permuted.values().data_ptr());
   }
-  state.counters["bytes"] = static_cast<double>(bytes);
-  state.SetBytesProcessed(state.iterations() * bytes);
+  report_bytes(state, bytes);
 }
 
 void pooled_forward(benchmark::State& state) {
@@ -140,8 +141,7 @@ void pooled_forward(benchmark::State& state) {
     at::Tensor pooled = dmp::pooled_forward(weight, bags, dmp::PoolingType::kSum);
     benchmark::DoNotOptimize(pooled.data_ptr());
   }
-  state.counters["bytes"] = static_cast<double>(bytes);
-  state.SetBytesProcessed(state.iterations() * bytes);
+  report_bytes(state, bytes);
 }
 
 void pooled_backward(benchmark::State& state) {
@@ -156,8 +156,7 @@ void pooled_backward(benchmark::State& state) {
     bytes = (grad.numel() + bags.ids.numel() * dim + g.grads.numel()) * kFloat + bags_bytes(bags);
     benchmark::DoNotOptimize(g.grads.data_ptr());
   }
-  state.counters["bytes"] = static_cast<double>(bytes);
-  state.SetBytesProcessed(state.iterations() * bytes);
+  report_bytes(state, bytes);
 }
 
 // Flatten into one bucket and copy back, what a coalesced collective adds around the wire.
@@ -176,8 +175,7 @@ void flatten_unflatten(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(flat.data_ptr());
   }
-  state.counters["bytes"] = static_cast<double>(bytes);
-  state.SetBytesProcessed(state.iterations() * bytes);
+  report_bytes(state, bytes);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -306,56 +304,35 @@ class RatioReporter : public benchmark::ConsoleReporter {
   std::map<std::string, Run> runs_;
 };
 
+const std::pair<const char*, dmp::FusedOptimizerType> kFused[] = {
+    {"sgd", dmp::FusedOptimizerType::kSgd},
+    {"adagrad", dmp::FusedOptimizerType::kAdagrad},
+    {"rowwise_adagrad", dmp::FusedOptimizerType::kRowWiseAdagrad},
+    {"adam", dmp::FusedOptimizerType::kAdam}};
+
+template <typename Fn>
+void add(const std::string& name, benchmark::TimeUnit unit, const std::vector<int64_t>& args, Fn&& fn) {
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn));
+  if (!args.empty()) b->Args(args);
+  b->UseRealTime()->Unit(unit);
+}
+
 void register_all() {
+  using benchmark::kMicrosecond, benchmark::kMillisecond;
   const int64_t mib = 1 << 20;
-  benchmark::RegisterBenchmark("memcpy/160MiB", memcpy_bandwidth)
-      ->Arg(160 * mib)
-      ->UseRealTime()
-      ->Unit(benchmark::kMillisecond);
-  struct Named {
-    const char* name;
-    dmp::FusedOptimizerType type;
-  };
-  for (const Named& o :
-       {Named{"sgd", dmp::FusedOptimizerType::kSgd}, Named{"adagrad", dmp::FusedOptimizerType::kAdagrad},
-        Named{"rowwise_adagrad", dmp::FusedOptimizerType::kRowWiseAdagrad},
-        Named{"adam", dmp::FusedOptimizerType::kAdam}}) {
-    benchmark::RegisterBenchmark(fmt::format("fused_{}/rows:1M/dim:128/unique:64K", o.name).c_str(),
-                                 [type = o.type](benchmark::State& s) { fused_optimizer(s, type); })
-        ->Args({1 << 20, 128, 1 << 16})
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+  add("memcpy/160MiB", kMillisecond, {160 * mib}, memcpy_bandwidth);
+  for (const auto& [name, type] : kFused) {
+    add(fmt::format("fused_{}/rows:1M/dim:128/unique:64K", name), kMillisecond, {1 << 20, 128, 1 << 16},
+        [type = type](benchmark::State& s) { fused_optimizer(s, type); });
   }
-  benchmark::RegisterBenchmark("kjt_bucketize/batch:4096", kjt_bucketize)
-      ->Arg(4096)
-      ->UseRealTime()
-      ->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("kjt_permute/keys:8/batch:4096", kjt_permute)
-      ->Arg(4096)
-      ->UseRealTime()
-      ->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("pooled_forward/batch:4096/dim:128", pooled_forward)
-      ->Args({4096, 128})
-      ->UseRealTime()
-      ->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("pooled_backward/batch:4096/dim:128", pooled_backward)
-      ->Args({4096, 128})
-      ->UseRealTime()
-      ->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("flatten_unflatten/tensors:256/elements:4096", flatten_unflatten)
-      ->Args({256, 4096})
-      ->UseRealTime()
-      ->Unit(benchmark::kMicrosecond);
-  benchmark::RegisterBenchmark("flatten_unflatten/tensors:4/elements:16M", flatten_unflatten)
-      ->Args({4, 16 * mib})
-      ->UseRealTime()
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("train_step/unsharded", train_step_unsharded)
-      ->UseRealTime()
-      ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("train_step/dmp_data_parallel_world1_gloo", train_step_dmp)
-      ->UseRealTime()
-      ->Unit(benchmark::kMillisecond);
+  add("kjt_bucketize/batch:4096", kMicrosecond, {4096}, kjt_bucketize);
+  add("kjt_permute/keys:8/batch:4096", kMicrosecond, {4096}, kjt_permute);
+  add("pooled_forward/batch:4096/dim:128", kMicrosecond, {4096, 128}, pooled_forward);
+  add("pooled_backward/batch:4096/dim:128", kMicrosecond, {4096, 128}, pooled_backward);
+  add("flatten_unflatten/tensors:256/elements:4096", kMicrosecond, {256, 4096}, flatten_unflatten);
+  add("flatten_unflatten/tensors:4/elements:16M", kMillisecond, {4, 16 * mib}, flatten_unflatten);
+  add("train_step/unsharded", kMillisecond, {}, train_step_unsharded);
+  add("train_step/dmp_data_parallel_world1_gloo", kMillisecond, {}, train_step_dmp);
 }
 
 }  // namespace
@@ -379,7 +356,7 @@ int main(int argc, char** argv) {
                 RatioReporter::seconds(*unsharded) * 1e3);
   }
   const auto* copy = reporter.find("memcpy/160MiB");
-  for (const char* name : {"sgd", "adagrad", "rowwise_adagrad", "adam"}) {
+  for (const auto& [name, type] : dmpcheck::bench::kFused) {
     const auto* fused = reporter.find(fmt::format("fused_{}/rows:1M/dim:128/unique:64K", name));
     if (fused && copy) {
       std::printf("  fused %s, 1M x 128, 64K unique rows: %.2f GB/s = %.2fx memcpy's %.2f GB/s (%.2f M rows/s)\n", name,

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -16,7 +16,6 @@
 #include "comm/store.h"
 #include "common/error.h"
 #include "report/json.h"
-#include "run/handover.h"
 #include "run/launcher.h"
 #include "run/rank_run.h"
 #include "run/worker.h"
@@ -55,11 +54,8 @@ class Case {
         count_(count),
         root_(root),
         world_(comm.world_size()),
-        chunk_(count / world_) {
-    reset();
-  }
-
-  void reset() { input_ = collective_ == "all_gather" ? seeded(comm_.rank(), chunk_) : seeded(comm_.rank(), count_); }
+        chunk_(count / world_),
+        input_(seeded(comm.rank(), collective_ == "all_gather" ? chunk_ : count)) {}
 
   void run() {
     if (collective_ == "broadcast") {
@@ -169,9 +165,7 @@ void from_json(const nlohmann::json& j, BenchRow& r) {
   j.at("algbw_gbps").get_to(r.algbw_gbps);
   j.at("busbw_gbps").get_to(r.busbw_gbps);
   r.time = from_microseconds(j.at("time_us"));
-  r.device = j.at("device_time_us").is_null()
-                 ? std::nullopt
-                 : std::optional<check::LatencyStats>(from_microseconds(j.at("device_time_us")));
+  if (!j.at("device_time_us").is_null()) r.device = from_microseconds(j.at("device_time_us"));
 }
 
 int64_t parse_size(const std::string& text) {
@@ -203,7 +197,7 @@ double bus_factor(const std::string& collective, int world) {
   return 1.0;
 }
 
-std::string bench_table_header(bool device_column) {
+static std::string bench_table_header(bool device_column) {
   std::string out = fmt::format(
       "#{:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>10}", "collective",
       "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "min", "p50", "p99", "max");
@@ -215,7 +209,7 @@ std::string bench_table_header(bool device_column) {
   return out;
 }
 
-std::string bench_table_row(const BenchRow& r, bool device_column) {
+static std::string bench_table_row(const BenchRow& r, bool device_column) {
   std::string out =
       fmt::format(" {:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8.3f} {:>8.3f} {:>7} {:>10} {:>10} {:>10} {:>10}",
                   r.collective, r.size_bytes, r.count, r.type, r.redop, r.root, us(r.time.mean_s), r.algbw_gbps,
@@ -324,7 +318,7 @@ nlohmann::json environment_json() { return nlohmann::json{{"cores", available_co
 
 }  // namespace
 
-int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* groups_out) {
+int run_bench(const BenchCommandOptions& options) {
   const BenchSpec& spec = options.spec;
   DMP_CHECK(spec.min_bytes > 0 && spec.max_bytes >= spec.min_bytes, ErrorKind::kInvalidInput,
             "sizes: -b {} must be positive and at most -e {}", spec.min_bytes, spec.max_bytes);
@@ -400,7 +394,6 @@ int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* group
                                                  {"busbw_gbps", "1e9 bytes/s"}}},
                                                {"groups", groups}});
   if (options.out && !options.json_path.empty()) *options.out << "# JSON: " << options.json_path << "\n";
-  if (groups_out) *groups_out = groups;
   return interrupt_requested() ? 130 : code;
 }
 
@@ -409,13 +402,8 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
   // Rank 0's lines go to the launcher marked, so that it can print them as the table.
   auto line = [&](const std::string& text) {
     if (env.rank != 0) return;
-    size_t start = 0;
-    while (start < text.size()) {
-      const size_t end = text.find('\n', start);
-      std::printf("bench| %s\n",
-                  text.substr(start, end == std::string::npos ? std::string::npos : end - start).c_str());
-      start = end == std::string::npos ? text.size() : end + 1;
-    }
+    std::istringstream lines(text);
+    for (std::string l; std::getline(lines, l);) std::printf("bench| %s\n", l.c_str());
     std::fflush(stdout);
   };
   comm::Store group_store = store.with_prefix("bench");

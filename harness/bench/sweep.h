@@ -12,7 +12,7 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -92,10 +92,6 @@ double bus_factor(const std::string& collective, int world);
 std::vector<BenchRow> bench_on_rank(comm::Communicator& comm, const BenchSpec& spec,
                                     const std::function<void(const std::string&)>& line);
 
-// The header and a row of the printed table.
-std::string bench_table_header(bool device_column);
-std::string bench_table_row(const BenchRow& row, bool device_column);
-
 struct BenchCommandOptions {
   std::string worker_executable;
   std::vector<std::string> backends = {"gloo"};
@@ -107,7 +103,7 @@ struct BenchCommandOptions {
 
 // Runs the sweep over backends x world sizes, printing the table as rows arrive; returns the
 // exit status (0; 1 when any #wrong is non-zero; 3 when a group's ranks failed).
-int run_bench(const BenchCommandOptions& options, std::vector<BenchGroup>* groups = nullptr);
+int run_bench(const BenchCommandOptions& options);
 
 struct ScenarioBenchOptions {
   std::string worker_executable;

@@ -4,9 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <limits>
 #include <list>
-#include <map>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -36,11 +34,9 @@ constexpr auto kHandshakeTime = std::chrono::seconds(10);
 enum Op : uint8_t { kSet = 1, kGet, kAdd, kCheck, kDelete, kNumKeys, kWait, kCompareSet };
 enum Status : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2 };
 
-std::string client_proof(const std::string& secret, const std::string& nonce_s, const std::string& nonce_c) {
-  return hmac_hex(secret, "client" + nonce_s + nonce_c);
-}
-std::string server_proof(const std::string& secret, const std::string& nonce_s, const std::string& nonce_c) {
-  return hmac_hex(secret, "server" + nonce_s + nonce_c);
+// What a side proves it holds the secret with: "client" or "server", MACed with both nonces.
+std::string mac(const char* role, const std::string& secret, const std::string& nonce_s, const std::string& nonce_c) {
+  return hmac_hex(secret, role + nonce_s + nonce_c);
 }
 
 void put_u32(std::string& out, uint32_t v) {
@@ -123,7 +119,7 @@ class AuthStoreServer::Impl {
   };
 
   Impl(const std::string& address, uint16_t port, std::string secret, RefusedCallback on_refused)
-      : secret_(std::move(secret)), on_refused_(std::move(on_refused)), address_(address) {
+      : secret_(std::move(secret)), on_refused_(std::move(on_refused)) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -177,7 +173,6 @@ class AuthStoreServer::Impl {
   }
 
   uint16_t port() const { return port_; }
-  const std::string& address() const { return address_; }
   int refused() const { return refused_; }
 
  private:
@@ -211,11 +206,8 @@ class AuthStoreServer::Impl {
   }
 
   void finish_wait(Connection& c) {
-    if (c.wait_op == kGet) {
-      c.out += encode(kOk, {data_.at(c.wait_keys[0])});
-    } else {
-      c.out += encode(kOk, {});
-    }
+    c.out += encode(
+        kOk, c.wait_op == kGet ? std::vector<std::string>{data_.at(c.wait_keys[0])} : std::vector<std::string>{});
     c.waiting = false;
   }
 
@@ -273,24 +265,16 @@ class AuthStoreServer::Impl {
         c.out += encode(kOk, {data_.erase(args[0]) > 0 ? "1" : "0"});
         return;
       case kNumKeys: c.out += encode(kOk, {std::to_string(data_.size())}); return;
-      case kCompareSet: {
+      case kCompareSet: {  // c10d's: set when the value is the expected one (a missing key is "")
         if (!need(3)) return;
-        auto it = data_.find(args[0]);
-        if (it == data_.end()) {
-          if (args[1].empty()) {
-            data_[args[0]] = args[2];
-            c.out += encode(kOk, {args[2]});
-            wake_waiters();
-          } else {
-            c.out += encode(kOk, {args[1]});
-          }
-        } else if (it->second == args[1]) {
-          it->second = args[2];
-          c.out += encode(kOk, {args[2]});
-          wake_waiters();
-        } else {
-          c.out += encode(kOk, {it->second});
+        const auto it = data_.find(args[0]);
+        if (it == data_.end() ? !args[1].empty() : it->second != args[1]) {
+          c.out += encode(kOk, {it == data_.end() ? args[1] : it->second});
+          return;
         }
+        data_[args[0]] = args[2];
+        c.out += encode(kOk, {args[2]});
+        wake_waiters();
         return;
       }
       default: c.out += encode(kFailed, {fmt::format("unknown request {}", op)}); c.closing = true;
@@ -303,12 +287,12 @@ class AuthStoreServer::Impl {
       const std::string nonce_c = c.in.substr(0, kHex);
       const std::string proof = c.in.substr(kHex, kHex);
       c.in.erase(0, 2 * kHex);
-      if (!constant_time_equal(proof, client_proof(secret_, c.nonce, nonce_c))) {
+      if (!constant_time_equal(proof, mac("client", secret_, c.nonce, nonce_c))) {
         refuse(c, "it did not prove the run's secret");
         return;
       }
       c.ready = true;
-      c.out += server_proof(secret_, c.nonce, nonce_c);
+      c.out += mac("server", secret_, c.nonce, nonce_c);
     }
     while (!c.waiting && !c.closing && c.in.size() >= 4) {
       const uint32_t n = get_u32(c.in, 0);
@@ -391,7 +375,6 @@ class AuthStoreServer::Impl {
 
   std::string secret_;
   RefusedCallback on_refused_;
-  std::string address_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   uint16_t port_ = 0;
@@ -407,7 +390,6 @@ AuthStoreServer::AuthStoreServer(const std::string& address, uint16_t port, std:
     : impl_(std::make_unique<Impl>(address, port, std::move(secret), std::move(on_refused))) {}
 AuthStoreServer::~AuthStoreServer() = default;
 uint16_t AuthStoreServer::port() const { return impl_->port(); }
-const std::string& AuthStoreServer::address() const { return impl_->address(); }
 int AuthStoreServer::refused_count() const { return impl_->refused(); }
 
 // ---------------------------------------------------------------------------------------------
@@ -427,15 +409,11 @@ bool read_exact(int fd, std::string& out, size_t n, Clock::time_point deadline, 
     }
     pollfd p{fd, POLLIN, 0};
     const int rc = poll(&p, 1, timeout);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc == 0) continue;
+    if (rc == 0 || (rc < 0 && errno == EINTR)) continue;
     char buf[65536];
     const ssize_t got = read(fd, buf, std::min(sizeof buf, n - out.size()));
-    if (got == 0) return false;
-    if (got < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return false;
-    }
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0) return false;
     out.append(buf, static_cast<size_t>(got));
   }
   return true;
@@ -503,12 +481,12 @@ AuthStoreClient::AuthStoreClient(const std::string& host, uint16_t port, const s
               where_);
     const std::string nonce_s = greeting.substr(kMagicSize);
     const std::string nonce_c = random_secret();
-    write_all(fd_, nonce_c + client_proof(secret, nonce_s, nonce_c), where_);
+    write_all(fd_, nonce_c + mac("client", secret, nonce_s, nonce_c), where_);
     std::string proof;
     DMP_CHECK(read_exact(fd_, proof, kHex, handshake, where_), ErrorKind::kCommunication,
               "the run's store at {} refused this rank: it does not hold the same secret ({} differs between ranks?)",
               where_, "DMPCHECK_RUN_SECRET");
-    DMP_CHECK(constant_time_equal(proof, server_proof(secret, nonce_s, nonce_c)), ErrorKind::kCommunication,
+    DMP_CHECK(constant_time_equal(proof, mac("server", secret, nonce_s, nonce_c)), ErrorKind::kCommunication,
               "the process listening at {} does not know the run's secret: it is not this run's store", where_);
   } catch (...) {
     close(fd_);
@@ -535,11 +513,9 @@ std::vector<std::string> AuthStoreClient::call(uint8_t op, const std::vector<std
   const auto deadline =
       wait_for.count() <= 0 ? Clock::time_point::max() : Clock::now() + wait_for + std::chrono::seconds(30);
   std::string header, body;
-  DMP_CHECK(read_exact(fd_, header, 4, deadline, where_), ErrorKind::kCommunication,
-            "the run's store at {} closed the connection (rank 0 has gone?)", where_);
-  const uint32_t n = get_u32(header, 0);
-  DMP_CHECK(n <= kMaxFrame && read_exact(fd_, body, n, deadline, where_), ErrorKind::kCommunication,
-            "the run's store at {} closed the connection (rank 0 has gone?)", where_);
+  DMP_CHECK(read_exact(fd_, header, 4, deadline, where_) && get_u32(header, 0) <= kMaxFrame &&
+                read_exact(fd_, body, get_u32(header, 0), deadline, where_),
+            ErrorKind::kCommunication, "the run's store at {} closed the connection (rank 0 has gone?)", where_);
   auto reply = decode(body);
   DMP_CHECK(reply.has_value(), ErrorKind::kCommunication, "a malformed reply from the run's store at {}", where_);
   DMP_CHECK(reply->first != kTimedOut, ErrorKind::kTimeout, "Timeout after {} ms waiting for the run's store at {}",
@@ -554,13 +530,11 @@ std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 }  // namespace
 
-void AuthStoreClient::set(const std::string& key, const std::vector<uint8_t>& value) {
-  call(kSet, {key, text(value)}, std::chrono::milliseconds(0));
-}
+void AuthStoreClient::set(const std::string& key, const std::vector<uint8_t>& value) { call(kSet, {key, text(value)}); }
 
 std::vector<uint8_t> AuthStoreClient::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                                  const std::vector<uint8_t>& desired) {
-  return bytes(call(kCompareSet, {key, text(expected), text(desired)}, std::chrono::milliseconds(0)).at(0));
+  return bytes(call(kCompareSet, {key, text(expected), text(desired)}).at(0));
 }
 
 std::vector<uint8_t> AuthStoreClient::get(const std::string& key) {
@@ -568,18 +542,14 @@ std::vector<uint8_t> AuthStoreClient::get(const std::string& key) {
 }
 
 int64_t AuthStoreClient::add(const std::string& key, int64_t value) {
-  return std::stoll(call(kAdd, {key, std::to_string(value)}, std::chrono::milliseconds(0)).at(0));
+  return std::stoll(call(kAdd, {key, std::to_string(value)}).at(0));
 }
 
-bool AuthStoreClient::deleteKey(const std::string& key) {
-  return call(kDelete, {key}, std::chrono::milliseconds(0)).at(0) == "1";
-}
+bool AuthStoreClient::deleteKey(const std::string& key) { return call(kDelete, {key}).at(0) == "1"; }
 
-bool AuthStoreClient::check(const std::vector<std::string>& keys) {
-  return call(kCheck, keys, std::chrono::milliseconds(0)).at(0) == "1";
-}
+bool AuthStoreClient::check(const std::vector<std::string>& keys) { return call(kCheck, keys).at(0) == "1"; }
 
-int64_t AuthStoreClient::getNumKeys() { return std::stoll(call(kNumKeys, {}, std::chrono::milliseconds(0)).at(0)); }
+int64_t AuthStoreClient::getNumKeys() { return std::stoll(call(kNumKeys, {}).at(0)); }
 
 void AuthStoreClient::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 

@@ -38,7 +38,6 @@ class AuthStoreServer {
   AuthStoreServer& operator=(const AuthStoreServer&) = delete;
 
   uint16_t port() const;
-  const std::string& address() const;
   // Connections refused so far (each also went to on_refused).
   int refused_count() const;
 
@@ -71,7 +70,8 @@ class AuthStoreClient : public c10d::Store {
 #endif
 
  private:
-  std::vector<std::string> call(uint8_t op, const std::vector<std::string>& args, std::chrono::milliseconds wait_for);
+  std::vector<std::string> call(uint8_t op, const std::vector<std::string>& args,
+                                std::chrono::milliseconds wait_for = {});
   int fd_ = -1;
   std::string host_;
   uint16_t port_ = 0;

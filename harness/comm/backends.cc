@@ -9,15 +9,10 @@
 
 namespace dmpcheck::comm {
 
-const std::vector<std::string>& backend_names() {
-  static const std::vector<std::string> names = {"gloo", "nccl"};
-  return names;
-}
-
 std::optional<std::string> backend_unavailable_reason(const std::string& backend, int local_world_size) {
   if (backend == "gloo") return std::nullopt;
   if (backend == "nccl") return nccl_unavailable_reason(local_world_size);
-  return fmt::format("unknown backend '{}' (expected one of: {})", backend, fmt::join(backend_names(), ", "));
+  return fmt::format("unknown backend '{}' (expected one of: gloo, nccl)", backend);
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, int rank, int world_size,
@@ -35,8 +30,7 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, Stor
     nccl.local_rank = options.local_rank;
     return make_nccl_communicator(store, rank, world_size, nccl);
   }
-  throw_error(ErrorKind::kInvalidInput,
-              fmt::format("unknown backend '{}' (expected one of: {})", backend, fmt::join(backend_names(), ", ")));
+  throw_error(ErrorKind::kInvalidInput, *backend_unavailable_reason(backend, 1));  // an unknown backend
 }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, const RankEnvironment& env,

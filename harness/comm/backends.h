@@ -14,8 +14,6 @@ namespace dmpcheck::comm {
 class Store;
 struct RankEnvironment;
 
-const std::vector<std::string>& backend_names();
-
 // Why `backend` cannot run `local_world_size` ranks per host on this machine (a reason to skip),
 // or nullopt.  Never touches a GPU context that a later fork would inherit: NCCL's check only
 // counts devices, and ranks are exec'd.

@@ -6,15 +6,9 @@
 
 namespace dmpcheck::comm {
 
-const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-  }
-  return "unknown";
-}
+namespace {
 
+// Reduces dim 0 of `stacked` ([world, ...]) with `op`, in index order.
 at::Tensor reduce_stacked(const at::Tensor& stacked, ReduceOp op) {
   at::Tensor out = stacked[0].clone();
   for (int64_t r = 1; r < stacked.size(0); ++r) {
@@ -26,6 +20,8 @@ at::Tensor reduce_stacked(const at::Tensor& stacked, ReduceOp op) {
   }
   return out;
 }
+
+}  // namespace
 
 at::Tensor reduce_scatter_via_all_to_all(Communicator& comm, const at::Tensor& input, ReduceOp op) {
   const int world = comm.world_size();

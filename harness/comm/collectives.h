@@ -12,7 +12,4 @@ namespace dmpcheck::comm {
 // rank, as a ring reduce-scatter does, so its bus bandwidth is comparable.
 at::Tensor reduce_scatter_via_all_to_all(Communicator& comm, const at::Tensor& input, ReduceOp op);
 
-// Reduces dim 0 of `stacked` ([world, ...]) with `op`, in index order.
-at::Tensor reduce_stacked(const at::Tensor& stacked, ReduceOp op);
-
 }  // namespace dmpcheck::comm

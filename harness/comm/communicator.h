@@ -49,13 +49,10 @@ class Communicator {
   // The framework's own coalesced broadcast (c10d::broadcast_coalesced), as a baseline for ours.
   // Returns false, and does nothing, where the backend has none.
   virtual bool has_framework_broadcast_coalesced() const { return false; }
-  virtual bool framework_broadcast_coalesced(const std::vector<at::Tensor>& tensors, int64_t bucket_cap_bytes,
-                                             int root) {
-    (void)tensors, (void)bucket_cap_bytes, (void)root;
+  virtual bool framework_broadcast_coalesced(const std::vector<at::Tensor>& /*tensors*/, int64_t /*bucket_cap_bytes*/,
+                                             int /*root*/) {
     return false;
   }
 };
-
-const char* reduce_op_name(ReduceOp op);
 
 }  // namespace dmpcheck::comm

@@ -9,17 +9,10 @@ namespace {
 
 enum Op : int64_t { kBroadcast = 1, kAllReduce, kAllGather, kAllToAll, kBarrier, kReduceScatter, kFrameworkBroadcast };
 
-const char* op_name(int64_t op) {
-  switch (op) {
-    case kBroadcast: return "broadcast";
-    case kAllReduce: return "all_reduce";
-    case kAllGather: return "all_gather";
-    case kAllToAll: return "all_to_all";
-    case kBarrier: return "barrier";
-    case kReduceScatter: return "reduce_scatter";
-    case kFrameworkBroadcast: return "framework_broadcast_coalesced";
-  }
-  return "unknown";
+const char* op_name(int64_t op) {  // in Op's order
+  static const char* const kNames[] = {"unknown",    "broadcast", "all_reduce",     "all_gather",
+                                       "all_to_all", "barrier",   "reduce_scatter", "framework_broadcast_coalesced"};
+  return op >= kBroadcast && op <= kFrameworkBroadcast ? kNames[op] : "unknown";
 }
 
 constexpr int64_t kSlots = 12;  // op, sequence, dtype, ndim, up to 8 sizes

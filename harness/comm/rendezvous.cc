@@ -151,9 +151,8 @@ std::string gloo_listen_address(const RankEnvironment& env) {
 
 RankEnvironment rank_environment_from_process() {
   return rank_environment_from([](const std::string& name) -> std::optional<std::string> {
-    const char* value = std::getenv(name.c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
+    if (const char* value = std::getenv(name.c_str())) return std::string(value);
+    return std::nullopt;
   });
 }
 

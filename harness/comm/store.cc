@@ -70,8 +70,6 @@ Store Store::for_rank(const RankEnvironment& env, const std::string& secret, std
   return connect(address, env.store_port, secret, timeout);
 }
 
-int Store::refused_count() const { return impl_->server ? impl_->server->refused_count() : 0; }
-
 uint16_t Store::port() const { return impl_->port; }
 const std::string& Store::path() const { return impl_->path; }
 
@@ -101,16 +99,6 @@ std::optional<std::string> Store::try_get(const std::string& key) {
     if (!impl_->store->check({key})) return std::nullopt;
     return to_string(impl_->store->get(key));
   } catch (const std::exception&) { return std::nullopt; }
-}
-
-int64_t Store::add(const std::string& key, int64_t amount) {
-  try {
-    return impl_->store->add(key, amount);
-  } catch (const Error& e) {
-    throw_error(e.kind(), fmt::format("store add '{}' failed: {}", key, e.what()));
-  } catch (const std::exception& e) {
-    throw_error(ErrorKind::kCommunication, fmt::format("store add '{}' failed: {}", key, e.what()));
-  }
 }
 
 Store Store::with_prefix(const std::string& prefix) const {

@@ -36,8 +36,6 @@ class Store {
   // Under an external launcher: rank 0 hosts on env.store_port at store_address(env) (loopback
   // for a world on one host, MASTER_ADDR for one that spans hosts); the other ranks connect there.
   static Store for_rank(const RankEnvironment& env, const std::string& secret, std::chrono::milliseconds timeout);
-  // Connections this process's server refused (0 for a client or a file store).
-  int refused_count() const;
 
   uint16_t port() const;            // 0 for a file store
   const std::string& path() const;  // empty for a TCP store
@@ -46,7 +44,6 @@ class Store {
   std::string get(const std::string& key);
   // Returns the value if the key exists now, without waiting.
   std::optional<std::string> try_get(const std::string& key);
-  int64_t add(const std::string& key, int64_t amount);
   // A view of this store in which every key is prefixed by `prefix` + "/".
   Store with_prefix(const std::string& prefix) const;
 

@@ -1,7 +1,7 @@
 #include "common/digest.h"
 
+#include <algorithm>
 #include <cstring>
-#include <fstream>
 
 #include <sys/random.h>
 
@@ -33,28 +33,17 @@ void compress(uint32_t state[8], const uint8_t block[64]) {
     const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  uint32_t a = state[0], b = state[1], c = state[2], d = state[3], e = state[4], f = state[5], g = state[6],
-           h = state[7];
+  uint32_t v[8];  // a..h
+  std::copy(state, state + 8, v);
   for (int i = 0; i < 64; ++i) {
-    const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kRound[i] + w[i];
-    const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
+    const uint32_t a = v[0], e = v[4];
+    const uint32_t t1 = v[7] + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & v[5]) ^ (~e & v[6])) + kRound[i] + w[i];
+    const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & v[1]) ^ (a & v[2]) ^ (v[1] & v[2]));
+    std::copy_backward(v, v + 7, v + 8);  // h = g, ..., b = a
+    v[4] += t1;                           // e = d + t1
+    v[0] = t1 + t2;
   }
-  state[0] += a;
-  state[1] += b;
-  state[2] += c;
-  state[3] += d;
-  state[4] += e;
-  state[5] += f;
-  state[6] += g;
-  state[7] += h;
+  for (int i = 0; i < 8; ++i) state[i] += v[i];
 }
 
 }  // namespace
@@ -78,20 +67,18 @@ std::array<uint8_t, 32> sha256(std::string_view data) {
   return out;
 }
 
-std::array<uint8_t, 32> hmac_sha256(std::string_view key, std::string_view message) {
+std::string hmac_hex(std::string_view key, std::string_view message) {
   std::string k(key);
   if (k.size() > 64) {
     const auto hashed = sha256(k);
     k.assign(reinterpret_cast<const char*>(hashed.data()), hashed.size());
   }
   k.resize(64, '\0');
-  std::string inner(64, '\0'), outer(64, '\0');
-  for (size_t i = 0; i < 64; ++i) {
-    inner[i] = static_cast<char>(k[i] ^ 0x36);
-    outer[i] = static_cast<char>(k[i] ^ 0x5c);
-  }
+  std::string inner(64, '\x36'), outer(64, '\x5c');
+  for (size_t i = 0; i < 64; ++i) inner[i] ^= k[i], outer[i] ^= k[i];
   const auto inner_hash = sha256(inner + std::string(message));
-  return sha256(outer + std::string(reinterpret_cast<const char*>(inner_hash.data()), inner_hash.size()));
+  const auto mac = sha256(outer + std::string(reinterpret_cast<const char*>(inner_hash.data()), inner_hash.size()));
+  return to_hex(mac.data(), mac.size());
 }
 
 std::string to_hex(const uint8_t* bytes, size_t size) {
@@ -102,11 +89,6 @@ std::string to_hex(const uint8_t* bytes, size_t size) {
     out += digits[bytes[i] & 15];
   }
   return out;
-}
-
-std::string hmac_hex(std::string_view key, std::string_view message) {
-  const auto mac = hmac_sha256(key, message);
-  return to_hex(mac.data(), mac.size());
 }
 
 bool constant_time_equal(std::string_view a, std::string_view b) {

@@ -10,7 +10,6 @@
 namespace dmpcheck {
 
 std::array<uint8_t, 32> sha256(std::string_view data);
-std::array<uint8_t, 32> hmac_sha256(std::string_view key, std::string_view message);
 std::string to_hex(const uint8_t* bytes, size_t size);
 // hex(HMAC-SHA256(key, message)).
 std::string hmac_hex(std::string_view key, std::string_view message);

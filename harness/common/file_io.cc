@@ -1,6 +1,8 @@
 #include "common/file_io.h"
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -46,6 +48,23 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     ::unlink(temporary.c_str());
     throw_error(ErrorKind::kInvalidInput, fmt::format("cannot move {} into place: {}", path, reason));
   }
+}
+
+PrivateDir::PrivateDir(const std::string& stem, const char* keep) : keep_(keep) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/" + stem + "-XXXXXX";
+  DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kRankFailed,
+            "cannot create a private directory from {}: {}", pattern, std::strerror(errno));
+  path_ = pattern;
+}
+
+PrivateDir::~PrivateDir() {
+  if (keep_ != nullptr && std::getenv(keep_) != nullptr) {
+    std::fprintf(stderr, "dmpcheck: kept %s (%s is set)\n", path_.c_str(), keep_);
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 }  // namespace dmpcheck

@@ -13,4 +13,20 @@ namespace dmpcheck {
 // temporary file is removed.  The target ends with the usual permissions (0666 & ~umask).
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
+// A private directory (mkdtemp under $TMPDIR: 0700, an unpredictable name, "<stem>-XXXXXX"),
+// removed with everything in it however its scope ends -- unless the environment variable `keep`
+// names is set, when its path is printed instead.  Error(kRankFailed) when it cannot be made.
+class PrivateDir {
+ public:
+  explicit PrivateDir(const std::string& stem, const char* keep = nullptr);
+  ~PrivateDir();
+  PrivateDir(const PrivateDir&) = delete;
+  PrivateDir& operator=(const PrivateDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const char* keep_;
+};
+
 }  // namespace dmpcheck

@@ -60,27 +60,21 @@ dmp::KeyedJaggedTensor inline_batch(const scenario::RunSpec& spec, int step) {
             "data.batches gives {} step(s); step {} has none", spec.data.batches.size(), step + 1);
   const auto& ranks = spec.data.batches[step];
   const bool weighted = !spec.data.weighted_features.empty();
-  std::vector<std::string> keys;
+  const std::vector<std::string> keys = spec.model.features();
   std::vector<int64_t> lengths, values;
   std::vector<float> weights;
-  for (const auto& feature : spec.model.features()) {
-    {
-      keys.push_back(feature);
-      for (const auto& rank : ranks) {
-        auto it = rank.find(feature);
-        if (it == rank.end()) {
-          lengths.insert(lengths.end(), spec.batch_size, 0);
-          continue;
-        }
-        const auto& bags = it->second;
-        lengths.insert(lengths.end(), bags.lengths.begin(), bags.lengths.end());
-        values.insert(values.end(), bags.ids.begin(), bags.ids.end());
-        if (bags.weights.empty()) {
-          weights.insert(weights.end(), bags.ids.size(), 1.0f);
-        } else {
-          weights.insert(weights.end(), bags.weights.begin(), bags.weights.end());
-        }
+  for (const auto& feature : keys) {
+    for (const auto& rank : ranks) {
+      auto it = rank.find(feature);
+      if (it == rank.end()) {
+        lengths.insert(lengths.end(), spec.batch_size, 0);
+        continue;
       }
+      const auto& bags = it->second;
+      lengths.insert(lengths.end(), bags.lengths.begin(), bags.lengths.end());
+      values.insert(values.end(), bags.ids.begin(), bags.ids.end());
+      if (bags.weights.empty()) weights.insert(weights.end(), bags.ids.size(), 1.0f);
+      else weights.insert(weights.end(), bags.weights.begin(), bags.weights.end());
     }
   }
   auto longs = [](const std::vector<int64_t>& v) {
@@ -101,7 +95,7 @@ dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step
   seed ^= seed >> 31;
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   const int64_t bags = spec.batch_size * spec.world_size;
-  std::vector<std::string> keys;
+  const std::vector<std::string> keys = spec.model.features();
   std::vector<at::Tensor> lengths, values, weights;
   const auto& weighted = spec.data.weighted_features;
   // Each feature once, its ids valid for every table that reads it.
@@ -112,20 +106,16 @@ dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step
       rows_of[feature] = it == rows_of.end() ? table.num_embeddings : std::min(it->second, table.num_embeddings);
     }
   }
-  for (const auto& feature : spec.model.features()) {
-    {
-      const auto [lo, hi] = spec.data.ids_per_bag(feature);
-      at::Tensor len =
-          lo == hi ? at::full({bags}, lo, at::kLong) : at::randint(lo, hi + 1, {bags}, generator, at::kLong);
-      const int64_t n = len.sum().item<int64_t>();
-      keys.push_back(feature);
-      lengths.push_back(len);
-      values.push_back(at::randint(0, rows_of.at(feature), {n}, generator, at::kLong));
-      // Per-id weights in [0.5, 1.5) for weighted features, 1 for the others.
-      at::Tensor w = at::ones({n}, at::kFloat);
-      if (std::find(weighted.begin(), weighted.end(), feature) != weighted.end()) w.uniform_(0.5, 1.5, generator);
-      weights.push_back(w);
-    }
+  for (const auto& feature : keys) {
+    const auto [lo, hi] = spec.data.ids_per_bag(feature);
+    at::Tensor len = lo == hi ? at::full({bags}, lo, at::kLong) : at::randint(lo, hi + 1, {bags}, generator, at::kLong);
+    const int64_t n = len.sum().item<int64_t>();
+    lengths.push_back(len);
+    values.push_back(at::randint(0, rows_of.at(feature), {n}, generator, at::kLong));
+    // Per-id weights in [0.5, 1.5) for weighted features, 1 for the others.
+    at::Tensor w = at::ones({n}, at::kFloat);
+    if (std::find(weighted.begin(), weighted.end(), feature) != weighted.end()) w.uniform_(0.5, 1.5, generator);
+    weights.push_back(w);
   }
   std::optional<at::Tensor> w;
   if (!weighted.empty()) w = at::cat(weights);

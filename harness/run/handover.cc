@@ -16,13 +16,9 @@ std::string value_mac(const std::string& key, const std::string& value, const st
   return hmac_hex(secret, "dmpcheck value\n" + key + "\n" + value);
 }
 
-}  // namespace
-
-comm::Store secret_view(const comm::Store& store, const std::string& secret) {
-  return store.with_prefix("run-" + hmac_hex(secret, "dmpcheck store keys").substr(0, 32));
-}
-
-void hand_over(comm::Store& store, const std::map<std::string, std::string>& entries, const std::string& secret) {
+// Every entry, the list of their keys and one MAC over all of them.
+void hand_over_entries(comm::Store& store, const std::map<std::string, std::string>& entries,
+                       const std::string& secret) {
   std::vector<std::string> keys;
   for (const auto& [key, value] : entries) {
     store.set("entry/" + key, value);
@@ -32,7 +28,9 @@ void hand_over(comm::Store& store, const std::map<std::string, std::string>& ent
   store.set("entries#mac", entries_mac(entries, secret));  // last: a rank that sees it sees all
 }
 
-std::map<std::string, std::string> take_over(comm::Store& store, const std::string& secret) {
+// The entries, once their MAC checks; Error(kCommunication) naming them when it does not
+// (forged, or written by a run with another secret).
+std::map<std::string, std::string> take_over_entries(comm::Store& store, const std::string& secret) {
   const std::string mac = store.get("entries#mac");
   std::map<std::string, std::string> entries;
   std::vector<std::string> keys;
@@ -43,17 +41,17 @@ std::map<std::string, std::string> take_over(comm::Store& store, const std::stri
                 fmt::format("the run's list of entries in the store is malformed: {}", e.what()));
   }
   for (const auto& key : keys) entries[key] = store.get("entry/" + key);
-  DMP_CHECK(
-      constant_time_equal(mac, entries_mac(entries, secret)), ErrorKind::kCommunication,
-      "what the store hands this rank ({}) does not carry the run's MAC: forged, or from a run with another {}; "
-      "refused",
-      [&] {
-        std::string names;
-        for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
-        return names;
-      }(),
-      kSecretVariable);
+  DMP_CHECK(constant_time_equal(mac, entries_mac(entries, secret)), ErrorKind::kCommunication,
+            "what the store hands this rank ({}) does not carry the run's MAC: forged, or from a run with another {}; "
+            "refused",
+            fmt::join(keys, ", "), kSecretVariable);
   return entries;
+}
+
+}  // namespace
+
+comm::Store secret_view(const comm::Store& store, const std::string& secret) {
+  return store.with_prefix("run-" + hmac_hex(secret, "dmpcheck store keys").substr(0, 32));
 }
 
 void set_signed(comm::Store& store, const std::string& key, const std::string& value, const std::string& secret) {
@@ -74,11 +72,11 @@ std::optional<std::string> get_signed(comm::Store& store, const std::string& key
 }
 
 void hand_over(comm::Store& store, const RankTask& task, const std::string& secret) {
-  hand_over(store, {{"task", nlohmann::json(task).dump()}}, secret);
+  hand_over_entries(store, {{"task", nlohmann::json(task).dump()}}, secret);
 }
 
 RankTask take_task(comm::Store& store, const std::string& secret) {
-  return nlohmann::json::parse(take_over(store, secret).at("task")).get<RankTask>();
+  return nlohmann::json::parse(take_over_entries(store, secret).at("task")).get<RankTask>();
 }
 
 }  // namespace dmpcheck::run

@@ -22,13 +22,6 @@ inline constexpr const char* kSecretVariable = "DMPCHECK_RUN_SECRET";
 // The store's view for the run's keys: prefixed by a name derived from the secret.
 comm::Store secret_view(const comm::Store& store, const std::string& secret);
 
-// Launcher (or rank 0 under an external launcher): every entry, the list of their keys and one
-// MAC over all of them.
-void hand_over(comm::Store& store, const std::map<std::string, std::string>& entries, const std::string& secret);
-// A rank: the entries, once their MAC checks; Error(kCommunication) when it does not (forged or
-// written by a run with another secret), naming which.
-std::map<std::string, std::string> take_over(comm::Store& store, const std::string& secret);
-
 // What a rank is asked to do: the one vocabulary of the launcher (or rank 0 under an external
 // launcher) and the ranks, handed over as one signed entry.  A field neither side knows cannot be
 // written by one and missed by the other.
@@ -61,6 +54,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankTask, scenario_file, scenari
                                                 checkpoint_dir, dump_batches_dir, full_state_dir, reference_profile,
                                                 reference_shares_its_start, reference_plan, bench_kind, bench_backend,
                                                 bench_options)
+// Launcher (or rank 0 under an external launcher): the task as one signed entry.  A rank: the
+// task, once its MAC checks; Error(kCommunication) when it does not (forged, or written by a run
+// with another secret).
 void hand_over(comm::Store& store, const RankTask& task, const std::string& secret);
 RankTask take_task(comm::Store& store, const std::string& secret);
 

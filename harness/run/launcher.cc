@@ -25,6 +25,7 @@
 #include "comm/store.h"
 #include "common/digest.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "run/handover.h"
 
 extern char** environ;
@@ -93,29 +94,6 @@ ChildImage make_image(const LaunchRequest& request, int rank, const std::string&
   image.envp.push_back(nullptr);
   return image;
 }
-
-// mkdtemp under $TMPDIR (0700, an unpredictable name), removed with its contents when the
-// launch ends, however it ends.
-class PrivateDir {
- public:
-  PrivateDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/dmpcheck-run-XXXXXX";
-    DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kRankFailed,
-              "cannot create a private directory from {}: {}", pattern, std::strerror(errno));
-    path_ = pattern;
-  }
-  ~PrivateDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  PrivateDir(const PrivateDir&) = delete;
-  PrivateDir& operator=(const PrivateDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 void take_output(Rank& r, const char* data, size_t size, const LaunchRequest& request) {
   r.partial.append(data, size);
@@ -197,7 +175,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
   const auto start = Clock::now();
   // The run's store is a file in a directory only this user can enter (mkdtemp: 0700): a
   // single-host run opens no socket for its rendezvous, so nobody else can join it or read it.
-  PrivateDir store_dir;
+  PrivateDir store_dir("dmpcheck-run");
   comm::Store file_store = comm::Store::host_file(store_dir.path(), request.store_timeout);
   const std::string secret = random_secret();
   comm::Store store = secret_view(file_store, secret);
@@ -211,10 +189,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
   const bool exec_demanded = request.exec_ranks || (ranks_mode != nullptr && std::string(ranks_mode) == "exec");
   const bool fork_warm = request.in_process && !exec_demanded && thread_count() == 1;
   outcome.forked = fork_warm;
-  if (fork_warm) {
-    // Whatever this process has buffered would be written again by every child.
-    std::fflush(nullptr);
-  }
+  if (fork_warm) std::fflush(nullptr);  // what this process buffered would be written again by every child
   for (int r = 0; r < request.world_size; ++r) {
     ChildImage image = make_image(request, r, file_store.path(), secret);
     int fds[2];
@@ -284,40 +259,28 @@ LaunchOutcome launch(const LaunchRequest& request) {
     outcome.pids.push_back(pid);
   }
 
+  // SIGTERM, kill_grace to exit, then SIGKILL for the ranks and anything a rank started in its group.
   auto kill_all = [&] {
-    ::kill(-group, SIGTERM);
-    const auto deadline = Clock::now() + request.kill_grace;
-    for (;;) {
+    auto reap = [&](int options) {  // whether any rank still runs
       bool any = false;
       for (auto& r : ranks) {
-        if (!r.running) continue;
-        if (::waitpid(r.pid, &r.status, WNOHANG) == r.pid) {
-          r.running = false;
-        } else {
-          any = true;
-        }
+        if (r.running && ::waitpid(r.pid, &r.status, options) == r.pid) r.running = false;
+        any = any || r.running;
       }
-      if (!any) break;
-      if (Clock::now() >= deadline) {
-        ::kill(-group, SIGKILL);
-        for (auto& r : ranks) {
-          if (r.running && ::waitpid(r.pid, &r.status, 0) == r.pid) r.running = false;
-        }
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ::kill(-group, SIGKILL);  // anything a rank started in its group
+      return any;
+    };
+    ::kill(-group, SIGTERM);
+    const auto deadline = Clock::now() + request.kill_grace;
+    while (reap(WNOHANG) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ::kill(-group, SIGKILL);
+    reap(0);
   };
 
   // When one rank fails its peers often fail a moment later ("connection closed by peer"), and
   // may even exit first.  Failures seen within a short grace window are collected and the root
   // cause is reported: a signal or a rank's own error before a peer's communication error.
   auto make_failure = [&](Rank& r, check::FailureKind kind, const std::string& cause) {
-    check::RankFailure f;
-    f.rank = r.rank;
-    f.kind = kind;
-    f.cause = cause;
+    check::RankFailure f{r.rank, kind, cause, {}, {}};
     std::string refused;
     std::optional<std::string> error = get_signed(store, "error/" + std::to_string(r.rank), secret, &refused);
     if (!error && !request.error_dir.empty()) {
@@ -403,33 +366,22 @@ LaunchOutcome launch(const LaunchRequest& request) {
       }
     }
     if (outcome.failure || !any_running) break;
-    if (interrupt_requested()) {
-      Rank* first = nullptr;
-      for (auto& r : ranks) {
-        if (r.running && first == nullptr) first = &r;
-      }
+    const bool interrupted = interrupt_requested();
+    if (interrupted || Clock::now() - start > request.budget) {
+      Rank& first = *std::find_if(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; });
       outcome.failure =
-          make_failure(*first, check::FailureKind::kInterrupted, "stopped: dmpcheck received SIGINT or SIGTERM");
-      break;
-    }
-    if (Clock::now() - start > request.budget) {
-      Rank* first = nullptr;
-      for (auto& r : ranks) {
-        if (r.running && first == nullptr) first = &r;
-      }
-      outcome.failure = make_failure(*first, check::FailureKind::kTimeout,
-                                     fmt::format("still running when the run's budget of {:.0f} s ran out",
-                                                 std::chrono::duration<double>(request.budget).count()));
+          interrupted
+              ? make_failure(first, check::FailureKind::kInterrupted, "stopped: dmpcheck received SIGINT or SIGTERM")
+              : make_failure(first, check::FailureKind::kTimeout,
+                             fmt::format("still running when the run's budget of {:.0f} s ran out",
+                                         std::chrono::duration<double>(request.budget).count()));
       break;
     }
   }
   kill_all();
   for (auto& r : ranks) {
     drain(r, request);
-    if (r.output_fd >= 0) {
-      ::close(r.output_fd);
-      r.output_fd = -1;
-    }
+    if (r.output_fd >= 0) ::close(r.output_fd);
   }
   if (outcome.failure) {
     auto& lines = ranks[static_cast<size_t>(outcome.failure->rank)].last_lines;
@@ -442,12 +394,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (!outcome.result && !refused.empty()) {
       // Every rank exited 0 but the result is not the run's: believe nothing of it.
       outcome.ok = false;
-      check::RankFailure f;
-      f.rank = 0;
-      f.kind = check::FailureKind::kCommunication;
-      f.cause = "exited with status 0";
-      f.message = refused;
-      outcome.failure = f;
+      outcome.failure = check::RankFailure{0, check::FailureKind::kCommunication, "exited with status 0", refused, {}};
     }
   }
   outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();

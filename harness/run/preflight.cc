@@ -12,6 +12,27 @@
 namespace dmpcheck::run {
 namespace {
 
+int64_t host_available_memory() {
+  if (const char* v = std::getenv("DMPCHECK_MEMORY_AVAILABLE")) {
+    try {
+      return std::stoll(v);
+    } catch (const std::exception&) {
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("DMPCHECK_MEMORY_AVAILABLE='{}': expected a number of bytes", v));
+    }
+  }
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    int64_t kib = 0;
+    fields >> kib;
+    return kib * 1024;
+  }
+  return 0;  // unknown: no memory check
+}
+
 int64_t state_bytes(const dmp::FusedOptimizerConfig& o, int64_t rows, int64_t cols) {
   int64_t total = 0;
   for (const auto& s : dmp::FusedOptimizer::state_specs(o, rows, cols)) {
@@ -34,9 +55,8 @@ std::string human_bytes(double bytes) {
   return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.1f} {}", bytes, units[u]);
 }
 
-RunMemory estimate_run_memory(const scenario::RunSpec& spec, int ranks_on_host) {
+RunMemory estimate_run_memory(const scenario::RunSpec& spec) {
   RunMemory m;
-  m.run = spec.name;
   dmp::ShardingPlan plan;
   try {
     plan = dmp::plan_sharding(scenario::planner_input(spec), spec.profile);
@@ -63,8 +83,7 @@ RunMemory estimate_run_memory(const scenario::RunSpec& spec, int ranks_on_host) 
   }
   const auto shards = plan.bytes_per_rank();  // weights + optimizer state of each rank's shards
   const bool gathers = spec.expect.global_model.has_value() || spec.expect.reference.has_value();
-  const int on_host = ranks_on_host > 0 ? ranks_on_host : spec.world_size;
-  for (int r = 0; r < std::min<int>(on_host, spec.world_size); ++r) {
+  for (int r = 0; r < spec.world_size; ++r) {
     // The full draw of every table exists while the shards are cut from it (reset_parameters).
     int64_t peak = shards[static_cast<size_t>(r)] + full_tables + dense;
     std::string why = fmt::format("its shards with optimizer state {}, the full draw of every table {}",
@@ -86,29 +105,8 @@ RunMemory estimate_run_memory(const scenario::RunSpec& spec, int ranks_on_host) 
       m.breakdown = fmt::format("rank {}: {}", r, why);
     }
   }
-  m.ranks_on_host = std::min(on_host, spec.world_size);
+  m.ranks_on_host = spec.world_size;
   return m;
-}
-
-int64_t host_available_memory() {
-  if (const char* v = std::getenv("DMPCHECK_MEMORY_AVAILABLE")) {
-    try {
-      return std::stoll(v);
-    } catch (const std::exception&) {
-      throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("DMPCHECK_MEMORY_AVAILABLE='{}': expected a number of bytes", v));
-    }
-  }
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream fields(line.substr(13));
-    int64_t kib = 0;
-    fields >> kib;
-    return kib * 1024;
-  }
-  return 0;  // unknown: no memory check
 }
 
 void preflight(const scenario::Scenario& scenario, int64_t available) {
@@ -131,12 +129,10 @@ void preflight(const scenario::Scenario& scenario, int64_t available) {
   }
   problems.erase(std::unique(problems.begin(), problems.end()), problems.end());
   if (problems.empty()) return;
-  std::string text = problems.size() == 1 ? fmt::format("{}: {}", scenario.file, problems.front())
-                                          : fmt::format("{}: {} runs cannot start:", scenario.file, problems.size());
-  if (problems.size() > 1) {
-    for (const auto& p : problems) text += "\n  " + p;
-  }
-  throw_error(ErrorKind::kInvalidScenario, text);
+  throw_error(ErrorKind::kInvalidScenario, problems.size() == 1
+                                               ? fmt::format("{}: {}", scenario.file, problems.front())
+                                               : fmt::format("{}: {} runs cannot start:\n  {}", scenario.file,
+                                                             problems.size(), fmt::join(problems, "\n  ")));
 }
 
 }  // namespace dmpcheck::run

@@ -12,23 +12,19 @@
 namespace dmpcheck::run {
 
 struct RunMemory {
-  std::string run;
   int ranks_on_host = 0;
   int64_t host_bytes = 0;    // what the ranks on this host hold at their peak, together
   int64_t largest_rank = 0;  // the peak of the fullest rank
   std::string breakdown;     // that rank's peak, by kind
 };
 
-// The memory of one run (planned as its ranks will plan it).  Error(kInvalidScenario) naming
-// the run when its plan fails.  `ranks_on_host`: 0 = every rank (dmpcheck's own launcher).
-RunMemory estimate_run_memory(const scenario::RunSpec& spec, int ranks_on_host = 0);
-
-// Bytes this host can give now: MemAvailable from /proc/meminfo (or $DMPCHECK_MEMORY_AVAILABLE,
-// bytes, to plan for another host).
-int64_t host_available_memory();
+// The memory of one run's ranks, all on this host as dmpcheck's launcher starts them (planned as
+// they will plan it).  Error(kInvalidScenario) naming the run when its plan fails.
+RunMemory estimate_run_memory(const scenario::RunSpec& spec);
 
 // Every run's plan and memory; Error(kInvalidScenario) listing each run that fails, with the
-// numbers.  `available`: 0 = host_available_memory().
+// numbers.  `available`: 0 = what this host can give now, MemAvailable from /proc/meminfo (or
+// $DMPCHECK_MEMORY_AVAILABLE, bytes, to plan for another host).
 void preflight(const scenario::Scenario& scenario, int64_t available = 0);
 
 // "1.5 GiB", "3.6 PiB".

@@ -37,12 +37,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-std::string hostname() {
-  char buffer[256] = {0};
-  if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "unknown";
-  return buffer;
-}
-
 // The plan handed to the run (a release's own placement), checked against the model: every table
 // once, in model order, its shards inside the table and on ranks of the world.
 dmp::ShardingPlan given_plan(const scenario::RunSpec& spec) {
@@ -203,6 +197,12 @@ check::RunResult result_header(const scenario::Scenario& scenario, const scenari
   result.environment.backend = spec.backend;
   result.expectation.description = spec.expect.describe();
   return result;
+}
+
+std::string hostname() {
+  char buffer[256] = {0};
+  if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "unknown";
+  return buffer;
 }
 
 int available_cores() {

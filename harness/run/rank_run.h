@@ -50,6 +50,8 @@ std::string tensor_digest(const at::Tensor& tensor);
 
 // Cores available to this process (its CPU affinity), at least 1.
 int available_cores();
+// This host's name, or "unknown".
+std::string hostname();
 // Intra-op threads per rank: spec.threads_per_rank, or cores / world_size (at least 1), as
 // torchrun sets OMP_NUM_THREADS so that ranks x threads <= cores.
 int threads_per_rank(const scenario::RunSpec& spec, int cores);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <mutex>
-#include <optional>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -49,11 +48,8 @@ check::RunResult failed_result(const scenario::Scenario& scenario, const scenari
                                                         launched.failure->message));
     }
   } else {
-    check::RankFailure f;
-    f.rank = 0;
-    f.kind = check::FailureKind::kInternal;
-    f.cause = "exited with status 0 without a result";
-    result.failure = f;
+    result.failure =
+        check::RankFailure{0, check::FailureKind::kInternal, "exited with status 0 without a result", "", {}};
   }
   return result;
 }

@@ -51,8 +51,6 @@ std::string make_report_dir(const std::string& root) {
   }
 }
 
-void write_text(const std::string& path, const std::string& text) { write_file_atomically(path, text); }
-
 }  // namespace
 
 std::vector<std::string> collect_scenario_files(const std::vector<std::string>& paths) {
@@ -75,8 +73,7 @@ std::vector<std::string> collect_scenario_files(const std::vector<std::string>& 
 SuiteOutcome run_suite(const SuiteOptions& options) {
   const auto start = Clock::now();
   SuiteOutcome outcome;
-  report::SuiteSummary summary;
-  summary.started_at = utc_now("%Y-%m-%dT%H:%M:%SZ");
+  const std::string started_at = utc_now("%Y-%m-%dT%H:%M:%SZ");
 
   const std::regex filter(options.filter.empty() ? std::string(".*") : options.filter);
   std::vector<scenario::Scenario> scenarios;
@@ -89,7 +86,6 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
       // A file the filter does not select is not judged, valid or not: its cells would be
       // "<name> [...]", and it is named by its file's stem while it does not load.
       if (!options.filter.empty() && !std::regex_search(fs::path(file).stem().string() + " [load]", filter)) continue;
-      outcome.invalid.push_back(e.what());
       check::RunResult r;
       r.scenario = fs::path(file).stem().string();
       r.scenario_file = file;
@@ -97,7 +93,7 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
       r.slug = "load";
       r.verdict = check::Verdict::kError;
       r.failure = check::RankFailure{-1, check::FailureKind::kInvalidScenario, "did not load", e.what(), {}};
-      summary.results.push_back(r);
+      outcome.results.push_back(r);
       if (options.out) *options.out << "invalid scenario: " << e.what() << "\n";
     }
   }
@@ -175,12 +171,11 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
   for (auto& t : threads) t.join();
 
   for (auto& r : results) {
-    if (!r.scenario.empty()) summary.results.push_back(std::move(r));  // cells never started (interrupted) are left out
+    if (!r.scenario.empty()) outcome.results.push_back(std::move(r));  // cells never started (interrupted) are left out
   }
   outcome.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  write_suite_reports(outcome.report_dir, fmt::format("dmpcheck suite: {}", fmt::join(options.paths, " ")),
-                      summary.started_at, outcome.seconds, summary.results);
-  outcome.results = summary.results;
+  write_suite_reports(outcome.report_dir, fmt::format("dmpcheck suite: {}", fmt::join(options.paths, " ")), started_at,
+                      outcome.seconds, outcome.results);
   outcome.exit_code = check::exit_status(outcome.results);
   return outcome;
 }
@@ -192,9 +187,9 @@ void write_suite_reports(const std::string& directory, const std::string& title,
   summary.started_at = started_at;
   summary.seconds = seconds;
   summary.results = results;
-  write_text(directory + "/junit.xml", report::render_junit(summary));
-  write_text(directory + "/summary.md", report::render_markdown(summary));
-  write_text(directory + "/report.html", report::render_html(summary, report::load_chart_js()));
+  write_file_atomically(directory + "/junit.xml", report::render_junit(summary));
+  write_file_atomically(directory + "/summary.md", report::render_markdown(summary));
+  write_file_atomically(directory + "/report.html", report::render_html(summary, report::load_chart_js()));
 }
 
 size_t rerender_reports(const std::string& directory) {

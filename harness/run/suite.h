@@ -25,7 +25,6 @@ struct SuiteOptions {
 struct SuiteOutcome {
   std::string report_dir;  // reports/<timestamp>/
   std::vector<check::RunResult> results;
-  std::vector<std::string> invalid;  // "file: error" for scenarios that did not load
   double seconds = 0.0;
   int exit_code = 0;  // 0 all held, 1 an expectation failed, 2 an invalid scenario, 3 a rank failed
 };

@@ -2,14 +2,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
-#include <mutex>
-#include <optional>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -23,10 +19,10 @@
 #include "check/global_model.h"
 #include "check/replica_check.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/revision.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
-#include "dmp/planner.h"
 #include "report/json.h"
 #include "run/data_generator.h"
 #include "run/launcher.h"
@@ -56,32 +52,6 @@ nlohmann::json read_json_file(const std::string& path) {
     throw_error(ErrorKind::kRankFailed, fmt::format("{}: not JSON: {}", path, e.what()));
   }
 }
-
-// A private directory (mkdtemp: 0700, an unpredictable name), removed with everything in it
-// on every way out of the cell, unless DMPCHECK_KEEP_EXCHANGE is set (then its path is printed).
-class ExchangeDir {
- public:
-  ExchangeDir() {
-    std::string pattern = env_or("TMPDIR", "/tmp") + "/dmpcheck-torchrec-XXXXXX";
-    DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kInvalidInput, "cannot create a directory from {}: {}",
-              pattern, std::strerror(errno));
-    path_ = pattern;
-  }
-  ~ExchangeDir() {
-    if (std::getenv("DMPCHECK_KEEP_EXCHANGE") != nullptr) {
-      std::fprintf(stderr, "dmpcheck: TorchRec exchange kept in %s\n", path_.c_str());
-      return;
-    }
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ExchangeDir(const ExchangeDir&) = delete;
-  ExchangeDir& operator=(const ExchangeDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // A loopback port free right now, for the release's own rendezvous (torch.distributed's TCPStore
 // on rank 0): the Debian libtorch's store and a torch 2.x client do not speak to each other.
@@ -248,8 +218,14 @@ std::vector<check::ReferenceDiff> compare_with_reference(const std::map<std::str
   return out;
 }
 
-}  // namespace
+struct TorchRecEnvironment {
+  std::string version;                      // "0.6.0"
+  std::string dir;                          // the venv
+  std::string python;                       // <dir>/bin/python
+  std::string torchrec, torch, fbgemm_gpu;  // as its own import reported them (dmpcheck-ready.json)
+};
 
+// $DMPCHECK_TORCHREC_ENVS, else $XDG_CACHE_HOME/dmpcheck/torchrec, else ~/.cache/dmpcheck/torchrec.
 std::string torchrec_environments_root() {
   const std::string cache = env_or("XDG_CACHE_HOME", env_or("HOME", "/root") + "/.cache");
   return env_or("DMPCHECK_TORCHREC_ENVS", cache + "/dmpcheck/torchrec");
@@ -270,17 +246,16 @@ std::string torchrec_sut_dir() {
   return source;
 }
 
-std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& version, std::string* why_not) {
+// The ready environment of a release, or nullopt with `why_not` saying how to install it.
+std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& version, std::string& why_not) {
   TorchRecEnvironment env;
   env.version = version;
   env.dir = torchrec_environments_root() + "/torchrec-" + version;
   env.python = env.dir + "/bin/python";
   const std::string ready = env.dir + "/dmpcheck-ready.json";
   if (!fs::exists(ready) || !fs::exists(env.python)) {
-    if (why_not) {
-      *why_not = fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir,
-                             version);
-    }
+    why_not =
+        fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir, version);
     return std::nullopt;
   }
   try {
@@ -289,12 +264,13 @@ std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& 
     env.torch = j.value("torch", "");
     env.fbgemm_gpu = j.value("fbgemm_gpu", "");
   } catch (const Error& e) {
-    if (why_not)
-      *why_not = fmt::format("{} is unreadable ({}): run `bash ci/torchrec-env.sh {}` again", ready, e.what(), version);
+    why_not = fmt::format("{} is unreadable ({}): run `bash ci/torchrec-env.sh {}` again", ready, e.what(), version);
     return std::nullopt;
   }
   return env;
 }
+
+}  // namespace
 
 check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t index,
                                    const ScenarioRunOptions& options) {
@@ -306,24 +282,16 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     }
   };
   std::string why_not;
-  const auto env = find_torchrec_environment(spec.torchrec_version(), &why_not);
+  const auto env = find_torchrec_environment(spec.torchrec_version(), why_not);
   if (!env) {
     result.verdict = check::Verdict::kSkipped;
     result.skip_reason = why_not;
     write_report(result);
     return result;
   }
-  {
-    char host[256] = {0};
-    if (::gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
-    result.environment = {"torch " + env->torch,
-                          "gloo",
-                          host,
-                          git_revision(),
-                          spec.world_size,
-                          available_cores(),
-                          threads_per_rank(spec, available_cores())};
-  }
+  const int cores = available_cores();
+  result.environment = {"torch " + env->torch,        "gloo", hostname(), git_revision(), spec.world_size, cores,
+                        threads_per_rank(spec, cores)};
   result.system.torchrec = env->torchrec;
   result.system.torch = env->torch;
   result.system.fbgemm_gpu = env->fbgemm_gpu;
@@ -333,7 +301,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
             "dmpcheck's source)",
             sut);
 
-  ExchangeDir exchange;
+  PrivateDir exchange("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
   const std::string out = exchange.path() + "/out";
   write_batches(spec, exchange.path() + "/batches");
 
@@ -434,6 +402,17 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
         fmt::format("import torch + torchrec took {:.2f} s on rank 0", timings.value("import_s", 0.0)));
 
     const auto check_start = std::chrono::steady_clock::now();
+    // TorchRec's tensors of `phase` against the reference's; the earliest step that breaks `tol` is kept.
+    auto compare = [&](const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase, int step,
+                       const scenario::Tolerance& tol) {
+      const auto theirs = assemble_full(per_rank);
+      const auto ours = assemble_full({read_exchange_phase(reference_dir, phase)});
+      for (auto& d : compare_with_reference(theirs, ours, step, tol)) {
+        if (!d.within_tolerance && (result.reference_first_break_step < 0 || step < result.reference_first_break_step))
+          result.reference_first_break_step = step;
+        result.reference.push_back(std::move(d));
+      }
+    };
     std::vector<std::vector<ExchangePiece>> last;
     for (int step = 0; step <= spec.steps; ++step) {
       const std::string phase = step == 0 ? "init" : fmt::format("step{}", step);
@@ -443,30 +422,13 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       result.divergence.push_back(check::step_divergence(step, checks));
       if (step == 0) result.replicas = checks;
       if (final_phase && step > 0) result.replicas.insert(result.replicas.end(), checks.begin(), checks.end());
-      if (spec.expect.reference) {
-        const auto theirs = assemble_full(per_rank);
-        std::vector<std::vector<ExchangePiece>> ref_pieces = {read_exchange_phase(reference_dir, phase)};
-        auto diffs = compare_with_reference(theirs, assemble_full(ref_pieces), step, *spec.expect.reference);
-        for (const auto& d : diffs) {
-          if (!d.within_tolerance && result.reference_first_break_step < 0) result.reference_first_break_step = step;
-        }
-        result.reference.insert(result.reference.end(), diffs.begin(), diffs.end());
-      }
+      if (spec.expect.reference) compare(per_rank, phase, step, *spec.expect.reference);
       if (final_phase) last = std::move(per_rank);
     }
     // The forward's outputs, from step 0 (the forward of step s + 1, on the weights after s steps).
     for (int step = 0; spec.expect.reference && spec.expect.outputs && step < std::max(spec.steps, 1); ++step) {
       const std::string phase = fmt::format("outputs{}", step);
-      const auto theirs = assemble_full(read_ranks(out, spec.world_size, phase));
-      std::vector<std::vector<ExchangePiece>> ref_pieces = {read_exchange_phase(reference_dir, phase)};
-      auto diffs = compare_with_reference(theirs, assemble_full(ref_pieces), step, *spec.expect.outputs);
-      for (const auto& d : diffs) {
-        if (!d.within_tolerance &&
-            (result.reference_first_break_step < 0 || step < result.reference_first_break_step)) {
-          result.reference_first_break_step = step;
-        }
-      }
-      result.reference.insert(result.reference.end(), diffs.begin(), diffs.end());
+      compare(read_ranks(out, spec.world_size, phase), phase, step, *spec.expect.outputs);
     }
     if (spec.steps == 0) {  // nothing trained: the final state is the initial one
       const auto again = replica_checks(last, "final");
@@ -481,12 +443,8 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     for (const auto& [name, tensor] : assemble_full(last)) result.digests[name] = tensor_digest(tensor);
     result.timings.check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - check_start).count();
   } catch (const Error& e) {
-    check::RankFailure f;
-    f.rank = 0;
-    f.kind = check::FailureKind::kTorchRec;
-    f.cause = "the ranks exited 0 but their output is incomplete";
-    f.message = e.what();
-    result.failure = f;
+    result.failure = check::RankFailure{
+        0, check::FailureKind::kTorchRec, "the ranks exited 0 but their output is incomplete", e.what(), {}};
     result.verdict = check::Verdict::kError;
     write_report(result);
     return result;
@@ -500,9 +458,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
 
 dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std::string& version, std::string* label) {
   std::string why_not;
-  const auto env = find_torchrec_environment(version, &why_not);
+  const auto env = find_torchrec_environment(version, why_not);
   DMP_CHECK(env.has_value(), ErrorKind::kInvalidInput, "{}", why_not);
-  ExchangeDir exchange;
+  PrivateDir exchange("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
   report::write_text_file_atomically(exchange.path() + "/spec.json", spec_json(spec, "").dump(2));
   LaunchRequest request;
   request.executable = env->python;

@@ -5,7 +5,6 @@
 // after init and after every step (run/tensor_exchange.h).
 #pragma once
 
-#include <optional>
 #include <string>
 
 #include "check/run_result.h"
@@ -14,20 +13,6 @@
 #include "scenario/scenario.h"
 
 namespace dmpcheck::run {
-
-struct TorchRecEnvironment {
-  std::string version;                      // "0.6.0"
-  std::string dir;                          // the venv
-  std::string python;                       // <dir>/bin/python
-  std::string torchrec, torch, fbgemm_gpu;  // as its own import reported them (dmpcheck-ready.json)
-};
-
-// $DMPCHECK_TORCHREC_ENVS, else $XDG_CACHE_HOME/dmpcheck/torchrec, else ~/.cache/dmpcheck/torchrec.
-std::string torchrec_environments_root();
-// The ready environment of a release, or nullopt with `why_not` saying how to install it.
-std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& version, std::string* why_not);
-// Where the dmpcheck_torchrec package lives: $DMPCHECK_TORCHREC_SUT, else this source tree's torchrec_sut/.
-std::string torchrec_sut_dir();
 
 // Runs cell `index` (its system is a release) and returns its RunResult; writes its JSON report
 // when options.write_reports.  A missing environment is a skipped cell naming the install command.

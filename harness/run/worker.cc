@@ -1,21 +1,17 @@
 #include "run/worker.h"
 
 #include "dmp/behaviour_profile.h"
-#include "run/handover.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
-#include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "comm/backends.h"
 #include "comm/fingerprint.h"
-#include "comm/rendezvous.h"
-#include "comm/store.h"
 #include "common/error.h"
 #include "report/console.h"
 #include "report/json.h"
@@ -26,15 +22,15 @@ namespace dmpcheck::run {
 namespace {
 
 check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm::Store& store,
-                         const comm::RankEnvironment& env, const WorkerOptions& worker, const RankTask& task) {
+                         const comm::RankEnvironment& env, const RankTask& task) {
   const scenario::RunSpec& spec = scenario.runs.at(index);
   comm::Store run_store = store.with_prefix(fmt::format("run{}", index));
   std::unique_ptr<comm::Communicator> comm = comm::make_communicator(spec.backend, run_store, env, spec.timeout_s);
   if (spec.fingerprint) comm = comm::make_fingerprinting_communicator(std::move(comm));
   RankRunOptions options;
   options.local_world_size = env.local_world_size;
-  options.checkpoint_dir = task.checkpoint_dir.empty() ? worker.checkpoint_dir : task.checkpoint_dir;
-  options.dump_batches_dir = task.dump_batches_dir.empty() ? worker.dump_batches_dir : task.dump_batches_dir;
+  options.checkpoint_dir = task.checkpoint_dir;
+  options.dump_batches_dir = task.dump_batches_dir;
   options.full_state_dir = task.full_state_dir;
   options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
   return run_on_rank(scenario, spec, *comm, options);
@@ -96,7 +92,7 @@ int worker_main(const WorkerOptions& options) {
         }
         if (!task.reference_plan.empty()) spec.given_plan = task.reference_plan;
       }
-      const check::RunResult result = run_one(scenario, index, *store, env, options, task);
+      const check::RunResult result = run_one(scenario, index, *store, env, task);
       if (env.rank == 0) set_signed(*store, "result", nlohmann::json(result).dump(), secret);
       return 0;
     }
@@ -132,39 +128,30 @@ int worker_main(const WorkerOptions& options) {
         }
         continue;
       }
-      check::RunResult result = run_one(scenario, i, *store, env, options, task);
+      check::RunResult result = run_one(scenario, i, *store, env, task);
       if (env.rank != 0) continue;
       report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
       std::printf("%s%s\n", report::render_run_table(result).c_str(), report::render_verdict_line(result).c_str());
       exit_code = std::max(exit_code, check::exit_status(result.verdict, std::nullopt));
     }
     return exit_code;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "rank %d: error (%s): %s\n", rank, std::string(error_kind_name(e.kind())).c_str(), e.what());
-    write_torchelastic_error_file(std::string(error_kind_name(e.kind())), e.what());
+  } catch (const std::exception& e) {
+    // A dmpcheck Error has its kind; anything else is internal.
+    const auto* error = dynamic_cast<const Error*>(&e);
+    const check::FailureKind kind = error ? check::failure_kind_of(error->kind()) : check::FailureKind::kInternal;
+    const std::string name(check::failure_kind_name(kind));
+    if (error) std::fprintf(stderr, "rank %d: error (%s): %s\n", rank, name.c_str(), e.what());
+    else std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
+    write_torchelastic_error_file(name, e.what());
     if (store) {
       try {
-        set_signed(*store, fmt::format("error/{}", rank),
-                   nlohmann::json{{"kind", std::string(error_kind_name(e.kind()))}, {"message", e.what()}}.dump(),
+        set_signed(*store, fmt::format("error/{}", rank), nlohmann::json{{"kind", name}, {"message", e.what()}}.dump(),
                    secret);
       } catch (const std::exception&) {
         // The launcher may already be gone; the message above is on stderr regardless.
       }
     }
-    return check::exit_status(check::Verdict::kError, check::failure_kind_of(e.kind()));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: error: %s\n", rank, e.what());
-    write_torchelastic_error_file("internal", e.what());
-    if (store) {
-      try {
-        set_signed(
-            *store, fmt::format("error/{}", rank),
-            nlohmann::json{{"kind", check::failure_kind_name(check::FailureKind::kInternal)}, {"message", e.what()}}
-                .dump(),
-            secret);
-      } catch (const std::exception&) {}
-    }
-    return check::exit_status(check::Verdict::kError, check::FailureKind::kInternal);
+    return check::exit_status(check::Verdict::kError, kind);
   }
 }
 

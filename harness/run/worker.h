@@ -17,8 +17,6 @@ namespace dmpcheck::run {
 struct WorkerOptions {
   std::optional<std::string> scenario_path;  // external launchers only
   std::string out_dir = "reports";           // external launchers: where rank 0 writes reports
-  std::string checkpoint_dir;                // external launchers: save sharded checkpoints here
-  std::string dump_batches_dir;              // external launchers: rank 0 dumps batches here
   // Runs a task of `dmpcheck bench` (bench/sweep.h, which sits above run/ and sets this).
   std::function<void(comm::Store&, const comm::RankEnvironment&, const std::string& secret, const RankTask&)> bench;
 };

@@ -130,12 +130,12 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
-  // Wraps every c10d call: adds rank, operation and sequence number, and sorts timeouts from
-  // other failures.
   static std::string shape(const at::Tensor& t) {
     return fmt::format("{}[{}]", std::string(c10::toString(t.scalar_type())), fmt::join(t.sizes(), ","));
   }
 
+  // Wraps every c10d call: adds rank, operation and sequence number, and sorts timeouts from
+  // other failures.
   template <typename Issue>
   void wait(const char* operation, const std::string& shapes, Issue&& issue) {
     ++sequence_;
@@ -147,11 +147,10 @@ class GlooCommunicator final : public Communicator {
       const bool timed_out = what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
       throw_error(timed_out ? ErrorKind::kTimeout : ErrorKind::kCommunication,
                   fmt::format("rank {}: gloo {} #{} of {} failed after up to {} ms: {}", rank_, operation, sequence_,
-                              shapes.empty() ? std::string("no tensors") : shapes, timeout_.count(), first_line(what)));
+                              shapes.empty() ? std::string("no tensors") : shapes, timeout_.count(),
+                              what.substr(0, what.find('\n'))));
     }
   }
-
-  static std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
   int rank_;
   int world_size_;

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -11,6 +10,7 @@
 #include <nccl.h>
 
 #include "comm/store.h"
+#include "common/digest.h"
 #include "common/error.h"
 
 namespace dmpcheck::comm {
@@ -60,17 +60,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::kMin: return ncclMin;
   }
   DMP_INTERNAL_ASSERT(false, "unknown reduce op");
-}
-
-std::string to_hex(const void* data, size_t size) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    out.push_back(digits[bytes[i] >> 4]);
-    out.push_back(digits[bytes[i] & 15]);
-  }
-  return out;
 }
 
 void from_hex(const std::string& text, void* data, size_t size) {
@@ -146,11 +135,10 @@ class NcclCommunicator final : public Communicator {
     cuda("cudaEventCreate", cudaEventCreate(&start_));
     cuda("cudaEventCreate", cudaEventCreate(&stop_));
 
-    ncclUniqueId id;
-    std::memset(&id, 0, sizeof(id));
+    ncclUniqueId id{};
     if (rank == 0) {
       nccl("ncclGetUniqueId", "", ncclGetUniqueId(&id));
-      store.set("nccl/unique_id", to_hex(&id, sizeof(id)));
+      store.set("nccl/unique_id", to_hex(reinterpret_cast<const uint8_t*>(&id), sizeof(id)));
     } else {
       from_hex(store.get("nccl/unique_id"), &id, sizeof(id));
     }
@@ -173,11 +161,8 @@ class NcclCommunicator final : public Communicator {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
         if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
       }
-      if (state == ncclSuccess) {
-        ncclCommDestroy(comm_);
-      } else {
-        ncclCommAbort(comm_);
-      }
+      if (state == ncclSuccess) ncclCommDestroy(comm_);
+      else ncclCommAbort(comm_);
       comm_ = nullptr;
     }
     if (start_ != nullptr) cudaEventDestroy(start_);
@@ -381,22 +366,19 @@ class NcclCommunicator final : public Communicator {
 
   void wait_until_issued(const char* operation, const std::string& shapes) {
     const auto deadline = Clock::now() + timeout_;
-    while (true) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
-      if (query != ncclSuccess) nccl(operation, shapes, query);
-      if (state == ncclSuccess) return;
-      if (state != ncclInProgress) nccl(operation, shapes, state);
+    while (check_async(operation, shapes) == ncclInProgress) {
       if (Clock::now() > deadline) timed_out(operation, shapes);
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
-  void check_async(const char* operation, const std::string& shapes) {
+  // The communicator's state: ncclSuccess or ncclInProgress; any error is thrown.
+  ncclResult_t check_async(const char* operation, const std::string& shapes) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
     if (query != ncclSuccess) nccl(operation, shapes, query);
-    if (state != ncclSuccess && state != ncclInProgress) nccl(operation, shapes, state);
+    if (state != ncclInProgress) nccl(operation, shapes, state);  // returns at once on ncclSuccess
+    return state;
   }
 
   [[noreturn]] void timed_out(const char* operation, const std::string& shapes) {
@@ -478,8 +460,6 @@ std::optional<std::string> nccl_unavailable_reason(int local_world_size) {
   }
   return std::nullopt;
 }
-
-std::string nccl_version() { return version_text(nccl_version_code()); }
 
 std::unique_ptr<Communicator> make_nccl_communicator(Store& store, int rank, int world_size,
                                                      const NcclOptions& options) {

@@ -25,9 +25,6 @@ struct NcclOptions {
 // two ranks on one GPU: "Duplicate GPU detected").  A reason to skip, not a failure.
 std::optional<std::string> nccl_unavailable_reason(int local_world_size);
 
-// "2.28.9", or "not built".
-std::string nccl_version();
-
 // Collective over all `world_size` ranks.  Rank 0 creates NCCL's unique id and shares it through
 // `store`; the communicator is non-blocking, and every wait polls ncclCommGetAsyncError against
 // the deadline, aborting the communicator on error or timeout.

@@ -10,8 +10,6 @@ std::optional<std::string> nccl_unavailable_reason(int) {
                      "NCCL_ROOT and rebuild with -DDMPCHECK_WITH_NCCL=ON)");
 }
 
-std::string nccl_version() { return "not built"; }
-
 std::unique_ptr<Communicator> make_nccl_communicator(Store&, int, int, const NcclOptions&) {
   throw_error(ErrorKind::kInvalidInput, *nccl_unavailable_reason(1));
 }
