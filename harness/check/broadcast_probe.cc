@@ -134,7 +134,10 @@ BroadcastProbe probe_broadcast(comm::Communicator& comm, const std::vector<at::T
   DeviceTimeAccumulator timed(comm);
 
   // Runs `op` warmup + iterations times, each after a barrier, and records the method's cost.
-  auto measure = [&](BroadcastMethodCost cost, const std::function<int64_t()>& op) {
+  auto measure = [&](const char* method, int64_t cap, const std::function<int64_t()>& op) {
+    BroadcastMethodCost cost;
+    cost.method = method;
+    cost.bucket_cap_bytes = cap;
     std::vector<double> host;
     std::vector<double> device;
     for (int i = 0; i < options.warmup + options.iterations; ++i) {
@@ -164,35 +167,17 @@ BroadcastProbe probe_broadcast(comm::Communicator& comm, const std::vector<at::T
     probe.methods.push_back(cost);
   };
 
-  if (options.per_tensor) {
-    BroadcastMethodCost cost;
-    cost.method = "per_tensor";
-    measure(cost, [&] {
-      comm::CoalescedBroadcastOptions o;
-      o.root = options.root;
-      o.bucket_cap_bytes = 0;
-      return comm::broadcast_coalesced(timed, copies, o).collectives;
-    });
-  }
-  for (int64_t cap : options.bucket_caps) {
-    BroadcastMethodCost cost;
-    cost.method = "coalesced";
-    cost.bucket_cap_bytes = cap;
-    measure(cost, [&] {
-      comm::CoalescedBroadcastOptions o;
-      o.root = options.root;
-      o.bucket_cap_bytes = cap;
-      return comm::broadcast_coalesced(timed, copies, o).collectives;
-    });
-  }
+  // Ours: a cap of 0 is one broadcast per tensor.
+  auto coalesced = [&](int64_t cap) {
+    return comm::broadcast_coalesced(timed, copies, {options.root, cap}).collectives;
+  };
+  if (options.per_tensor) measure("per_tensor", 0, [&] { return coalesced(0); });
+  for (int64_t cap : options.bucket_caps) measure("coalesced", cap, [&] { return coalesced(cap); });
   if (options.framework) {
     // Every rank runs the same backend, so all skip or none does.
     if (comm.has_framework_broadcast_coalesced()) {
       for (int64_t cap : options.bucket_caps) {
-        BroadcastMethodCost cost;
-        cost.method = "framework";
-        cost.bucket_cap_bytes = cap;
-        measure(cost, [&] {
+        measure("framework", cap, [&] {
           comm.framework_broadcast_coalesced(copies, cap, options.root);
           return framework_buckets(copies, cap);
         });
@@ -203,13 +188,11 @@ BroadcastProbe probe_broadcast(comm::Communicator& comm, const std::vector<at::T
     }
   }
   if (options.raw) {
-    BroadcastMethodCost cost;
-    cost.method = "raw";
     // Written before timing: an untouched buffer would let the root send from the kernel's
     // shared zero page, which stays in cache and made "raw" 25% faster than any real tensor.
     at::Tensor flat = at::empty({probe.bytes}, at::kByte);
     flat.fill_(0x5a);
-    measure(cost, [&] {
+    measure("raw", 0, [&] {
       timed.broadcast(flat, options.root);
       return int64_t{1};
     });

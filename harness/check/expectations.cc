@@ -36,10 +36,9 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
   for (const auto& c : result.replicas) {
     const bool phase_expects_divergence = std::any_of(
         expect.at.begin(), expect.at.end(), [&](scenario::Phase p) { return c.phase == scenario::phase_name(p); });
-    const bool should_diverge = expect.replicas == scenario::ReplicaExpectation::kDiverge &&
-                                expected_diverged.count(c.name) && phase_expects_divergence;
     const bool may_diverge =
         expect.replicas == scenario::ReplicaExpectation::kDiverge && expected_diverged.count(c.name);
+    const bool should_diverge = may_diverge && phase_expects_divergence;
     if (should_diverge && c.equal) {
       out.failures.push_back(
           fmt::format("{} was expected to diverge at {} but is equal on every rank", c.name, c.phase));

@@ -11,8 +11,9 @@
 
 namespace dmpcheck::check {
 
-GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected,
-                                Tolerances tolerances, int step) {
+// Compares one tensor: max |a - b|, and whether |a - b| <= atol + rtol * |b| everywhere.
+static GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected,
+                                       Tolerances tolerances, int step) {
   GlobalModelCheck check;
   check.name = name;
   check.step = step;

@@ -70,8 +70,4 @@ ReferenceDiff absent_tensor(const std::string& name, int step, int64_t numel, co
 std::vector<ReferenceDiff> compare_with_checkpoint(const std::map<std::string, at::Tensor>& state,
                                                    const std::map<std::string, at::Tensor>& checkpoint);
 
-// Compares one tensor: max |a - b|, and whether |a - b| <= atol + rtol * |b| everywhere.
-GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected,
-                                Tolerances tolerances, int step);
-
 }  // namespace dmpcheck::check

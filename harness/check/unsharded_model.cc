@@ -10,10 +10,6 @@
 namespace dmpcheck::check {
 namespace {
 
-std::string table_key(const std::string& table, const std::string& what) {
-  return "ebc.embedding_bags." + table + "." + what;
-}
-
 at::Tensor leaf(const at::Tensor& t) {
   at::Tensor out = t.detach().clone().to(at::kFloat);
   out.set_requires_grad(true);
@@ -43,20 +39,9 @@ UnshardedModel::UnshardedModel(const dmp::ModelConfig& model, const dmp::FusedOp
   };
   for (const auto& config : model_.tables) {
     Table table{config, leaf(get(dmp::table_weight_key(config.name))), {}};
-    const int64_t rows = config.num_embeddings, dim = config.embedding_dim;
-    switch (sparse_.type) {
-      case dmp::FusedOptimizerType::kSgd: break;
-      case dmp::FusedOptimizerType::kAdagrad:
-        table.state["momentum1"] = optional_state(table_key(config.name, "momentum1"), {rows, dim});
-        break;
-      case dmp::FusedOptimizerType::kRowWiseAdagrad:
-        table.state["momentum1"] = optional_state(table_key(config.name, "momentum1"), {rows});
-        break;
-      case dmp::FusedOptimizerType::kAdam:
-        table.state["exp_avg"] = optional_state(table_key(config.name, "exp_avg"), {rows, dim});
-        table.state["exp_avg_sq"] = optional_state(table_key(config.name, "exp_avg_sq"), {rows, dim});
-        break;
-    }
+    // The fused optimizer's state, named and shaped as FBGEMM's.
+    for (const auto& s : dmp::FusedOptimizer::state_specs(sparse_, config.num_embeddings, config.embedding_dim))
+      table.state[s.name] = optional_state(dmp::table_state_key(config.name, s.name), s.sizes);
     tables_.push_back(std::move(table));
   }
   for (size_t i = 0; i < model_.dense_layers.size(); ++i) {
@@ -222,7 +207,7 @@ std::map<std::string, at::Tensor> UnshardedModel::state() const {
   std::map<std::string, at::Tensor> out;
   for (const auto& t : tables_) {
     out[dmp::table_weight_key(t.config.name)] = t.weight.detach();
-    for (const auto& [name, tensor] : t.state) out[table_key(t.config.name, name)] = tensor;
+    for (const auto& [name, tensor] : t.state) out[dmp::table_state_key(t.config.name, name)] = tensor;
   }
   for (const auto& p : layers_) {
     out[p.name] = p.tensor.detach();

@@ -124,8 +124,7 @@ int command_gather(const std::string& directory, const std::string& output) {
   return 0;
 }
 
-int command_suite(const run::SuiteOptions& given) {
-  run::SuiteOptions options = given;
+int command_suite(run::SuiteOptions options) {
   options.worker_executable = self_executable();
   options.out = &std::cout;
   const auto outcome = run::run_suite(options);
@@ -423,16 +422,14 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (!*worker_cmd) run::install_interrupt_handlers();  // ranks die with their launcher anyway
+  // A long command interrupted (Ctrl-C, SIGTERM) says so in its status, whatever it returned.
+  auto finish = [](int code) { return run::interrupt_requested() ? 130 : code; };
   try {
-    if (*run_cmd) {
-      const int code = command_run(run_files, flags);
-      return run::interrupt_requested() ? 130 : code;
-    }
+    if (*run_cmd) return finish(command_run(run_files, flags));
     if (*gather_cmd) return command_gather(gather_dir, gather_out);
     if (*suite_cmd) {
       suite.exec_ranks = suite_ranks == "exec";
-      const int code = command_suite(suite);
-      return run::interrupt_requested() ? 130 : code;
+      return finish(command_suite(suite));
     }
     if (*report_cmd) {
       const size_t n = run::rerender_reports(report_dir);
@@ -441,14 +438,12 @@ int main(int argc, char** argv) {
     }
     if (*bench_cmd) {
       bench.backend_given = bench_cmd->get_option("--backend")->count() > 0;
-      const int code = command_bench(bench);
-      return run::interrupt_requested() ? 130 : code;
+      return finish(command_bench(bench));
     }
     if (*bisect_cmd || *fidelity_cmd) {
       releases.worker_executable = self_executable();
       releases.out = &std::cout;
-      const int code = *bisect_cmd ? run::bisect_releases(releases) : run::measure_fidelity(releases);
-      return run::interrupt_requested() ? 130 : code;
+      return finish(*bisect_cmd ? run::bisect_releases(releases) : run::measure_fidelity(releases));
     }
     if (*validate_cmd) return command_validate(validate_files);
     if (*explain_cmd) return command_explain(explain_files, explain_releases);

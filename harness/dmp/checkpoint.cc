@@ -1,11 +1,8 @@
 #include "dmp/checkpoint.h"
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-
-#include <unistd.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/Dict.h>
@@ -25,16 +22,12 @@ namespace {
 namespace fs = std::filesystem;
 using GenericDict = c10::Dict<c10::IValue, c10::IValue>;
 
-void write_atomically(const std::string& path, const std::vector<char>& bytes) {
-  write_file_atomically(path, std::string_view(bytes.data(), bytes.size()));
-}
-
 // torch.save's zip format with a plain pickle: dicts, lists, strings, ints and tensors only, with
 // no type tags (torch::jit::pickle_save tags every dict and list with
 // torch.jit._pickle.restore_type_tag and writes int lists through build_intlist, which
 // torch.load's weights_only unpickler, the default since torch 2.6, refuses).  Lists must be
 // generic (c10::AnyType elements), never c10::List<int64_t>.
-std::vector<char> plain_pickle_save(const c10::IValue& value) {
+std::string plain_pickle_save(const c10::IValue& value) {
   std::vector<char> pickle;
   torch::jit::Pickler pickler([&](const char* bytes, size_t size) { pickle.insert(pickle.end(), bytes, bytes + size); },
                               /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
@@ -42,10 +35,9 @@ std::vector<char> plain_pickle_save(const c10::IValue& value) {
   pickler.protocol();
   pickler.pushIValue(value);
   pickler.stop();
-  std::vector<char> out;
+  std::string out;
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-    const char* bytes = static_cast<const char*>(data);
-    out.insert(out.end(), bytes, bytes + size);
+    out.append(static_cast<const char*>(data), size);
     return size;
   });
   torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
@@ -66,18 +58,17 @@ std::vector<int64_t> ints_of(const c10::IValue& value) {
   return out;
 }
 
-c10::IValue read_pickle(const std::string& path) {
+// The dict a torch-serialised file holds at its top level.
+GenericDict read_dict(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   DMP_CHECK(in.good(), ErrorKind::kInvalidInput, "cannot open the checkpoint {}", path);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue value;
   try {
-    return torch::jit::pickle_load(bytes);
+    value = torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
     throw_error(ErrorKind::kInvalidInput, fmt::format("{} is not a torch-serialised file: {}", path, e.what()));
   }
-}
-
-GenericDict as_dict(const c10::IValue& value, const std::string& path) {
   DMP_CHECK(value.isGenericDict(), ErrorKind::kInvalidInput, "{}: expected a dict at the top level", path);
   return value.toGenericDict();
 }
@@ -86,17 +77,6 @@ c10::IValue field(const GenericDict& dict, const std::string& key, const std::st
   auto it = dict.find(key);
   DMP_CHECK(it != dict.end(), ErrorKind::kInvalidInput, "{}: the checkpoint has no '{}'", path, key);
   return it->value();
-}
-
-// The view of `full` where a piece goes (see StateTensor::placement).
-at::Tensor target_of(at::Tensor& full, const std::string& sharding, const Shard& p, int64_t piece_dim) {
-  if (sharding == "dense") return full;
-  const int64_t column_shard = p.cols > 0 ? p.col_offset / p.cols : 0;
-  if (piece_dim == 2) return full.narrow(0, p.row_offset, p.rows).narrow(1, p.col_offset, p.cols);
-  // A row state: column shard j's block of [k * rows] (TorchRec's layout), or column j of a
-  // [rows, k] written before dmpcheck followed it.
-  if (full.dim() == 1) return full.narrow(0, column_shard * p.rows + p.row_offset, p.rows);
-  return full.narrow(0, p.row_offset, p.rows).select(1, column_shard);
 }
 
 }  // namespace
@@ -123,12 +103,12 @@ void save_sharded_checkpoint(const std::string& directory, const DistributedMode
     pieces.push_back(piece);
   }
   top.insert("pieces", pieces);
-  write_atomically(fmt::format("{}/rank{}.pt", directory, rank), plain_pickle_save(top));
+  write_file_atomically(fmt::format("{}/rank{}.pt", directory, rank), plain_pickle_save(top));
 }
 
 FullState load_sharded_checkpoint(const std::string& directory) {
   const std::string first = directory + "/rank0.pt";
-  const GenericDict head = as_dict(read_pickle(first), first);
+  const GenericDict head = read_dict(first);
   DMP_CHECK(field(head, "format", first).toStringRef() == "dmpcheck-sharded-v1", ErrorKind::kInvalidInput,
             "{}: not a dmpcheck sharded checkpoint (format '{}')", first, field(head, "format", first).toStringRef());
   const int64_t world_size = field(head, "world_size", first).toInt();
@@ -138,7 +118,7 @@ FullState load_sharded_checkpoint(const std::string& directory) {
     const std::string path = fmt::format("{}/rank{}.pt", directory, r);
     DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "{}: missing; the checkpoint was saved by {} ranks", path,
               world_size);
-    const GenericDict dict = r == 0 ? head : as_dict(read_pickle(path), path);
+    const GenericDict dict = r == 0 ? head : read_dict(path);
     for (const auto& item : field(dict, "pieces", path).toListRef()) {
       const GenericDict piece = item.toGenericDict();
       const std::string name = field(piece, "name", path).toStringRef();
@@ -157,7 +137,7 @@ FullState load_sharded_checkpoint(const std::string& directory) {
       } else if (sharding == "dense" || sharding == "data_parallel") {
         continue;  // replicated: rank 0's copy is the one kept
       }
-      at::Tensor target = target_of(it->second, sharding, placement, tensor.dim());
+      at::Tensor target = sharding == "dense" ? it->second : piece_of(it->second, placement, tensor.dim() != 2);
       DMP_CHECK_EQ(tensor.sizes(), target.sizes(), ErrorKind::kInvalidInput,
                    "{}: piece of '{}' does not fit its place in the full tensor", path, name);
       target.copy_(tensor);
@@ -173,13 +153,13 @@ void save_unsharded_checkpoint(const std::string& path, const FullState& state) 
   GenericDict tensors(c10::StringType::get(), c10::AnyType::get());
   for (const auto& [name, t] : state.tensors) tensors.insert(name, t);
   top.insert("state_dict", tensors);
-  write_atomically(path, plain_pickle_save(top));
+  write_file_atomically(path, plain_pickle_save(top));
 }
 
 FullState load_checkpoint(const std::string& path) {
   DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "checkpoint {} does not exist", path);
   if (fs::is_directory(path)) return load_sharded_checkpoint(path);
-  const GenericDict top = as_dict(read_pickle(path), path);
+  const GenericDict top = read_dict(path);
   if (!top.contains("format")) {
     // A plain state_dict, as torch.save(model.state_dict()) writes it: weights under dmpcheck's
     // names (ebc.embedding_bags.<table>.weight, dense.<i>.weight / .bias), no step taken.
@@ -211,12 +191,12 @@ void save_batch(const std::string& path, const KeyedJaggedTensor& batch) {
   top.insert("lengths", batch.lengths());
   if (batch.weights()) top.insert("weights", *batch.weights());
   top.insert("stride", batch.stride());
-  write_atomically(path, plain_pickle_save(top));
+  write_file_atomically(path, plain_pickle_save(top));
 }
 
 KeyedJaggedTensor load_batch(const std::string& path) {
   DMP_CHECK(fs::is_regular_file(path), ErrorKind::kInvalidInput, "batch file {} does not exist", path);
-  const GenericDict top = as_dict(read_pickle(path), path);
+  const GenericDict top = read_dict(path);
   auto tensor_field = [&](const char* key) {
     const c10::IValue v = field(top, key, path);
     DMP_CHECK(v.isTensor(), ErrorKind::kInvalidInput, "{}: '{}' is not a tensor", path, key);

@@ -28,7 +28,6 @@ struct EmbeddingBagConfig {
 
   // TorchRec's default init_fn: uniform in [-sqrt(1/rows), sqrt(1/rows)].
   double init_bound() const;
-  int64_t bytes() const { return num_embeddings * embedding_dim * 4; }  // fp32
 };
 
 struct ModelConfig {

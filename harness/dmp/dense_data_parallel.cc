@@ -16,12 +16,8 @@ DenseDataParallel::DenseDataParallel(comm::Communicator& comm, DenseMlp& mlp, co
         for (const auto& p : mlp.parameters()) all.push_back(p);
         return all;
       }()) {
-  if (options_.broadcast_at_wrap) {
-    comm::CoalescedBroadcastOptions bopts;
-    bopts.root = 0;
-    bopts.bucket_cap_bytes = options_.bucket_cap_bytes;
-    wrap_broadcast_ = comm::broadcast_coalesced(comm_, mlp_.parameter_tensors(), bopts);
-  }
+  if (options_.broadcast_at_wrap)
+    comm::broadcast_coalesced(comm_, mlp_.parameter_tensors(), {0, options_.bucket_cap_bytes});
 }
 
 std::vector<std::vector<size_t>> DenseDataParallel::buckets(const std::vector<int64_t>& bytes, int64_t step,

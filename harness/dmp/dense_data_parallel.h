@@ -42,7 +42,6 @@ class DenseDataParallel {
   // bucket's cap, then bucket_cap_bytes).  Measured on torchrec 0.6.0 and 1.9.2 with a comm hook.
   static std::vector<std::vector<size_t>> buckets(const std::vector<int64_t>& bytes, int64_t step, int64_t first_cap,
                                                   int64_t cap);
-  const comm::CoalescedBroadcastStats& wrap_broadcast() const { return wrap_broadcast_; }
   std::vector<NamedTensor> optimizer_state() const { return optimizer_.state(); }
   void load_optimizer_state(const std::map<std::string, at::Tensor>& state, int64_t steps) {
     optimizer_.load_state(state, steps);
@@ -53,7 +52,6 @@ class DenseDataParallel {
   DenseMlp& mlp_;
   DenseDataParallelOptions options_;
   DenseOptimizer optimizer_;
-  comm::CoalescedBroadcastStats wrap_broadcast_;
   int64_t steps_ = 0;
 };
 

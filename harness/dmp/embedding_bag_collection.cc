@@ -33,8 +33,6 @@ EmbeddingBagCollection::EmbeddingBagCollection(std::vector<EmbeddingBagConfig> t
   }
 }
 
-std::vector<std::string> EmbeddingBagCollection::features() const { return unique_features(tables_); }
-
 void EmbeddingBagCollection::reset_parameters(at::Generator& generator) {
   weights_.clear();
   for (const auto& t : tables_) {

@@ -32,9 +32,6 @@ class EmbeddingBagCollection {
   // with no rows, no columns or no feature.
   explicit EmbeddingBagCollection(std::vector<EmbeddingBagConfig> tables);
 
-  const std::vector<EmbeddingBagConfig>& tables() const { return tables_; }
-  // Every feature, in table order then feature order: the order of forward()'s keys.
-  std::vector<std::string> features() const;
   bool materialized() const { return !weights_.empty(); }
 
   // Draws every table, in order, uniform in [-sqrt(1/rows), sqrt(1/rows)].

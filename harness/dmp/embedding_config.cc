@@ -23,7 +23,10 @@ const char* pooling_name(const EmbeddingBagConfig& table) {
   return table.sequence ? "none" : pooling_name(table.pooling);
 }
 
-std::string table_weight_key(const std::string& table) { return "ebc.embedding_bags." + table + ".weight"; }
+std::string table_weight_key(const std::string& table) { return table_state_key(table, "weight"); }
+std::string table_state_key(const std::string& table, const std::string& state) {
+  return "ebc.embedding_bags." + table + "." + state;
+}
 std::string pooled_output_key(const std::string& feature) { return "pooled_embeddings." + feature; }
 
 std::vector<std::string> unique_features(const std::vector<EmbeddingBagConfig>& tables) {

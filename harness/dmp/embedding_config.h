@@ -19,8 +19,9 @@ void round_to_storage(const EmbeddingBagConfig& table, at::Tensor& weight);
 // "sum", "mean", or "none" for a sequence table.
 const char* pooling_name(const EmbeddingBagConfig& table);
 
-// The state_dict key of a table's weight in the unsharded model.
+// The state_dict keys of a table's weight and of its optimizer state `state` in the unsharded model.
 std::string table_weight_key(const std::string& table);
+std::string table_state_key(const std::string& table, const std::string& state);
 // The features the tables read, each once, in first-appearance order (a batch's keys).
 std::vector<std::string> unique_features(const std::vector<EmbeddingBagConfig>& tables);
 // The name of each (table, feature) lookup, in table order, as TorchRec's EBC keys its output:

@@ -18,21 +18,6 @@
 namespace dmpcheck::dmp {
 namespace {
 
-std::string table_state_key(const std::string& table, const std::string& state) {
-  return "ebc.embedding_bags." + table + "." + state;
-}
-
-// The view of `full` where a piece with `placement` goes.  A 1-D row state of a table with k
-// column shards is, as TorchRec holds it, k blocks of the table's rows one after the other:
-// column shard j's state at [j * rows, (j + 1) * rows).  A [rows, k] tensor (one column per
-// shard: checkpoints dmpcheck wrote before it followed TorchRec) is read too.
-at::Tensor piece_of(at::Tensor& full, const Shard& placement, int64_t column_shard, bool row_state) {
-  if (!row_state)
-    return full.narrow(0, placement.row_offset, placement.rows).narrow(1, placement.col_offset, placement.cols);
-  if (full.dim() == 2) return full.narrow(0, placement.row_offset, placement.rows).select(1, column_shard);
-  return full.narrow(0, column_shard * placement.rows + placement.row_offset, placement.rows);
-}
-
 // This rank's table shards drawn as TorchRec draws them (measured against torchrec 0.6.0 and
 // 1.9.2 under torchrun: every local shard, data-parallel replica and dense weight bitwise equal,
 // and the generator left at the same position).  The dense layers have drawn before this.
@@ -168,44 +153,28 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   if (options_.profile.broadcast_data_parallel_tables_at_init && !data_parallel.empty()) {
     std::vector<at::Tensor> weights;
     for (const auto& shard : data_parallel) weights.push_back(shard.weight);
-    comm::CoalescedBroadcastOptions bopts;
-    bopts.root = 0;
-    bopts.bucket_cap_bytes = options_.profile.init_broadcast_bucket_cap_bytes;
-    init_broadcast_.data_parallel_tables_broadcast = true;
-    init_broadcast_.data_parallel_bucket_cap_bytes = bopts.bucket_cap_bytes;
-    init_broadcast_.data_parallel_tables = comm::broadcast_coalesced(comm_, weights, bopts);
+    const int64_t cap = options_.profile.init_broadcast_bucket_cap_bytes;
+    init_broadcast_ = {true, comm::broadcast_coalesced(comm_, weights, {0, cap}), cap};
   }
 
-  // Two groups, in first-appearance order of their kind in the model, as TorchRec groups by type.
-  const bool dp_first =
-      !model_.tables.empty() && plan_.of(model_.tables.front().name).type == ShardingType::kDataParallel;
   // Weights the dense optimizer also steps: data-parallel tables when TorchRec's behaviour is on.
   std::vector<NamedTensor> dense_trained_tables;
   if (dense_trains_dp && options_.profile.update_data_parallel_tables) {
     for (const auto& shard : data_parallel)
       dense_trained_tables.push_back({table_weight_key(shard.config.name), shard.weight});
   }
-  auto add_dp = [&] {
-    const DataParallelUpdate update = !options_.profile.update_data_parallel_tables ? DataParallelUpdate::kNone
-                                      : dense_trains_dp ? DataParallelUpdate::kDenseOptimizer
-                                                        : DataParallelUpdate::kFusedOptimizer;
-    if (!data_parallel.empty()) {
-      shardings_.push_back(std::make_unique<DataParallelSharding>(comm_, std::move(data_parallel), update));
-    }
-  };
-  auto add_mp = [&] {
-    if (!mp_tables.empty()) {
-      shardings_.push_back(std::make_unique<ModelParallelSharding>(comm_, mp_tables, mp_plans,
-                                                                   std::move(model_parallel), options_.profile));
-    }
-  };
-  if (dp_first) {
-    add_dp();
-    add_mp();
-  } else {
-    add_mp();
-    add_dp();
+  const DataParallelUpdate update = !options_.profile.update_data_parallel_tables ? DataParallelUpdate::kNone
+                                    : dense_trains_dp                             ? DataParallelUpdate::kDenseOptimizer
+                                                                                  : DataParallelUpdate::kFusedOptimizer;
+  if (!data_parallel.empty())
+    shardings_.push_back(std::make_unique<DataParallelSharding>(comm_, std::move(data_parallel), update));
+  if (!mp_tables.empty()) {
+    shardings_.push_back(std::make_unique<ModelParallelSharding>(comm_, mp_tables, mp_plans, std::move(model_parallel),
+                                                                 options_.profile));
   }
+  // Two groups, in first-appearance order of their kind in the model, as TorchRec groups by type.
+  if (shardings_.size() == 2 && plan_.of(model_.tables.front().name).type != ShardingType::kDataParallel)
+    std::swap(shardings_[0], shardings_[1]);
 
   // Which lookups TorchRec's mean-pooling callback also divides (see the profile switch).
   const bool row_split_mean = std::any_of(model_.tables.begin(), model_.tables.end(), [&](const EmbeddingBagConfig& t) {
@@ -213,10 +182,9 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   });
   embedding_names_ = model_.embedding_names();
   for (const auto& t : model_.tables) {
-    for (size_t f = 0; f < t.feature_names.size(); ++f) {
-      divided_by_length_.push_back(options_.profile.row_wise_mean_divides_other_features && row_split_mean &&
-                                   !row_split(t.name));
-    }
+    divided_by_length_.insert(
+        divided_by_length_.end(), t.feature_names.size(),
+        options_.profile.row_wise_mean_divides_other_features && row_split_mean && !row_split(t.name));
   }
 
   DenseDataParallelOptions dense_options;
@@ -224,7 +192,6 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   dense_options.first_bucket_cap_bytes = options_.profile.ddp_first_bucket_cap_bytes;
   dense_dp_ = std::make_unique<DenseDataParallel>(comm_, *dense_, options_.dense_optimizer, dense_options,
                                                   std::move(dense_trained_tables));
-  init_broadcast_.dense = dense_dp_->wrap_broadcast();
 }
 
 DistributedModelParallel::~DistributedModelParallel() = default;
@@ -386,8 +353,7 @@ std::map<std::string, at::Tensor> DistributedModelParallel::gather_full_state() 
       at::Tensor whole = at::zeros(spec.sizes, at::kFloat);
       for (const Shard& shard : sources) {
         if (shard.rows == 0 || shard.cols == 0) continue;  // an empty row_wise shard
-        const int64_t column_shard = shard.cols > 0 ? shard.col_offset / shard.cols : 0;
-        at::Tensor target = piece_of(whole, shard, column_shard, spec.row_state);
+        at::Tensor target = piece_of(whole, shard, spec.row_state);
         at::Tensor piece = shard.rank == comm_.rank() ? local.at({key, shard.row_offset, shard.col_offset}).clone()
                                                       : at::empty(target.sizes(), at::kFloat);
         comm_.broadcast(piece, shard.rank);
@@ -412,14 +378,7 @@ void DistributedModelParallel::load_full_state(const std::map<std::string, at::T
     auto it = state_map.find(s.name);
     if (it == state_map.end()) continue;
     at::Tensor full = it->second;
-    const bool row_state = s.tensor.dim() == 1 && s.sharding != "dense";
-    at::Tensor source;
-    if (s.sharding == "dense") {
-      source = full;
-    } else {
-      const int64_t column_shard = s.placement.cols > 0 ? s.placement.col_offset / s.placement.cols : 0;
-      source = piece_of(full, s.placement, column_shard, row_state);
-    }
+    const at::Tensor source = s.sharding == "dense" ? full : piece_of(full, s.placement, s.tensor.dim() == 1);
     DMP_CHECK_EQ(source.sizes(), s.tensor.sizes(), ErrorKind::kInvalidInput,
                  "cannot load '{}': the checkpoint's piece and this rank's differ in shape", s.name);
     s.tensor.copy_(source);
@@ -498,6 +457,14 @@ std::unique_ptr<DistributedModelParallel> reshard(comm::Communicator& comm, Dist
   auto resharded = std::make_unique<DistributedModelParallel>(comm, model, plan, generator, options);
   resharded->resume(state, steps);
   return resharded;
+}
+
+at::Tensor piece_of(at::Tensor& full, const Shard& placement, bool row_state) {
+  if (!row_state)
+    return full.narrow(0, placement.row_offset, placement.rows).narrow(1, placement.col_offset, placement.cols);
+  const int64_t column_shard = placement.cols > 0 ? placement.col_offset / placement.cols : 0;
+  if (full.dim() == 2) return full.narrow(0, placement.row_offset, placement.rows).select(1, column_shard);
+  return full.narrow(0, column_shard * placement.rows + placement.row_offset, placement.rows);
 }
 
 }  // namespace dmpcheck::dmp

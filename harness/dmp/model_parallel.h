@@ -53,7 +53,6 @@ struct InitBroadcastReport {
   bool data_parallel_tables_broadcast = false;
   comm::CoalescedBroadcastStats data_parallel_tables;  // the profile's init broadcast
   int64_t data_parallel_bucket_cap_bytes = 0;          // its buckets' cap; 0: one broadcast per table
-  comm::CoalescedBroadcastStats dense;                 // the DDP wrapper's broadcast
 };
 
 class DistributedModelParallel {
@@ -129,5 +128,11 @@ ShardingPlan collective_plan(comm::Communicator& comm, PlannerInput input, const
 std::unique_ptr<DistributedModelParallel> reshard(comm::Communicator& comm, DistributedModelParallel& old,
                                                   const ModelConfig& model, const ShardingPlan& plan,
                                                   at::Generator& generator, const DmpOptions& options, int64_t steps);
+
+// The view of `full` (a whole table's weight or state) where the piece at `placement` goes.  A
+// row state (one value per row) of a table with k column shards is, as TorchRec holds it, k
+// blocks of the table's rows: column shard j's at [j * rows, (j + 1) * rows).  A [rows, k] tensor
+// (one column per shard: checkpoints dmpcheck wrote before it followed TorchRec) is read too.
+at::Tensor piece_of(at::Tensor& full, const Shard& placement, bool row_state);
 
 }  // namespace dmpcheck::dmp

@@ -271,21 +271,14 @@ ShardingPlan plan_sharding(const PlannerInput& input) {
         }
         case ShardingType::kTableRowWise: {
           // The host (group of local_world_size consecutive ranks) holding the fewest bytes.
-          const int hosts = world / topo.local_world_size;
+          const int per_host = topo.local_world_size;
+          auto host_load = [&](int h) {
+            return std::accumulate(load.begin() + h * per_host, load.begin() + (h + 1) * per_host, int64_t{0});
+          };
           int best_host = 0;
-          int64_t best_load = -1;
-          for (int h = 0; h < hosts; ++h) {
-            int64_t host_load = 0;
-            for (int r = h * topo.local_world_size; r < (h + 1) * topo.local_world_size; ++r)
-              host_load += load[static_cast<size_t>(r)];
-            if (best_load < 0 || host_load < best_load) {
-              best_load = host_load;
-              best_host = h;
-            }
-          }
-          std::vector<int> host_ranks;
-          for (int r = best_host * topo.local_world_size; r < (best_host + 1) * topo.local_world_size; ++r)
-            host_ranks.push_back(r);
+          for (int h = 1; h < world / per_host; ++h) best_host = host_load(h) < host_load(best_host) ? h : best_host;
+          std::vector<int> host_ranks(static_cast<size_t>(per_host));
+          std::iota(host_ranks.begin(), host_ranks.end(), best_host * per_host);
           shards = row_blocks(t, host_ranks);
           break;
         }
@@ -296,15 +289,11 @@ ShardingPlan plan_sharding(const PlannerInput& input) {
         shards = with_bytes(shards);
         after = load;
         for (const auto& s : shards) after[static_cast<size_t>(s.rank)] += s.bytes;
-        int over = -1;
-        if (topo.memory_per_rank > 0) {
-          for (int r = 0; r < world && over < 0; ++r) {
-            if (after[static_cast<size_t>(r)] > topo.memory_per_rank) over = r;
-          }
-        }
-        if (over >= 0) {
-          reasons.push_back(fmt::format("{} would put {} bytes on rank {} (limit {})", sharding_type_name(type),
-                                        after[static_cast<size_t>(over)], over, topo.memory_per_rank));
+        const auto over = std::find_if(after.begin(), after.end(),
+                                       [&](int64_t b) { return topo.memory_per_rank > 0 && b > topo.memory_per_rank; });
+        if (over != after.end()) {
+          reasons.push_back(fmt::format("{} would put {} bytes on rank {} (limit {})", sharding_type_name(type), *over,
+                                        over - after.begin(), topo.memory_per_rank));
           continue;
         }
         trial = perf;

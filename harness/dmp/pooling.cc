@@ -170,10 +170,6 @@ std::vector<RowGradients> occurrence_groups(const RowGradients& per_occurrence) 
   return groups;
 }
 
-}  // namespace dmpcheck::dmp
-
-namespace dmpcheck::dmp {
-
 RowGradients merge_row_gradients(const std::vector<RowGradients>& parts) {
   DMP_INTERNAL_ASSERT(!parts.empty(), "merge of no gradients");
   if (parts.size() == 1) return parts.front();

@@ -58,11 +58,6 @@ RowGradients sum_by_row(const RowGradients& per_occurrence);
 // Splits per-occurrence gradients into groups of unique rows: group k holds the k-th occurrence
 // of every row that occurs more than k times, in bag order.
 std::vector<RowGradients> occurrence_groups(const RowGradients& per_occurrence);
-
-}  // namespace dmpcheck::dmp
-
-namespace dmpcheck::dmp {
-
 // One RowGradients from several (a table read by several features): rows summed.
 RowGradients merge_row_gradients(const std::vector<RowGradients>& parts);
 

@@ -127,9 +127,9 @@ PYBIND11_MODULE(dmpcheck, m) {
       [](const std::string& path, const py::object& overrides, const py::object& run_filter, const std::string& out_dir,
          double budget_s) {
         const auto s = scenario::load_scenario_file(path, to_overrides(overrides));
+        const std::string wanted = run_filter.is_none() ? std::string() : run_filter.cast<std::string>();
         if (!run_filter.is_none()) {
           // A run name that matches nothing is a mistake to say, not an empty result to return.
-          const std::string wanted = run_filter.cast<std::string>();
           std::vector<std::string> slugs;
           for (const auto& r : s.runs) slugs.push_back(r.slug);
           DMP_CHECK(std::any_of(s.runs.begin(), s.runs.end(),
@@ -141,21 +141,16 @@ PYBIND11_MODULE(dmpcheck, m) {
         options.out_dir = out_dir;
         options.budget_s = budget_s;
         options.echo_rank_output = false;
-        std::vector<nlohmann::json> results;
+        py::list out;
         for (size_t i = 0; i < s.runs.size(); ++i) {
-          if (!run_filter.is_none() && s.runs[i].name != run_filter.cast<std::string>() &&
-              s.runs[i].slug != run_filter.cast<std::string>()) {
-            continue;
-          }
+          if (!run_filter.is_none() && s.runs[i].name != wanted && s.runs[i].slug != wanted) continue;
           check::RunResult result;
           {
             py::gil_scoped_release release;  // ranks run in other processes; Python may go on
             result = run::run_cell(s, i, options);
           }
-          results.push_back(nlohmann::json(result));
+          out.append(to_python(nlohmann::json(result)));
         }
-        py::list out;
-        for (const auto& r : results) out.append(to_python(r));
         return out;
       },
       py::arg("path"), py::arg("overrides") = py::none(), py::arg("run") = py::none(), py::arg("out_dir") = "reports",

@@ -1,6 +1,7 @@
 #include "report/console.h"
 
 #include <algorithm>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -103,15 +104,8 @@ std::string render_run_table(const check::RunResult& r) {
     out += "   init broadcast: none (this profile does not broadcast data-parallel tables)\n";
   }
   if (r.broadcast_probe.performed) {
-    std::string probe = check::render_probe(r.broadcast_probe);
-    std::string indented;
-    size_t start = 0;
-    while (start < probe.size()) {
-      const size_t end = probe.find('\n', start);
-      indented += "   " + probe.substr(start, end - start) + "\n";
-      start = end == std::string::npos ? probe.size() : end + 1;
-    }
-    out += indented;
+    std::istringstream probe(check::render_probe(r.broadcast_probe));
+    for (std::string line; std::getline(probe, line);) out += "   " + line + "\n";
   }
   return out;
 }

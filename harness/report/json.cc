@@ -1,11 +1,5 @@
 #include "report/json.h"
 
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-
-#include <unistd.h>
-
 #include "common/error.h"
 #include "common/file_io.h"
 

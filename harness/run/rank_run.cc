@@ -16,11 +16,9 @@
 #include <ATen/core/grad_mode.h>
 #include <torch/version.h>
 
-#include "check/broadcast_probe.h"
 #include "check/expectations.h"
 #include "check/global_model.h"
 #include "check/replica_check.h"
-#include "comm/broadcast_bytes.h"
 #include "comm/communicator.h"
 #include "common/digest.h"
 #include "common/error.h"
@@ -224,7 +222,7 @@ check::BroadcastProbe probe_scenario_on_rank(const scenario::Scenario& scenario,
   DMP_CHECK(comm.world_size() == spec.world_size, ErrorKind::kInvalidInput,
             "run '{}' of {} needs {} ranks but this group has {}", spec.name, scenario.name, spec.world_size,
             comm.world_size());
-  const int cores = run_options.cores > 0 ? run_options.cores : available_cores();
+  const int cores = available_cores();
   at::set_num_threads(threads_per_rank(spec, cores));
   const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
   const dmp::ShardingPlan plan =
@@ -249,7 +247,7 @@ class RankRun {
     DMP_CHECK(comm.world_size() == spec.world_size, ErrorKind::kInvalidInput,
               "run '{}' needs {} ranks but this group has {} (WORLD_SIZE)", spec.name, spec.world_size,
               comm.world_size());
-    const int cores = options.cores > 0 ? options.cores : available_cores();
+    const int cores = available_cores();
     threads_ = threads_per_rank(spec, cores);
     at::set_num_threads(threads_);
     result_ = result_header(scenario, spec);

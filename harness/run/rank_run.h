@@ -18,7 +18,6 @@ class Communicator;
 namespace dmpcheck::run {
 
 struct RankRunOptions {
-  int cores = 0;                 // cores this machine gives the job; 0: ask the OS
   int local_world_size = 0;      // LOCAL_WORLD_SIZE of this rank; 0: the scenario's (or one host)
   std::string checkpoint_dir;    // save a sharded checkpoint after the last step under <dir>/<scenario>/<run>/
   std::string dump_batches_dir;  // rank 0 writes every global batch under <dir>/<scenario>/<run>/

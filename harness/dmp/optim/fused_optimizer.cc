@@ -66,12 +66,8 @@ void FusedOptimizer::apply_in_turn(at::Tensor& weight, const std::vector<RowGrad
   for (const auto& g : groups) update(weight, g);
 }
 
-namespace {
-
 // Rows per parallel chunk: each row is `dim` floats of independent work.
 constexpr int64_t kRowGrain = 256;
-
-}  // namespace
 
 // The element-wise optimizers run as one pass over each touched row, as FBGEMM's fused kernels
 // do, with FBGEMM's arithmetic (fused_kernels.cc; learning rate and eps rounded to float first,
@@ -95,21 +91,13 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
   switch (config_.type) {
     case FusedOptimizerType::kSgd:
       at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
-        if (fp16_) {
-          kernels::sgd_rows_fp16(w, gp, rp, begin, end, dim, lr);
-        } else {
-          kernels::sgd_rows(w, gp, rp, begin, end, dim, lr);
-        }
+        (fp16_ ? kernels::sgd_rows_fp16 : kernels::sgd_rows)(w, gp, rp, begin, end, dim, lr);
       });
       return;
     case FusedOptimizerType::kAdagrad: {
       float* m = state_[0].tensor.data_ptr<float>();
       at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
-        if (fp16_) {
-          kernels::adagrad_rows_fp16(w, m, gp, rp, begin, end, dim, lr, eps);
-        } else {
-          kernels::adagrad_rows(w, m, gp, rp, begin, end, dim, lr, eps);
-        }
+        (fp16_ ? kernels::adagrad_rows_fp16 : kernels::adagrad_rows)(w, m, gp, rp, begin, end, dim, lr, eps);
       });
       return;
     }
@@ -120,16 +108,13 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
       at::Tensor mean_square = at::empty({n}, at::kFloat);
       const float* dp = decayed.data_ptr<float>();
       float* msp = mean_square.data_ptr<float>();
-      for (int64_t i = 0; i < n; ++i) {
-        msp[i] =
-            fp16_ ? kernels::sequential_mean_square(dp + i * dim, dim) : kernels::fbgemm_mean_square(dp + i * dim, dim);
-      }
-      const float* ms = msp;
+      const auto mean_square_of = fp16_ ? kernels::sequential_mean_square : kernels::fbgemm_mean_square;
+      for (int64_t i = 0; i < n; ++i) msp[i] = mean_square_of(dp + i * dim, dim);
       float* m = state_[0].tensor.data_ptr<float>();
       const int mode = l2 ? 1 : config_.weight_decay_mode == WeightDecayMode::kDecoupled ? 2 : 0;
       const float decoupled = static_cast<float>(1.0 - config_.learning_rate * config_.weight_decay);
       at::parallel_for(0, n, kRowGrain, [&](int64_t begin, int64_t end) {
-        kernels::rowwise_adagrad_rows(w, m, gp, rp, begin, end, dim, ms, lr, eps, wd, mode, decoupled);
+        kernels::rowwise_adagrad_rows(w, m, gp, rp, begin, end, dim, msp, lr, eps, wd, mode, decoupled);
       });
       return;
     }

@@ -54,7 +54,6 @@ class FusedOptimizer {
   void apply_in_turn(at::Tensor& weight, const std::vector<RowGradients>& groups);
   // State tensors with their state_dict suffix, e.g. {"momentum1", m} for Adagrad.
   std::vector<NamedTensor> state() const;
-  const FusedOptimizerConfig& config() const { return config_; }
   int64_t step() const { return step_; }
   // Resuming from a checkpoint taken after `step` steps.
   void set_step(int64_t step) { step_ = step; }

@@ -13,18 +13,6 @@
 
 namespace dmpcheck::dmp {
 
-int64_t PooledColumns::total_dim() const {
-  int64_t total = 0;
-  for (int64_t d : dims) total += d;
-  return total;
-}
-
-std::vector<std::string> features_of(const std::vector<EmbeddingBagConfig>& tables) {
-  std::vector<std::string> features;
-  for (const auto& t : tables) features.insert(features.end(), t.feature_names.begin(), t.feature_names.end());
-  return features;
-}
-
 DataParallelSharding::DataParallelSharding(comm::Communicator& comm, std::vector<TableShard> shards,
                                            DataParallelUpdate update)
     : comm_(comm), shards_(std::move(shards)), update_(update) {
@@ -163,12 +151,6 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
     if (update_ == DataParallelUpdate::kFusedOptimizer)
       shard.optimizer->apply(shard.weight, RowGradients{touched_rows, averaged.div_(comm_.world_size())});
   }
-}
-
-std::vector<TableShard*> DataParallelSharding::local_shards() {
-  std::vector<TableShard*> out;
-  for (auto& s : shards_) out.push_back(&s);
-  return out;
 }
 
 }  // namespace dmpcheck::dmp

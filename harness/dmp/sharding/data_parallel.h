@@ -30,7 +30,7 @@ class DataParallelSharding final : public EmbeddingSharding {
   const PooledColumns& output_columns() const override { return columns_; }
   at::Tensor forward(const KeyedJaggedTensor& local) override;
   void backward(const at::Tensor& grad) override;
-  std::vector<TableShard*> local_shards() override;
+  std::vector<TableShard*> local_shards() override { return pointers_to(shards_); }
 
  private:
   comm::Communicator& comm_;  // outlives the sharding: owned by the worker for the whole run

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,7 @@ struct TableShard {
 struct PooledColumns {
   std::vector<std::string> features;  // "<feature>@<table>": one per lookup, unique
   std::vector<int64_t> dims;
-  int64_t total_dim() const;
+  int64_t total_dim() const { return std::accumulate(dims.begin(), dims.end(), int64_t{0}); }
 };
 
 class EmbeddingSharding {
@@ -59,7 +60,11 @@ class EmbeddingSharding {
   virtual std::vector<TableShard*> local_shards() = 0;
 };
 
-// Features of `tables`, in table order then feature order.
-std::vector<std::string> features_of(const std::vector<EmbeddingBagConfig>& tables);
+// Pointers to `shards`: what local_shards() returns.
+inline std::vector<TableShard*> pointers_to(std::vector<TableShard>& shards) {
+  std::vector<TableShard*> out;
+  for (auto& s : shards) out.push_back(&s);
+  return out;
+}
 
 }  // namespace dmpcheck::dmp

@@ -49,7 +49,6 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
       columns_.features.push_back(feature + "@" + tables_[t].name);
       column_feature_.push_back(feature);
       columns_.dims.push_back(tables_[t].embedding_dim);
-      column_table_.push_back(t);
       const bool row_split = plans[t].type == ShardingType::kRowWise || plans[t].type == ShardingType::kTableRowWise;
       const bool local_mean =
           profile.row_wise_mean_divides_by_local_length && row_split && tables_[t].pooling == PoolingType::kMean;
@@ -263,12 +262,6 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
     shards_[s].optimizer->apply_in_turn(shards_[s].weight, occurrence_groups(occurrences));
     round_to_storage(shards_[s].config, shards_[s].weight);
   }
-}
-
-std::vector<TableShard*> ModelParallelSharding::local_shards() {
-  std::vector<TableShard*> out;
-  for (auto& s : shards_) out.push_back(&s);
-  return out;
 }
 
 }  // namespace dmpcheck::dmp

@@ -36,7 +36,7 @@ class ModelParallelSharding final : public EmbeddingSharding {
   const PooledColumns& output_columns() const override { return columns_; }
   at::Tensor forward(const KeyedJaggedTensor& local) override;
   void backward(const at::Tensor& grad) override;
-  std::vector<TableShard*> local_shards() override;
+  std::vector<TableShard*> local_shards() override { return pointers_to(shards_); }
 
  private:
   // The divisor of a row-sharded mean column, [batch, 1].
@@ -60,7 +60,6 @@ class ModelParallelSharding final : public EmbeddingSharding {
   std::vector<std::string> input_features_;
   PooledColumns columns_;  // model order
   std::vector<int64_t> column_offsets_;
-  std::vector<size_t> column_table_;         // per column: index into tables_
   std::vector<std::string> column_feature_;  // the batch key each column reads
   // Per column of a row-sharded table, what the summed partials are divided by here: nothing, L + eps
   // (mean pooling), or 1 + eps (sum pooling, when some row-sharded table averages: TorchRec >= 0.8

@@ -1,5 +1,5 @@
 """docs/scenarios.md lists every key the scenario loader accepts: the keys are read from the
-loader's own source (kTopLevelKeys and every check_keys list), so a key added there without a
+loader's own source (kMatrixRoots, kTopLevelKeys and every check_keys list), so a key added there without a
 line in the docs fails here."""
 import os
 import re
@@ -12,8 +12,9 @@ def loader_keys():
     keys = set()
     for m in re.finditer(r"check_keys\([^{;]*\{([^}]*)\}", src, re.S):
         keys |= set(re.findall(r'"([a-z_0-9]+)"', m.group(1)))
-    top = re.search(r"kTopLevelKeys = \{([^}]*)\}", src, re.S)
-    keys |= set(re.findall(r'"([a-z_0-9]+)"', top.group(1)))
+    # The top level: the run fields (kMatrixRoots) and what kTopLevelKeys adds to them.
+    for pattern in (r"kMatrixRoots = \{([^}]*)\}", r"kTopLevelKeys = \[\] \{(.*?)\n\}\(\);"):
+        keys |= set(re.findall(r'"([a-z_0-9]+)"', re.search(pattern, src, re.S).group(1)))
     return keys
 
 
