@@ -21,7 +21,7 @@ TEST_F(BenchCommand, SweepsEveryCollectiveAtWorldSizes1To4WithNoWrongElement) {
                                "--backend", "gloo,nccl", "-w", "1", "-n", "3", "--json", json_path});
   const std::string printed = testing::read_file(path("out.log"));
   ASSERT_EQ(code, 0) << printed;
-  EXPECT_NE(printed.find("#wrong over every row: 0 (OK)"), std::string::npos) << printed;
+  EXPECT_TRUE(testing::contains(printed, "#wrong over every row: 0 (OK)"));
 
   const auto j = nlohmann::json::parse(testing::read_file(json_path));
   EXPECT_EQ(j.at("tool"), "dmpcheck bench");
@@ -31,7 +31,7 @@ TEST_F(BenchCommand, SweepsEveryCollectiveAtWorldSizes1To4WithNoWrongElement) {
   for (const auto& g : groups) {
     if (g.at("backend") == "nccl" && g.at("skipped").get<bool>()) {
       EXPECT_FALSE(g.at("skip_reason").get<std::string>().empty());
-      EXPECT_NE(printed.find("# skipped: " + g.at("skip_reason").get<std::string>()), std::string::npos);
+      EXPECT_TRUE(testing::contains(printed, "# skipped: " + g.at("skip_reason").get<std::string>()));
       continue;
     }
     EXPECT_EQ(g.at("error"), "") << g.dump();
@@ -59,9 +59,9 @@ TEST_F(BenchCommand, SweepsEveryCollectiveAtWorldSizes1To4WithNoWrongElement) {
 
 TEST_F(BenchCommand, BadInputIsRefusedWithWhatWasExpected) {
   EXPECT_EQ(cli("a", {"bench", "--collective", "gather"}), 2);
-  EXPECT_NE(testing::read_file(path("a.log")).find("unknown collective 'gather'"), std::string::npos);
+  EXPECT_TRUE(testing::contains(testing::read_file(path("a.log")), "unknown collective 'gather'"));
   EXPECT_EQ(cli("b", {"bench", "-b", "1X"}), 2);
-  EXPECT_NE(testing::read_file(path("b.log")).find("unknown suffix 'X'"), std::string::npos);
+  EXPECT_TRUE(testing::contains(testing::read_file(path("b.log")), "unknown suffix 'X'"));
   EXPECT_EQ(cli("c", {"bench", "-b", "1M", "-e", "1K"}), 2);
 }
 
@@ -80,7 +80,7 @@ TEST_F(BenchCommand, AScenarioBenchmarkTimesEveryWayOfBroadcastingItsReplicatedP
   EXPECT_EQ(methods, (std::vector<std::string>{"per_tensor", "coalesced", "coalesced", "coalesced", "framework",
                                                "framework", "framework", "raw"}));
   EXPECT_EQ(probe.at("methods").at(0).at("collectives"), 258);
-  EXPECT_NE(printed.find("ratio coalesced 25 MiB"), std::string::npos) << printed;
+  EXPECT_TRUE(testing::contains(printed, "ratio coalesced 25 MiB"));
 }
 
 TEST_F(BenchCommand, EveryRunThatBroadcastsCarriesTheProbeAndTheOthersDoNot) {

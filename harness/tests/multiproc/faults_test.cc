@@ -41,8 +41,8 @@ TEST_F(Faults, ASegfaultIsNamedWithItsSignal) {
   EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kError);
   EXPECT_EQ(r.failure->rank, 1);
   EXPECT_EQ(r.failure->cause, "killed by signal 11 (SIGSEGV)");
-  EXPECT_NE(fmt::format("{}", fmt::join(r.failure->last_lines, "\n")).find("injecting fault 'crash' at step 1"),
-            std::string::npos);
+  EXPECT_TRUE(testing::contains(fmt::format("{}", fmt::join(r.failure->last_lines, "\n")),
+                                "injecting fault 'crash' at step 1"));
 }
 
 TEST_F(Faults, AnAbortAndAKillAreNamed) {
@@ -57,7 +57,7 @@ TEST_F(Faults, AnExitStatusAndAnExceptionAreNamed) {
   const auto thrown = run_with("{kind: throw, rank: 0, step: 1}");
   EXPECT_EQ(thrown.failure->rank, 0);
   EXPECT_EQ(thrown.failure->kind, dmpcheck::check::FailureKind::kInjected);
-  EXPECT_NE(thrown.failure->message.find("injected fault: rank 0 throws at step 1"), std::string::npos);
+  EXPECT_TRUE(testing::contains(thrown.failure->message, "injected fault: rank 0 throws at step 1"));
 }
 
 TEST_F(Faults, AHangBecomesATimeoutThatNamesTheCollective) {
@@ -65,8 +65,8 @@ TEST_F(Faults, AHangBecomesATimeoutThatNamesTheCollective) {
   ASSERT_TRUE(r.failure.has_value());
   EXPECT_EQ(r.failure->rank, 0);  // the rank left waiting
   EXPECT_EQ(r.failure->kind, dmpcheck::check::FailureKind::kTimeout) << r.failure->message;
-  EXPECT_NE(r.failure->message.find("gloo"), std::string::npos) << r.failure->message;
-  EXPECT_NE(r.failure->message.find("failed after up to 3000 ms"), std::string::npos) << r.failure->message;
+  EXPECT_TRUE(testing::contains(r.failure->message, "gloo"));
+  EXPECT_TRUE(testing::contains(r.failure->message, "failed after up to 3000 ms"));
 }
 
 TEST_F(Faults, OneUlpOnOneElementOfOneReplicaIsCaught) {
@@ -86,18 +86,17 @@ TEST_F(Faults, OneUlpOnOneElementOfOneReplicaIsCaught) {
 TEST_F(Faults, ANanInAParameterStopsTheRunNamingTensorAndStep) {
   const auto r = run_with("{kind: nan, rank: 0, step: 1, tensor: ebc.embedding_bags.tw.weight}");
   ASSERT_TRUE(r.failure.has_value());
-  EXPECT_NE(r.failure->message.find("step 1: ebc.embedding_bags.tw.weight (table_wise) holds nan at element 0"),
-            std::string::npos)
-      << r.failure->message;
+  EXPECT_TRUE(testing::contains(r.failure->message,
+                                "step 1: ebc.embedding_bags.tw.weight (table_wise) holds nan at element 0"));
 }
 
 TEST_F(Faults, FingerprintModeNamesBothRanksCollectivesOnADesync) {
   const auto r = run_with("{kind: desync, rank: 1, step: 1}\nfingerprint: true");
   ASSERT_TRUE(r.failure.has_value());
-  EXPECT_NE(r.failure->message.find("collective mismatch: rank"), std::string::npos) << r.failure->message;
+  EXPECT_TRUE(testing::contains(r.failure->message, "collective mismatch: rank"));
   // Rank 1's extra all_reduce of three floats, whatever its sequence number.
-  EXPECT_NE(r.failure->message.find("all_reduce #"), std::string::npos) << r.failure->message;
-  EXPECT_NE(r.failure->message.find(" (Float [3])"), std::string::npos) << r.failure->message;
+  EXPECT_TRUE(testing::contains(r.failure->message, "all_reduce #"));
+  EXPECT_TRUE(testing::contains(r.failure->message, " (Float [3])"));
   EXPECT_EQ(r.failure->kind,
             dmpcheck::check::FailureKind::kCommunication);  // caught by the fingerprint, not by the 3 s timeout
 }

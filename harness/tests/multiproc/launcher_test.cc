@@ -50,7 +50,7 @@ TEST_F(Launcher, ARankThatExitsWithAnErrorStopsTheOthersFastAndIsNamed) {
   EXPECT_EQ(outcome.failure->cause, "exited with status 7");
   EXPECT_EQ(outcome.failure->message, "boom: table t0 is on fire");
   ASSERT_EQ(outcome.failure->last_lines.size(), 2u);
-  EXPECT_NE(outcome.failure->last_lines[0].find("rank 1 of 3 at 127.0.0.1:"), std::string::npos);
+  EXPECT_TRUE(testing::contains(outcome.failure->last_lines[0], "rank 1 of 3 at 127.0.0.1:"));
   ASSERT_EQ(outcome.pids.size(), 3u);
   for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived";
 }

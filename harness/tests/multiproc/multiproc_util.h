@@ -28,6 +28,7 @@
 
 #include "run/scenario_runner.h"
 #include "scenario/scenario.h"
+#include "test_util.h"
 
 namespace dmpcheck::testing {
 

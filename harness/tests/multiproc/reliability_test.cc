@@ -92,8 +92,8 @@ TEST_F(Reliability, AFailingRankWritesTorchrunsErrorFile) {
              "TORCHELASTIC_ERROR_FILE=" + error_file});
   EXPECT_EQ(wait(worker), 3) << log(worker);
   const auto error = nlohmann::json::parse(testing::read_file(error_file));
-  EXPECT_NE(error["message"]["message"].get<std::string>().find("injected fault: rank 0 throws at step 1"),
-            std::string::npos);
+  EXPECT_TRUE(
+      testing::contains(error["message"]["message"].get<std::string>(), "injected fault: rank 0 throws at step 1"));
   EXPECT_TRUE(error["message"]["extraInfo"].contains("timestamp"));
 }
 
@@ -121,13 +121,9 @@ TEST_F(Reliability, AProcessWithoutTheSecretIsRefusedAndTheRunGoesOn) {
   }
   ASSERT_TRUE(right.has_value()) << testing::read_file(dir_ + "/rank0.log");
   // An intruder who guessed a secret gets nothing: no key to read, none to write.
-  try {
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kCommunication, "refused this rank", [&] {
     comm::Store::connect("127.0.0.1", static_cast<uint16_t>(port), "a-guessed-secret", std::chrono::seconds(5));
-    ADD_FAILURE() << "a connection with the wrong secret was let in";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kCommunication);
-    EXPECT_NE(std::string(e.what()).find("refused this rank"), std::string::npos) << e.what();
-  }
+  }));
   // One that speaks nothing at all is dropped once it has said nothing useful.
   const int raw = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -158,7 +154,7 @@ TEST_F(Reliability, AProcessWithoutTheSecretIsRefusedAndTheRunGoesOn) {
   const auto report = nlohmann::json::parse(testing::read_file(dir_ + "/reports/secret-run/default.json"));
   EXPECT_EQ(report["verdict"], "pass");
   const std::string log0 = testing::read_file(dir_ + "/rank0.log");
-  EXPECT_NE(log0.find("refused a connection to the run's store from 127.0.0.1:"), std::string::npos) << log0;
+  EXPECT_TRUE(testing::contains(log0, "refused a connection to the run's store from 127.0.0.1:"));
 }
 
 TEST(Handover, AnEntryChangedInTheStoreIsRefusedByTheRank) {
@@ -172,18 +168,13 @@ TEST(Handover, AnEntryChangedInTheStoreIsRefusedByTheRank) {
   // Someone who learned where the keys are but not the secret rewrites the task.
   task.run_index = 3;
   view.set("entry/task", nlohmann::json(task).dump());
-  try {
-    run::take_task(view, "s3cret");
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not carry the run's MAC"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(testing::throws_with("does not carry the run's MAC", [&] { run::take_task(view, "s3cret"); }));
   run::set_signed(view, "result", "{\"verdict\": \"pass\"}", "s3cret");
   EXPECT_TRUE(run::get_signed(view, "result", "s3cret").has_value());
   view.set("result", "{\"verdict\": \"forged\"}");
   std::string problem;
   EXPECT_FALSE(run::get_signed(view, "result", "s3cret", &problem).has_value());
-  EXPECT_NE(problem.find("does not carry the run's MAC"), std::string::npos) << problem;
+  EXPECT_TRUE(testing::contains(problem, "does not carry the run's MAC"));
 }
 
 TEST_F(Reliability, RanksStartedWithSrunsVariablesJoin) {
@@ -196,7 +187,7 @@ TEST_F(Reliability, RanksStartedWithSrunsVariablesJoin) {
                           "SLURM_NTASKS_PER_NODE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
                 });
   EXPECT_EQ(statuses, (std::vector<int>{0, 0})) << testing::read_file(path("rank0.log"));
-  EXPECT_NE(testing::read_file(dir_ + "/rank0.log").find("PASS (bug reproduced as expected)"), std::string::npos);
+  EXPECT_TRUE(testing::contains(testing::read_file(dir_ + "/rank0.log"), "PASS (bug reproduced as expected)"));
 }
 
 TEST_F(Reliability, RepeatComparesDigestsAndTimeoutOverridesTheScenario) {
@@ -206,16 +197,14 @@ TEST_F(Reliability, RepeatComparesDigestsAndTimeoutOverridesTheScenario) {
   const size_t repeat =
       start("repeat", {DMPCHECK_CLI_PATH, "run", "--quiet", "--repeat", "3", file, "--out", dir_ + "/r"}, {});
   EXPECT_EQ(wait(repeat), 0) << testing::read_file(dir_ + "/repeat.log");
-  EXPECT_NE(testing::read_file(dir_ + "/repeat.log").find("every digest identical over 3 repetitions"),
-            std::string::npos);
+  EXPECT_TRUE(testing::contains(testing::read_file(dir_ + "/repeat.log"), "every digest identical over 3 repetitions"));
   // A hang with the scenario's 60 s deadline, cut to 2 s from the command line (the message
   // says which deadline the collective had).
   const size_t hang = start(
       "hang", {DMPCHECK_CLI_PATH, "run", "--quiet", "--timeout", "2", write("hang.yaml", kHang), "--out", dir_ + "/h"},
       {});
   EXPECT_EQ(wait(hang), 3);
-  EXPECT_NE(testing::read_file(dir_ + "/hang.log").find("failed after up to 2000 ms"), std::string::npos)
-      << testing::read_file(dir_ + "/hang.log");
+  EXPECT_TRUE(testing::contains(testing::read_file(dir_ + "/hang.log"), "failed after up to 2000 ms"));
 }
 
 }  // namespace

@@ -65,9 +65,8 @@ TEST_F(SeedScenario, AWrongExpectationFailsWithExitCodeOne) {
   const auto& fixed = outcome.results[3];  // unseeded + current
   EXPECT_EQ(fixed.verdict, dmpcheck::check::Verdict::kFail);
   ASSERT_FALSE(fixed.expectation.failures.empty());
-  EXPECT_NE(fixed.expectation.failures[0].find("was expected to diverge at init but is equal on every rank"),
-            std::string::npos)
-      << fixed.expectation.failures[0];
+  EXPECT_TRUE(
+      testing::contains(fixed.expectation.failures[0], "was expected to diverge at init but is equal on every rank"));
 }
 
 // A scenario turns one switch of a named profile: 0.6 with the #1739 fix alone keeps every

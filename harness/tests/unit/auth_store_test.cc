@@ -7,6 +7,7 @@
 #include "comm/auth_store.h"
 #include "comm/store.h"
 #include "common/error.h"
+#include "test_util.h"
 
 namespace dmpcheck {
 namespace {
@@ -44,10 +45,7 @@ TEST(AuthStore, DoesWhatC10dAsksOfAStore) {
 TEST(AuthStore, AGetThatNobodyAnswersTimesOut) {
   comm::AuthStoreServer server("127.0.0.1", 0, "s", nullptr);
   comm::AuthStoreClient a("127.0.0.1", server.port(), "s", milliseconds(300));
-  try {
-    a.get("never");
-    ADD_FAILURE() << "no timeout";
-  } catch (const Error& e) { EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << e.what(); }
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kTimeout, "", [&] { a.get("never"); }));
   // The connection is still usable after a timeout.
   a.set("k", bytes("v"));
   EXPECT_EQ(a.get("k"), bytes("v"));
@@ -61,18 +59,14 @@ TEST(AuthStore, AWrongSecretIsRefusedAndReported) {
     std::lock_guard<std::mutex> lock(m);
     reported.push_back(message);
   });
-  try {
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kCommunication, "refused this rank", [&] {
     comm::AuthStoreClient("127.0.0.1", server.port(), "wrong", milliseconds(5000));
-    ADD_FAILURE() << "let in";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kCommunication);
-    EXPECT_NE(std::string(e.what()).find("refused this rank"), std::string::npos) << e.what();
-  }
+  }));
   for (int i = 0; i < 100 && server.refused_count() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(server.refused_count(), 1);
   std::lock_guard<std::mutex> lock(m);
   ASSERT_EQ(reported.size(), 1u);
-  EXPECT_NE(reported[0].find("from 127.0.0.1:"), std::string::npos) << reported[0];
+  EXPECT_TRUE(testing::contains(reported[0], "from 127.0.0.1:"));
   // The right secret still gets in afterwards.
   comm::AuthStoreClient ok("127.0.0.1", server.port(), "right", milliseconds(5000));
   ok.set("k", bytes("v"));
@@ -86,13 +80,8 @@ TEST(AuthStore, AClientRefusesAServerThatDoesNotKnowTheSecret) {
 }
 
 TEST(AuthStore, AnAddressThatIsNotThisHostsIsAClearError) {
-  try {
-    comm::AuthStoreServer server("192.0.2.123", 0, "s", nullptr);
-    ADD_FAILURE() << "bound an address this host does not have";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kCommunication);
-    EXPECT_NE(std::string(e.what()).find("must be one of this host's"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kCommunication, "must be one of this host's",
+                                   [] { comm::AuthStoreServer server("192.0.2.123", 0, "s", nullptr); }));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "comm/communicator.h"
 #include "comm/loopback/loopback_communicator.h"
 #include "common/error.h"
+#include "test_util.h"
 
 namespace dmpcheck {
 namespace {
@@ -32,12 +33,7 @@ TEST(BenchSizes, NcclTestsSuffixesArePowersOf1024) {
   EXPECT_EQ(bench::parse_size("1K"), 1024);
   EXPECT_EQ(bench::parse_size("64M"), 64ll << 20);
   EXPECT_EQ(bench::parse_size("2G"), 2ll << 30);
-  try {
-    bench::parse_size("12Q");
-    FAIL() << "12Q was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown suffix 'Q'"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(testing::throws_with("unknown suffix 'Q'", [] { bench::parse_size("12Q"); }));
   EXPECT_THROW(bench::parse_size("abc"), Error);
   EXPECT_THROW(bench::parse_size("-1K"), Error);
 }
@@ -107,7 +103,7 @@ TEST(BenchSweep, CountsEveryWrongElementAndNothingWhenRight) {
     EXPECT_NEAR(row.algbw_gbps, static_cast<double>(row.size_bytes) / row.time.mean_s / 1e9, 1e-9);
   }
   ASSERT_FALSE(lines.empty());
-  EXPECT_NE(lines[0].find("#wrong"), std::string::npos) << lines[0];
+  EXPECT_TRUE(testing::contains(lines[0], "#wrong"));
 }
 
 TEST(BroadcastProbe, TimesEveryMethodOnCopiesAndLeavesTheTensorsAlone) {
@@ -128,10 +124,10 @@ TEST(BroadcastProbe, TimesEveryMethodOnCopiesAndLeavesTheTensorsAlone) {
   EXPECT_EQ(probe.methods[0].collectives, 3);  // one per tensor
   EXPECT_EQ(probe.methods[1].collectives, 3);  // every tensor is over 64 bytes: a bucket each
   EXPECT_EQ(probe.methods[2].collectives, 1);
-  EXPECT_NE(probe.note.find("no framework baseline on loopback"), std::string::npos) << probe.note;
+  EXPECT_TRUE(testing::contains(probe.note, "no framework baseline on loopback"));
   for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(tensors[i].equal(before[i]));
   const std::string table = check::render_probe(probe);
-  EXPECT_NE(table.find("ratio coalesced 1 MiB"), std::string::npos) << table;
+  EXPECT_TRUE(testing::contains(table, "ratio coalesced 1 MiB"));
 }
 
 }  // namespace

@@ -4,13 +4,19 @@
 #include <fstream>
 #include <iterator>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include "common/digest.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "run/data_generator.h"
 #include "scenario/scenario.h"
+#include "test_util.h"
 
 namespace dmpcheck::dmp {
 namespace {
@@ -51,13 +57,8 @@ TEST(Checkpoint, BatchesAreTorchLoadableDicts) {
 TEST(Checkpoint, AFileOfAnotherKindIsACleanError) {
   const std::string path = temp_path("not-a-checkpoint.pt");
   std::ofstream(path) << "hello";
-  try {
-    load_checkpoint(path);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
-    EXPECT_NE(std::string(e.what()).find("is not a torch-serialised file"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(
+      testing::throws_with(ErrorKind::kInvalidInput, "is not a torch-serialised file", [&] { load_checkpoint(path); }));
   std::filesystem::remove(path);
   EXPECT_THROW(load_checkpoint("/nonexistent/dir"), Error);
 }
@@ -89,36 +90,14 @@ tables:
     EXPECT_TRUE(got.lengths().equal(want.lengths())) << step;
   }
   save_batch(dir + "/batch1.pt", first.slice_batch(0, 3));
-  try {
-    run::make_global_batch(replay.runs.at(0), 1);
-    ADD_FAILURE() << "a batch of 3 bags was taken for 4";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
-    EXPECT_NE(std::string(e.what()).find(
-                  dir + "/batch1.pt: holds 3 bags per feature; this run needs batch_size 2 x world_size 2 = 4"),
-              std::string::npos)
-        << e.what();
-  }
-  try {
-    run::make_global_batch(replay.runs.at(0), 2);
-    ADD_FAILURE() << "a missing batch file was not an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("batch2.pt does not exist; step 3 of the run reads it"), std::string::npos)
-        << e.what();
-  }
+  EXPECT_TRUE(
+      testing::throws_with(ErrorKind::kInvalidInput,
+                           dir + "/batch1.pt: holds 3 bags per feature; this run needs batch_size 2 x world_size 2 = 4",
+                           [&] { run::make_global_batch(replay.runs.at(0), 1); }));
+  EXPECT_TRUE(testing::throws_with("batch2.pt does not exist; step 3 of the run reads it",
+                                   [&] { run::make_global_batch(replay.runs.at(0), 2); }));
   std::filesystem::remove_all(dir);
 }
-
-}  // namespace
-}  // namespace dmpcheck::dmp
-
-#include <fcntl.h>
-#include <unistd.h>
-
-#include "common/file_io.h"
-
-namespace dmpcheck {
-namespace {
 
 TEST(FileIo, APlantedSymlinkCannotRedirectAWrite) {
   char pattern[] = "/tmp/dmpcheck-fileio-XXXXXX";
@@ -146,14 +125,6 @@ TEST(FileIo, APlantedSymlinkCannotRedirectAWrite) {
   std::filesystem::remove_all(dir);
 }
 
-}  // namespace
-}  // namespace dmpcheck
-
-#include "common/digest.h"
-
-namespace dmpcheck {
-namespace {
-
 TEST(Digest, Sha256AndHmacMatchTheirPublishedVectors) {
   const auto abc = sha256("abc");
   EXPECT_EQ(to_hex(abc.data(), abc.size()), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -171,4 +142,4 @@ TEST(Digest, Sha256AndHmacMatchTheirPublishedVectors) {
 }
 
 }  // namespace
-}  // namespace dmpcheck
+}  // namespace dmpcheck::dmp

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "test_util.h"
 
 namespace dmpcheck::dmp {
 namespace {
@@ -68,15 +69,9 @@ TEST(Pooling, BackwardSumsGradientsPerUniqueRow) {
 
 TEST(Pooling, OutOfRangeIdNamesTableFeatureAndId) {
   Bags bags{longs({0, 4}), longs({2}), std::nullopt};
-  try {
-    check_ids_in_range(bags, 4, "t0", "f0");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
-    EXPECT_NE(std::string(e.what()).find("table 't0', feature 'f0': id 4 (position 1) is outside [0, 4)"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput,
+                                   "table 't0', feature 'f0': id 4 (position 1) is outside [0, 4)",
+                                   [&] { check_ids_in_range(bags, 4, "t0", "f0"); }));
 }
 
 TEST(Pooling, MergeRowGradientsSumsSharedRows) {

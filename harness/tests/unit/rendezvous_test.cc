@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "test_util.h"
 
 namespace dmpcheck::comm {
 namespace {
@@ -59,34 +60,19 @@ TEST(Rendezvous, ReadsSlurmAndOpenMpiAndPmiVariables) {
 }
 
 TEST(Rendezvous, SrunWithoutMasterAddressSaysWhatToSet) {
-  try {
+  EXPECT_TRUE(testing::throws_with("MASTER_ADDR is not set; under slurm", [] {
     from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}});
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR is not set; under slurm"), std::string::npos) << e.what();
-  }
+  }));
 }
 
 TEST(Rendezvous, MissingAndMalformedVariablesAreNamed) {
-  try {
+  EXPECT_TRUE(testing::throws_with("MASTER_PORT is not set", [] {
     from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "x"}});
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MASTER_PORT is not set"), std::string::npos) << e.what();
-  }
-  try {
+  }));
+  EXPECT_TRUE(testing::throws_with("RANK='2': expected an integer in [0, 1]", [] {
     from({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}});
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("RANK='2': expected an integer in [0, 1]"), std::string::npos) << e.what();
-  }
+  }));
 }
-
-}  // namespace
-}  // namespace dmpcheck::comm
-
-namespace dmpcheck::comm {
-namespace {
 
 std::map<std::string, std::string> two_hosts(std::map<std::string, std::string> extra = {}) {
   std::map<std::string, std::string> vars = {{"RANK", "1"},
@@ -113,12 +99,9 @@ TEST(RendezvousStore, UnderTorchrunsAgentStoreDmpchecksStoreMovesToTheNextPort) 
   EXPECT_EQ(from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"DMPCHECK_STORE_PORT", "40000"}})).store_port,
             40000);
   EXPECT_FALSE(from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "False"}})).agent_store);
-  try {
+  EXPECT_TRUE(testing::throws_with("set DMPCHECK_STORE_PORT", [] {
     from(two_hosts({{"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"MASTER_PORT", "65535"}}));
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("set DMPCHECK_STORE_PORT"), std::string::npos) << e.what();
-  }
+  }));
 }
 
 TEST(RendezvousGloo, OneHostListensOnLoopbackAndAnInterfaceWins) {
@@ -135,17 +118,12 @@ TEST(RendezvousGloo, AcrossHostsNeverListensOnLoopback) {
     const std::string address = gloo_listen_address(from(two_hosts()));
     EXPECT_NE(address.rfind("127.", 0), 0u) << address;
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("set MASTER_ADDR to an address the other hosts reach, or GLOO_SOCKET_IFNAME"),
-              std::string::npos)
-        << e.what();
+    EXPECT_TRUE(
+        testing::contains(e.what(), "set MASTER_ADDR to an address the other hosts reach, or GLOO_SOCKET_IFNAME"));
   }
-  try {
+  EXPECT_TRUE(testing::throws_with("MASTER_ADDR 'no-such-host.invalid' does not resolve", [] {
     gloo_listen_address(from(with(two_hosts(), "MASTER_ADDR", "no-such-host.invalid")));
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR 'no-such-host.invalid' does not resolve"), std::string::npos)
-        << e.what();
-  }
+  }));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "check/expectations.h"
+#include "test_util.h"
 
 namespace dmpcheck::check {
 namespace {
@@ -51,8 +52,7 @@ TEST(Expectations, DivergeMustMatchExactlyTheNamedTablesAtTheNamedPhases) {
   const ExpectationResult result = evaluate_expectation(e, r);
   EXPECT_FALSE(result.held);
   ASSERT_EQ(result.failures.size(), 1u);
-  EXPECT_NE(result.failures[0].find("dense.0.weight differs at final on rank(s) 1"), std::string::npos)
-      << result.failures[0];
+  EXPECT_TRUE(testing::contains(result.failures[0], "dense.0.weight differs at final on rank(s) 1"));
 
   r.replicas[3].equal = true;
   EXPECT_TRUE(evaluate_expectation(e, r).held);

@@ -7,6 +7,7 @@
 #include "report/console.h"
 #include "report/json.h"
 #include "report/suite_reports.h"
+#include "test_util.h"
 
 namespace dmpcheck::report {
 namespace {
@@ -29,13 +30,13 @@ TEST(Reports, EveryReportNamesTheFailingTensors) {
   suite.results = {fixture("unseeded_current.json").get<check::RunResult>(),
                    fixture("unseeded_torchrec-0.6.json").get<check::RunResult>()};
   const std::string needle = "ebc.embedding_bags.large_table_0.weight was expected to diverge at init";
-  EXPECT_NE(render_junit(suite).find(needle), std::string::npos);
-  EXPECT_NE(render_markdown(suite).find(needle), std::string::npos);
-  EXPECT_NE(render_verdict_line(suite.results[0]).find(needle), std::string::npos);
+  EXPECT_TRUE(testing::contains(render_junit(suite), needle));
+  EXPECT_TRUE(testing::contains(render_markdown(suite), needle));
+  EXPECT_TRUE(testing::contains(render_verdict_line(suite.results[0]), needle));
   const std::string html = render_html(suite, "");
-  EXPECT_NE(html.find("id=\"broadcast-cost\""), std::string::npos);
-  EXPECT_NE(html.find("apt-get install libjs-chart.js"), std::string::npos);           // no Chart.js given: says how
-  EXPECT_NE(html.find("ebc.embedding_bags.small_table_1.weight"), std::string::npos);  // the divergence table
+  EXPECT_TRUE(testing::contains(html, "id=\"broadcast-cost\""));
+  EXPECT_TRUE(testing::contains(html, "apt-get install libjs-chart.js"));           // no Chart.js given: says how
+  EXPECT_TRUE(testing::contains(html, "ebc.embedding_bags.small_table_1.weight"));  // the divergence table
 }
 
 TEST(Reports, JunitEscapesMarkup) {
@@ -47,8 +48,8 @@ TEST(Reports, JunitEscapesMarkup) {
   r.expectation.failures = {"\"quoted\" <tag>"};
   suite.results = {r};
   const std::string xml = render_junit(suite);
-  EXPECT_NE(xml.find("name=\"a&lt;b\""), std::string::npos);
-  EXPECT_NE(xml.find("&quot;quoted&quot; &lt;tag&gt;"), std::string::npos);
+  EXPECT_TRUE(testing::contains(xml, "name=\"a&lt;b\""));
+  EXPECT_TRUE(testing::contains(xml, "&quot;quoted&quot; &lt;tag&gt;"));
   EXPECT_EQ(xml.find("<tag>"), std::string::npos);
 }
 
