@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "check/outcome.h"
+#include "dmp/planner.h"
 
 namespace dmpcheck::check {
 
@@ -79,14 +80,7 @@ struct BroadcastCost {
   double gbps = 0.0;     // bytes / seconds / 1e9 (algbw = busbw for broadcast)
 };
 
-struct ShardPlacement {
-  int rank = 0;
-  int64_t row_offset = 0;
-  int64_t rows = 0;
-  int64_t col_offset = 0;
-  int64_t cols = 0;
-  int64_t bytes = 0;
-};
+using ShardPlacement = dmp::Shard;  // the plan's own shard, as a report records it
 
 struct TablePlacement {
   std::string table;

@@ -194,8 +194,6 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
                                                   std::move(dense_trained_tables));
 }
 
-DistributedModelParallel::~DistributedModelParallel() = default;
-
 at::Tensor DistributedModelParallel::sharded_forward(const KeyedJaggedTensor& local_batch) {
   // Forward through each sharding; the pooled output is keyed by feature in sharding order.
   at::NoGradGuard no_grad;

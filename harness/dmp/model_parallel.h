@@ -63,7 +63,6 @@ class DistributedModelParallel {
   // Then the profile's init broadcast runs and the dense part is wrapped.
   DistributedModelParallel(comm::Communicator& comm, const ModelConfig& model, const ShardingPlan& plan,
                            at::Generator& generator, const DmpOptions& options);
-  ~DistributedModelParallel();
 
   // Collective.  One step on this rank's batch: forward, backward (fused optimizers inside),
   // dense step.  Returns this rank's loss (mean of the dense output over its batch).

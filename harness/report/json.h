@@ -33,6 +33,10 @@ void from_json(const nlohmann::json& j, FailureKind& v);
 
 }  // namespace dmpcheck
 
+namespace dmpcheck::dmp {  // where nlohmann::json looks for a plan's shard
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Shard, rank, row_offset, rows, col_offset, cols, bytes)
+}  // namespace dmpcheck::dmp
+
 namespace dmpcheck::check {
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TensorCheck, name, sharding, phase, equal, max_abs_diff,
@@ -46,7 +50,6 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BroadcastMethodCost, method, buc
                                                 algbw_gbps, busbw_gbps, device, device_algbw_gbps)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(BroadcastProbe, performed, backend, world_size, bytes, tensors, warmup,
                                                 iterations, methods, note)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardPlacement, rank, row_offset, rows, col_offset, cols, bytes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(TablePlacement, table, sharding, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Environment, libtorch_version, backend, host, git_revision, world_size,
                                                 cores, threads_per_rank)

@@ -163,7 +163,8 @@ int thread_count() {
   return count;
 }
 
-std::string describe_wait_status(int status) {
+// "killed by signal 11 (SIGSEGV)" / "exited with status 3".
+static std::string describe_wait_status(int status) {
   if (WIFSIGNALED(status)) {
     return fmt::format("killed by signal {} ({})", WTERMSIG(status), signal_name(WTERMSIG(status)));
   }

@@ -67,7 +67,4 @@ bool interrupt_requested();
 // How many threads this process has now (/proc/self/task).
 int thread_count();
 
-// "killed by signal 11 (SIGSEGV)" / "exited with status 3".
-std::string describe_wait_status(int status);
-
 }  // namespace dmpcheck::run

@@ -80,16 +80,6 @@ std::vector<at::Tensor> replicated_parameters(const dmp::DistributedModelParalle
   return out;
 }
 
-// The mid-run checkpoint of spec.resume: take the full state as a checkpoint holds it, build
-// the model again under the resume constraints, load, and carry on.
-std::unique_ptr<dmp::DistributedModelParallel> resume_under_new_plan(
-    comm::Communicator& comm, const scenario::RunSpec& spec, dmp::DistributedModelParallel& old_model,
-    dmp::PlannerInput planner, at::Generator& generator, const dmp::DmpOptions& options, int64_t steps) {
-  for (const auto& [table, constraints] : spec.resume->constraints) planner.constraints[table] = constraints;
-  const dmp::ShardingPlan new_plan = dmp::collective_plan(comm, planner, spec.profile);
-  return dmp::reshard(comm, old_model, spec.model, new_plan, generator, options, steps);
-}
-
 // The scenario's faults for this rank at this step (0: after the build).  Faults that end the
 // process do so the way a real failure would: a signal, an exit status, an exception, a hang.
 void inject_faults(const scenario::RunSpec& spec, comm::Communicator& comm, int step,
@@ -265,12 +255,7 @@ class RankRun {
               spec_.local_world_size);
     planner_ = scenario::planner_input(spec_, local_world_size);
     plan_ = spec_.given_plan.empty() ? dmp::collective_plan(comm_, planner_, spec_.profile) : given_plan(spec_);
-    for (const auto& t : plan_.tables) {
-      check::TablePlacement placement{t.table, dmp::sharding_type_name(t.type), {}};
-      for (const auto& s : t.shards)
-        placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, s.bytes});
-      result_.plan.push_back(placement);
-    }
+    for (const auto& t : plan_.tables) result_.plan.push_back({t.table, dmp::sharding_type_name(t.type), t.shards});
   }
 
   // The generator is seeded per the init mode before the model exists; then the model, what it
@@ -306,14 +291,15 @@ class RankRun {
     if (!init.data_parallel_tables_broadcast) return;
     at::Tensor seconds = at::tensor({init.data_parallel_tables.seconds}, at::kDouble);
     comm_.all_reduce(seconds, comm::ReduceOp::kMax);
-    auto& cost = result_.init_broadcast;
-    cost.performed = true;
-    cost.bytes = init.data_parallel_tables.bytes;
-    cost.tensors = init.data_parallel_tables.tensors;
-    cost.collectives = init.data_parallel_tables.collectives;
-    cost.bucket_cap_bytes = init.data_parallel_bucket_cap_bytes;
-    cost.seconds = seconds.item<double>();
-    cost.gbps = cost.seconds > 0 ? static_cast<double>(cost.bytes) / cost.seconds / 1e9 : 0.0;
+    const auto& dp = init.data_parallel_tables;
+    const double s = seconds.item<double>();
+    result_.init_broadcast = {true,
+                              dp.bytes,
+                              dp.tensors,
+                              dp.collectives,
+                              init.data_parallel_bucket_cap_bytes,
+                              s,
+                              s > 0 ? static_cast<double>(dp.bytes) / s / 1e9 : 0.0};
     if (spec_.broadcast_probe.enabled) {
       check::ProbeOptions probe;
       probe.warmup = spec_.broadcast_probe.warmup;
@@ -381,8 +367,12 @@ class RankRun {
       check_seconds_ += seconds_since(check_start);
       say(fmt::format("step {}/{} loss {:.6f} ({:.2f} s)", step + 1, spec_.steps, loss, seconds_since(train_start)));
       if (spec_.resume && step + 1 == spec_.resume->after_step) {
-        model_ =
-            resume_under_new_plan(comm_, spec_, *model_, planner_, generator_, dmp_options_, steps_done_ + step + 1);
+        // The mid-run checkpoint: the full state as a checkpoint holds it, the model built again
+        // under the resume constraints, loaded, and on.
+        dmp::PlannerInput planner = planner_;
+        for (const auto& [table, constraints] : spec_.resume->constraints) planner.constraints[table] = constraints;
+        model_ = dmp::reshard(comm_, *model_, spec_.model, dmp::collective_plan(comm_, planner, spec_.profile),
+                              generator_, dmp_options_, steps_done_ + step + 1);
         say(fmt::format("resumed after step {} under another plan", step + 1));
       }
     }

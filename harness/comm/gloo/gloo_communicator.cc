@@ -1,5 +1,7 @@
 #include "comm/gloo/gloo_communicator.h"
 
+#include <numeric>
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/version.h>
@@ -84,10 +86,8 @@ class GlooCommunicator final : public Communicator {
     DMP_INTERNAL_ASSERT(
         static_cast<int>(input_splits.size()) == world_size_ && static_cast<int>(output_splits.size()) == world_size_,
         "all_to_all needs one split per rank");
-    int64_t out_rows = 0;
-    for (int64_t s : output_splits) out_rows += s;
     auto sizes = input.sizes().vec();
-    sizes[0] = out_rows;
+    sizes[0] = std::accumulate(output_splits.begin(), output_splits.end(), int64_t{0});
     at::Tensor in = input.contiguous();
     at::Tensor out = at::empty(sizes, input.options());
     std::vector<int64_t> in_splits = input_splits;

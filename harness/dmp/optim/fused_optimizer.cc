@@ -1,6 +1,8 @@
 #include "dmp/optim/fused_optimizer.h"
 
 #include <cmath>
+#include <functional>
+#include <numeric>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -43,11 +45,8 @@ std::vector<StateSpec> FusedOptimizer::state_specs(const FusedOptimizerConfig& c
 
 int64_t FusedOptimizer::state_bytes(const FusedOptimizerConfig& config, int64_t rows, int64_t cols) {
   int64_t bytes = 0;
-  for (const auto& spec : state_specs(config, rows, cols)) {
-    int64_t n = 4;
-    for (int64_t s : spec.sizes) n *= s;
-    bytes += n;
-  }
+  for (const auto& spec : state_specs(config, rows, cols))
+    bytes += 4 * std::accumulate(spec.sizes.begin(), spec.sizes.end(), int64_t{1}, std::multiplies<>());
   return bytes;
 }
 
@@ -141,7 +140,5 @@ void FusedOptimizer::update(at::Tensor& weight, const RowGradients& grads) {
     }
   }
 }
-
-std::vector<NamedTensor> FusedOptimizer::state() const { return state_; }
 
 }  // namespace dmpcheck::dmp

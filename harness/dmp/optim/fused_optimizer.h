@@ -53,7 +53,7 @@ class FusedOptimizer {
   // updates, see BehaviourProfile::deduplicate_row_gradients).
   void apply_in_turn(at::Tensor& weight, const std::vector<RowGradients>& groups);
   // State tensors with their state_dict suffix, e.g. {"momentum1", m} for Adagrad.
-  std::vector<NamedTensor> state() const;
+  std::vector<NamedTensor> state() const { return state_; }
   int64_t step() const { return step_; }
   // Resuming from a checkpoint taken after `step` steps.
   void set_step(int64_t step) { step_ = step; }

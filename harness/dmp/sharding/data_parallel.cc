@@ -69,8 +69,7 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
   int64_t offset = 0;
   int64_t grad_offset = 0;
   int64_t count_offset = grad_elements;
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    const auto& shard = shards_[s];
+  for (const auto& shard : shards_) {
     std::vector<GradientPart> parts;
     for (size_t f = 0; f < shard.config.feature_names.size(); ++f, ++column) {
       const int64_t dim = columns_.dims[column];
@@ -125,16 +124,14 @@ void DataParallelSharding::backward(const at::Tensor& grad) {
   // Average and apply the rows touched on any rank, then clear them for the next step.
   grad_offset = 0;
   count_offset = grad_elements;
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    auto& shard = shards_[s];
+  for (auto& shard : shards_) {
     const int64_t rows = shard.config.num_embeddings;
     const int64_t dim = shard.config.embedding_dim;
     float* dense = flat_.data_ptr<float>() + grad_offset;
     float* count = flat_.data_ptr<float>() + count_offset;
     grad_offset += rows * dim;
     count_offset += rows;
-    int64_t n = 0;
-    for (int64_t r = 0; r < rows; ++r) n += count[r] > 0 ? 1 : 0;
+    const int64_t n = std::count_if(count, count + rows, [](float c) { return c > 0; });
     at::Tensor touched_rows = at::empty({n}, at::kLong);
     at::Tensor averaged = at::empty({n, dim}, at::kFloat);
     int64_t* touched = touched_rows.data_ptr<int64_t>();
