@@ -24,6 +24,13 @@
 namespace dmpcheck::bench {
 
 using namespace run;  // the launcher, the worker and the in-rank run this sits on
+
+const std::vector<std::string>& bench_collectives() {
+  static const std::vector<std::string> names = {"broadcast", "all_reduce", "all_gather", "reduce_scatter",
+                                                 "all_to_all"};
+  return names;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -112,16 +119,6 @@ class Case {
 };
 
 std::string us(double seconds) { return fmt::format("{:.1f}", seconds * 1e6); }
-
-}  // namespace
-
-const std::vector<std::string>& bench_collectives() {
-  static const std::vector<std::string> names = {"broadcast", "all_reduce", "all_gather", "reduce_scatter",
-                                                 "all_to_all"};
-  return names;
-}
-
-namespace {
 
 // Latencies are written in microseconds, as the table prints them.
 nlohmann::json microseconds(const check::LatencyStats& s) {
@@ -336,11 +333,8 @@ int run_bench(const BenchCommandOptions& options) {
   for (const auto& backend : options.backends) {
     for (int world : options.world_sizes) {
       DMP_CHECK(world >= 1 && world <= 64, ErrorKind::kInvalidInput, "world size {} is out of range 1..64", world);
-      BenchGroup group;
-      group.backend = backend;
-      group.world_size = world;
-      group.threads_per_rank =
-          spec.threads_per_rank > 0 ? spec.threads_per_rank : std::max(1, available_cores() / world);
+      const int threads = spec.threads_per_rank > 0 ? spec.threads_per_rank : std::max(1, available_cores() / world);
+      BenchGroup group{backend, world, threads, false, {}, {}, {}};
       if (options.out) {
         *options.out << fmt::format(
                             "# dmpcheck bench: {} on {} rank(s), {} thread(s)/rank, -w {} -n {}, sizes {}..{} x{}\n",

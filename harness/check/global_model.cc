@@ -88,10 +88,7 @@ std::vector<GlobalModelCheck> GlobalModelTracker::results() const { return resul
 ReferenceDiff diff_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected, int step,
                           double rtol, double atol, const std::string& actual_label,
                           const std::string& expected_label) {
-  ReferenceDiff d;
-  d.name = name;
-  d.step = step;
-  d.numel = actual.numel();
+  ReferenceDiff d{name, step, 0.0, 0.0, 0, actual.numel(), true, {}};
   if (actual.sizes() != expected.sizes()) {
     d.within_tolerance = false;
     d.note = fmt::format("shapes differ: {} [{}], {} [{}]", actual_label, fmt::join(actual.sizes(), ", "),
@@ -111,13 +108,7 @@ ReferenceDiff diff_tensor(const std::string& name, const at::Tensor& actual, con
 }
 
 ReferenceDiff absent_tensor(const std::string& name, int step, int64_t numel, const std::string& note) {
-  ReferenceDiff d;
-  d.name = name;
-  d.step = step;
-  d.numel = numel;
-  d.within_tolerance = false;
-  d.note = note;
-  return d;
+  return {name, step, 0.0, 0.0, 0, numel, false, note};
 }
 
 std::vector<ReferenceDiff> compare_with_checkpoint(const std::map<std::string, at::Tensor>& state,

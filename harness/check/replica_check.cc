@@ -23,12 +23,8 @@ at::Tensor bits_differ(const at::Tensor& a, const at::Tensor& b) {
 
 TensorCheck compare_copies(const std::string& name, const std::string& sharding, const std::string& phase,
                            const std::vector<at::Tensor>& copies) {
-  TensorCheck check;
-  check.name = name;
-  check.sharding = sharding;
-  check.phase = phase;
   const at::Tensor& reference = copies.front();
-  check.numel = reference.numel();
+  TensorCheck check{name, sharding, phase, true, 0.0, 0, reference.numel(), {}};
   at::Tensor any_differs = at::zeros(reference.sizes(), at::kBool);
   for (size_t r = 1; r < copies.size(); ++r) {
     const at::Tensor differs = bits_differ(reference, copies[r]);
@@ -65,8 +61,7 @@ std::vector<TensorCheck> check_replicas(comm::Communicator& comm, const std::vec
 }
 
 StepDivergence step_divergence(int step, const std::vector<TensorCheck>& checks) {
-  StepDivergence d;
-  d.step = step;
+  StepDivergence d{step, 0, 0.0};
   for (const auto& c : checks) {
     d.tensors_differing += c.equal ? 0 : 1;
     d.max_abs_diff = std::max(d.max_abs_diff, c.max_abs_diff);

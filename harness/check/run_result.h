@@ -80,12 +80,10 @@ struct BroadcastCost {
   double gbps = 0.0;     // bytes / seconds / 1e9 (algbw = busbw for broadcast)
 };
 
-using ShardPlacement = dmp::Shard;  // the plan's own shard, as a report records it
-
 struct TablePlacement {
   std::string table;
   std::string sharding;
-  std::vector<ShardPlacement> shards;
+  std::vector<dmp::Shard> shards;  // the plan's own shards, as a report records them
 };
 
 struct Environment {

@@ -1,4 +1,5 @@
 // dmpcheck: run, validate and join TorchRec-style DMP correctness scenarios.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -107,13 +108,9 @@ int command_explain(const std::vector<std::string>& files, const std::vector<std
 struct RunFlags {
   int repeat = 1;
   std::optional<double> timeout_s;  // overrides every run's timeout_s
-  std::string out_dir = "reports";
   bool quiet = false;
-  std::optional<double> budget;
-  std::string checkpoint_dir;
-  std::string dump_batches_dir;
   std::string ranks = "fork";
-  std::string filter;
+  run::ScenarioRunOptions run;  // --out, --budget, --checkpoint-dir, --dump-batches, --filter
 };
 
 int command_gather(const std::string& directory, const std::string& output) {
@@ -134,8 +131,7 @@ int command_suite(run::SuiteOptions options) {
   return outcome.exit_code;
 }
 
-int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
-  const std::string& out_dir = flags.out_dir;
+int command_run(const std::vector<std::string>& files, RunFlags flags) {
   // Validate everything first: a typo in the third file should not cost two runs.
   std::vector<scenario::Scenario> scenarios;
   scenario::Overrides overrides;
@@ -144,19 +140,14 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
     scenarios.push_back(scenario::load_scenario_file(file, overrides));
     run::preflight(scenarios.back());  // plans and memory, before any rank starts
   }
+  run::ScenarioRunOptions& options = flags.run;
+  options.worker_executable = self_executable();
+  options.echo_rank_output = !flags.quiet;
+  options.out = &std::cout;
+  options.exec_ranks = flags.ranks == "exec";
   std::vector<check::RunResult> all;
   bool deterministic = true;
   for (const auto& s : scenarios) {
-    run::ScenarioRunOptions options;
-    options.worker_executable = self_executable();
-    options.out_dir = out_dir;
-    options.echo_rank_output = !flags.quiet;
-    options.out = &std::cout;
-    options.budget_s = flags.budget;
-    options.checkpoint_dir = flags.checkpoint_dir;
-    options.dump_batches_dir = flags.dump_batches_dir;
-    options.exec_ranks = flags.ranks == "exec";
-    options.filter = flags.filter;
     std::vector<check::RunResult> first;
     for (int attempt = 0; attempt < std::max(1, flags.repeat); ++attempt) {
       if (flags.repeat > 1) std::cout << fmt::format("== repetition {}/{} of {}\n", attempt + 1, flags.repeat, s.name);
@@ -179,75 +170,47 @@ int command_run(const std::vector<std::string>& files, const RunFlags& flags) {
       }
     }
   }
-  DMP_CHECK(!all.empty() || flags.filter.empty(), ErrorKind::kInvalidInput,
+  DMP_CHECK(!all.empty() || options.filter.empty(), ErrorKind::kInvalidInput,
             "--filter '{}' matches no run of {} (runs are named '<scenario> [<run>]'; `dmpcheck validate` lists them)",
-            flags.filter, fmt::join(files, ", "));
+            options.filter, fmt::join(files, ", "));
   if (flags.repeat > 1) {
     std::cout << (deterministic ? fmt::format("dmpcheck: every digest identical over {} repetitions\n", flags.repeat)
                                 : std::string("dmpcheck: digests differ between repetitions\n"));
   }
-  std::cout << fmt::format("dmpcheck: {}; reports in {}/\n", tally(all), out_dir);
+  std::cout << fmt::format("dmpcheck: {}; reports in {}/\n", tally(all), options.out_dir);
   const int code = check::exit_status(all);
   return code == 0 && !deterministic ? 1 : code;
 }
 
 struct BenchFlags {
-  std::vector<std::string> collectives = {"broadcast"};
+  bench::BenchCommandOptions sweep;  // with --scenario: its --backend, -w, -n and --json
   std::string min_bytes = "1K";
   std::string max_bytes = "1M";
-  int64_t factor = 2;
-  int warmup = 2;
-  int iterations = 20;
-  std::vector<std::string> backends = {"gloo"};
-  std::vector<int> world_sizes = {2};
-  int threads = 0;
-  double timeout_s = 120.0;
-  std::string json_path;
   std::string scenario;
   std::string run_filter;
   std::vector<std::string> bucket_caps;
   bool backend_given = false;  // --scenario: compare these backends instead of the run's own
 };
 
-int command_bench(const BenchFlags& flags) {
-  if (!flags.scenario.empty()) {
-    bench::ScenarioBenchOptions options;
-    options.worker_executable = self_executable();
-    options.scenario_path = flags.scenario;
-    options.run_filter = flags.run_filter;
-    if (flags.backend_given) options.backends = flags.backends;
-    options.probe.warmup = flags.warmup;
-    options.probe.iterations = flags.iterations;
-    if (!flags.bucket_caps.empty()) {
-      options.probe.bucket_caps.clear();
-      for (const auto& cap : flags.bucket_caps) options.probe.bucket_caps.push_back(bench::parse_size(cap));
-    }
-    options.json_path = flags.json_path;
-    options.out = &std::cout;
-    return bench::run_scenario_bench(options);
-  }
-  bench::BenchCommandOptions options;
+int command_bench(BenchFlags flags) {
+  bench::BenchCommandOptions& options = flags.sweep;
   options.worker_executable = self_executable();
-  options.backends = flags.backends;
-  options.world_sizes = flags.world_sizes;
-  options.json_path = flags.json_path;
   options.out = &std::cout;
   bench::BenchSpec& spec = options.spec;
-  spec.collectives.clear();
-  for (const auto& c : flags.collectives) {
-    if (c == "all") {
-      spec.collectives = bench::bench_collectives();
-      break;
-    }
-    spec.collectives.push_back(c);
+  if (!flags.scenario.empty()) {
+    check::ProbeOptions probe;
+    probe.warmup = spec.warmup;
+    probe.iterations = spec.iterations;
+    if (!flags.bucket_caps.empty()) probe.bucket_caps.clear();
+    for (const auto& cap : flags.bucket_caps) probe.bucket_caps.push_back(bench::parse_size(cap));
+    return bench::run_scenario_bench({options.worker_executable, flags.scenario, flags.run_filter,
+                                      flags.backend_given ? options.backends : std::vector<std::string>(), probe,
+                                      options.json_path, options.out});
   }
+  if (std::count(spec.collectives.begin(), spec.collectives.end(), "all") > 0)
+    spec.collectives = bench::bench_collectives();
   spec.min_bytes = bench::parse_size(flags.min_bytes);
   spec.max_bytes = bench::parse_size(flags.max_bytes);
-  spec.factor = flags.factor;
-  spec.warmup = flags.warmup;
-  spec.iterations = flags.iterations;
-  spec.threads_per_rank = flags.threads;
-  spec.timeout_s = flags.timeout_s;
   return bench::run_bench(options);
 }
 
@@ -267,7 +230,7 @@ int main(int argc, char** argv) {
   RunFlags flags;
   auto* run_cmd = app.add_subcommand("run", "Run scenario files: spawn the ranks, train, compare replicas, judge");
   run_cmd->add_option("scenario", run_files, "Scenario YAML file(s)")->required()->check(CLI::ExistingFile);
-  run_cmd->add_option("--out", flags.out_dir, "Report directory (reports/<scenario>/<run>.json)")
+  run_cmd->add_option("--out", flags.run.out_dir, "Report directory (reports/<scenario>/<run>.json)")
       ->capture_default_str();
   run_cmd->add_flag("--quiet", flags.quiet, "Do not echo the ranks' own output");
   run_cmd
@@ -277,14 +240,14 @@ int main(int argc, char** argv) {
   run_cmd
       ->add_option("--repeat", flags.repeat, "Run each scenario N times; fail unless every tensor digest is identical")
       ->check(CLI::Range(1, 1000));
-  run_cmd->add_option("--budget", flags.budget, "Seconds a run may take in all before its ranks are killed");
+  run_cmd->add_option("--budget", flags.run.budget_s, "Seconds a run may take in all before its ranks are killed");
   run_cmd->add_option(
-      "--checkpoint-dir", flags.checkpoint_dir,
+      "--checkpoint-dir", flags.run.checkpoint_dir,
       "After the last step every rank saves its shards to DIR/<scenario>/<run>/rank<r>.pt (torch.load reads them)");
   run_cmd->add_option(
-      "--dump-batches", flags.dump_batches_dir,
+      "--dump-batches", flags.run.dump_batches_dir,
       "Rank 0 writes every global batch to DIR/<scenario>/<run>/batch<step>.pt, to feed TorchRec the same data");
-  run_cmd->add_option("--filter", flags.filter,
+  run_cmd->add_option("--filter", flags.run.filter,
                       "Only the runs whose '<scenario> [<run>]' matches this regex (as suite --filter)");
   run_cmd
       ->add_option("--ranks", flags.ranks,
@@ -345,35 +308,36 @@ int main(int argc, char** argv) {
       ->delimiter(',');
 
   BenchFlags bench;
+  bench::BenchSpec& spec = bench.sweep.spec;
   auto* bench_cmd = app.add_subcommand(
       "bench",
       "Measure collectives the way nccl-tests does (sizes x collectives x backends x world sizes, each size checked "
       "on seeded inputs), or with --scenario what broadcasting a model's replicated parameters costs");
   bench_cmd
-      ->add_option("--collective,-c", bench.collectives,
+      ->add_option("--collective,-c", spec.collectives,
                    "broadcast, all_reduce, all_gather, reduce_scatter, all_to_all, or all (repeat or comma-separate)")
       ->delimiter(',')
       ->capture_default_str();
   bench_cmd->add_option("--minbytes,-b", bench.min_bytes, "Smallest size (bytes; K, M, G suffixes as nccl-tests)")
       ->capture_default_str();
   bench_cmd->add_option("--maxbytes,-e", bench.max_bytes, "Largest size")->capture_default_str();
-  bench_cmd->add_option("--stepfactor,-f", bench.factor, "Multiply the size by this between rows")
+  bench_cmd->add_option("--stepfactor,-f", spec.factor, "Multiply the size by this between rows")
       ->capture_default_str();
-  bench_cmd->add_option("--warmup_iters,-w", bench.warmup, "Untimed iterations per size")->capture_default_str();
-  bench_cmd->add_option("--iters,-n", bench.iterations, "Timed iterations per size")->capture_default_str();
+  bench_cmd->add_option("--warmup_iters,-w", spec.warmup, "Untimed iterations per size")->capture_default_str();
+  bench_cmd->add_option("--iters,-n", spec.iterations, "Timed iterations per size")->capture_default_str();
   bench_cmd
-      ->add_option("--backend", bench.backends,
+      ->add_option("--backend", bench.sweep.backends,
                    "gloo, nccl (repeat or comma-separate); unavailable ones are skipped with the reason. With "
                    "--scenario: run each "
                    "run on each of these instead of its own backend")
       ->delimiter(',')
       ->capture_default_str();
-  bench_cmd->add_option("--world,-g", bench.world_sizes, "World sizes (repeat or comma-separate)")
+  bench_cmd->add_option("--world,-g", bench.sweep.world_sizes, "World sizes (repeat or comma-separate)")
       ->delimiter(',')
       ->capture_default_str();
-  bench_cmd->add_option("--threads", bench.threads, "Intra-op threads per rank (default: cores / ranks)");
-  bench_cmd->add_option("--timeout", bench.timeout_s, "Deadline in seconds of every collective")->capture_default_str();
-  bench_cmd->add_option("--json", bench.json_path, "Also write the results as JSON to this file");
+  bench_cmd->add_option("--threads", spec.threads_per_rank, "Intra-op threads per rank (default: cores / ranks)");
+  bench_cmd->add_option("--timeout", spec.timeout_s, "Deadline in seconds of every collective")->capture_default_str();
+  bench_cmd->add_option("--json", bench.sweep.json_path, "Also write the results as JSON to this file");
   bench_cmd
       ->add_option("--scenario", bench.scenario,
                    "Instead of the sweep: build each run of this scenario and time every way of broadcasting its "
@@ -411,14 +375,14 @@ int main(int argc, char** argv) {
   fidelity_cmd->add_option("--output", releases.output, "Markdown file to write")->required();
   fidelity_cmd->add_option("--out", releases.out_dir, "Report directory for the runs' JSON")->capture_default_str();
 
-  std::optional<std::string> worker_file;
-  std::string worker_out = "reports";
+  run::WorkerOptions worker;
+  worker.bench = bench::bench_worker;
   auto* worker_cmd = app.add_subcommand(
       "worker",
       "Be one rank. Under torchrun/srun give the scenario file; RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT "
       "come from the environment (rank 0 hosts the store on MASTER_PORT)");
-  worker_cmd->add_option("scenario", worker_file, "Scenario YAML file (not needed under `dmpcheck run`)");
-  worker_cmd->add_option("--out", worker_out, "Report directory (rank 0)")->capture_default_str();
+  worker_cmd->add_option("scenario", worker.scenario_path, "Scenario YAML file (not needed under `dmpcheck run`)");
+  worker_cmd->add_option("--out", worker.out_dir, "Report directory (rank 0)")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
   if (!*worker_cmd) run::install_interrupt_handlers();  // ranks die with their launcher anyway
@@ -447,13 +411,7 @@ int main(int argc, char** argv) {
     }
     if (*validate_cmd) return command_validate(validate_files);
     if (*explain_cmd) return command_explain(explain_files, explain_releases);
-    if (*worker_cmd) {
-      run::WorkerOptions worker;
-      worker.scenario_path = worker_file;
-      worker.out_dir = worker_out;
-      worker.bench = bench::bench_worker;
-      return run::worker_main(worker);
-    }
+    if (*worker_cmd) return run::worker_main(worker);
   } catch (const Error& e) {
     std::cerr << "dmpcheck: " << e.what() << "\n";
     return e.kind() == ErrorKind::kInternal ? 3 : 2;

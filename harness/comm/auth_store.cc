@@ -457,6 +457,9 @@ int connect_once(const std::string& host, uint16_t port, int* error) {
   return fd;
 }
 
+std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+
 }  // namespace
 
 AuthStoreClient::AuthStoreClient(const std::string& host, uint16_t port, const std::string& secret,
@@ -524,11 +527,6 @@ std::vector<std::string> AuthStoreClient::call(uint8_t op, const std::vector<std
             reply->second.empty() ? std::string("failed") : reply->second[0]);
   return std::move(reply->second);
 }
-
-namespace {
-std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-}  // namespace
 
 void AuthStoreClient::set(const std::string& key, const std::vector<uint8_t>& value) { call(kSet, {key, text(value)}); }
 

@@ -19,10 +19,9 @@ std::string system_label(const check::RunResult& r) {
 }
 
 std::string render_run_table(const check::RunResult& r) {
-  std::string out;
-  out += fmt::format("== {} [{}]  on {}  init={} world={} backend={} threads/rank={}\n", r.scenario, r.run,
-                     system_label(r), r.init_mode, r.environment.world_size, r.environment.backend,
-                     r.environment.threads_per_rank);
+  std::string out = fmt::format("== {} [{}]  on {}  init={} world={} backend={} threads/rank={}\n", r.scenario, r.run,
+                                system_label(r), r.init_mode, r.environment.world_size, r.environment.backend,
+                                r.environment.threads_per_rank);
   if (r.verdict == check::Verdict::kSkipped) return out + fmt::format("   skipped: {}\n", r.skip_reason);
   if (r.failure) {
     out += fmt::format("   rank {} failed ({}): {}\n", r.failure->rank, r.failure->cause, r.failure->message);
@@ -55,19 +54,18 @@ std::string render_run_table(const check::RunResult& r) {
     for (const auto& d : r.init_from) equal += d.within_tolerance ? 1 : 0;
     out += fmt::format("   init.from: {}/{} tensors as the checkpoint holds them before any step", equal,
                        r.init_from.size());
-    for (const auto& d : r.init_from) {
-      if (!d.within_tolerance) {
-        out += fmt::format("; {} {}", d.name,
-                           d.note.empty() ? fmt::format("differs (max |diff| {:.3g})", d.max_abs_diff) : d.note);
-        break;
-      }
+    const auto bad =
+        std::find_if(r.init_from.begin(), r.init_from.end(), [](const auto& d) { return !d.within_tolerance; });
+    if (bad != r.init_from.end()) {
+      out += fmt::format("; {} {}", bad->name,
+                         bad->note.empty() ? fmt::format("differs (max |diff| {:.3g})", bad->max_abs_diff) : bad->note);
     }
     out += "\n";
   }
   if (r.reference_compared) {
     int steps = 0;
     for (const auto& d : r.reference) steps = std::max(steps, d.step);
-    out += fmt::format("   against the reference DMP (same initial weights, same batches), per step:\n");
+    out += "   against the reference DMP (same initial weights, same batches), per step:\n";
     out += fmt::format("   {:>4}  {:>7}  {:>9}  {:>11}  {:>11}  {}\n", "step", "tensors", "bitwise", "max|diff|",
                        "max rel", "worst tensor");
     for (int step = 0; step <= steps; ++step) {

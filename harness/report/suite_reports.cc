@@ -4,8 +4,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -318,9 +318,7 @@ std::string load_chart_js() {
   for (const auto& path : candidates) {
     std::ifstream in(path);
     if (!in.good()) continue;
-    std::stringstream s;
-    s << in.rdbuf();
-    std::string js = s.str();
+    std::string js(std::istreambuf_iterator<char>(in), {});
     // Never let the bundle close the inline <script> early.
     for (size_t at = js.find("</script"); at != std::string::npos; at = js.find("</script", at))
       js.replace(at, 2, "<\\/");

@@ -9,6 +9,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <thread>
 
@@ -39,6 +40,14 @@ using Clock = std::chrono::steady_clock;
 volatile std::sig_atomic_t g_interrupted = 0;
 
 void on_interrupt(int) { g_interrupted = 1; }
+
+// Async-signal-safe (no allocation): also used between fork and exec.
+void set_disposition(void (*handler)(int), std::initializer_list<int> signals) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  for (int sig : signals) ::sigaction(sig, &action, nullptr);
+}
 
 struct Rank {
   int rank = 0;
@@ -142,13 +151,7 @@ const char* signal_name(int sig) {
 
 }  // namespace
 
-void install_interrupt_handlers() {
-  struct sigaction action {};
-  action.sa_handler = on_interrupt;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGINT, &action, nullptr);
-  ::sigaction(SIGTERM, &action, nullptr);
-}
+void install_interrupt_handlers() { set_disposition(on_interrupt, {SIGINT, SIGTERM}); }
 
 bool interrupt_requested() { return g_interrupted != 0; }
 
@@ -211,10 +214,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
       // A write to a peer that has died must fail (EPIPE) on this rank, not kill it with SIGPIPE:
       // that death would race the peer's own exit to be the failure reported first.  Ignored
       // signals stay ignored across exec, so exec-ed ranks get the same.
-      struct sigaction ignore {};
-      ignore.sa_handler = SIG_IGN;
-      sigemptyset(&ignore.sa_mask);
-      ::sigaction(SIGPIPE, &ignore, nullptr);
+      set_disposition(SIG_IGN, {SIGPIPE});
       ::dup2(fds[1], STDOUT_FILENO);
       ::dup2(fds[1], STDERR_FILENO);
       if (fork_warm) {
@@ -224,11 +224,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
         ::close(fds[0]);
         ::close(fds[1]);
         for (int earlier = 0; earlier < r; ++earlier) ::close(ranks[static_cast<size_t>(earlier)].output_fd);
-        struct sigaction dfl {};
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
-        ::sigaction(SIGINT, &dfl, nullptr);
-        ::sigaction(SIGTERM, &dfl, nullptr);
+        set_disposition(SIG_DFL, {SIGINT, SIGTERM});
         sigset_t none;
         sigemptyset(&none);
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -254,9 +250,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (group == 0) group = pid;
     ::close(fds[1]);
     ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    ranks[static_cast<size_t>(r)].rank = r;
-    ranks[static_cast<size_t>(r)].pid = pid;
-    ranks[static_cast<size_t>(r)].output_fd = fds[0];
+    ranks[static_cast<size_t>(r)] = {r, pid, fds[0], true, 0, {}, {}};
     outcome.pids.push_back(pid);
   }
 

@@ -214,9 +214,7 @@ check::BroadcastProbe probe_scenario_on_rank(const scenario::Scenario& scenario,
             comm.world_size());
   const int cores = available_cores();
   at::set_num_threads(threads_per_rank(spec, cores));
-  const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
-  const dmp::ShardingPlan plan =
-      dmp::collective_plan(comm, scenario::planner_input(spec, local_world_size), spec.profile);
+  const dmp::ShardingPlan plan = dmp::collective_plan(comm, scenario::planner_input(spec), spec.profile);
   const uint64_t seed = spec.init.seed + (spec.init.mode == scenario::InitMode::kUnseeded ? comm.rank() : 0);
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   dmp::DmpOptions dmp_options{spec.profile, spec.sparse_optimizer, spec.dense_optimizer};
@@ -248,12 +246,11 @@ class RankRun {
   // The hosts the launcher really gives (LOCAL_WORLD_SIZE) plan the run; a scenario that names its
   // topology must agree with them.
   void plan() {
-    const int scenario_local = spec_.local_world_size > 0 ? spec_.local_world_size : spec_.world_size;
-    const int local_world_size = options_.local_world_size > 0 ? options_.local_world_size : scenario_local;
-    DMP_CHECK(spec_.local_world_size == 0 || local_world_size == spec_.local_world_size, ErrorKind::kInvalidInput,
-              "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", local_world_size,
+    const int given = options_.local_world_size;  // 0: not given
+    DMP_CHECK(spec_.local_world_size == 0 || given <= 0 || given == spec_.local_world_size, ErrorKind::kInvalidInput,
+              "LOCAL_WORLD_SIZE is {} but the scenario's topology.local_world_size is {}", given,
               spec_.local_world_size);
-    planner_ = scenario::planner_input(spec_, local_world_size);
+    planner_ = scenario::planner_input(spec_, given);
     plan_ = spec_.given_plan.empty() ? dmp::collective_plan(comm_, planner_, spec_.profile) : given_plan(spec_);
     for (const auto& t : plan_.tables) result_.plan.push_back({t.table, dmp::sharding_type_name(t.type), t.shards});
   }

@@ -65,7 +65,6 @@ ScenarioRunOptions cell_options(const ReleaseOptions& options, const std::string
   o.worker_executable = options.worker_executable;
   o.out_dir = options.out_dir + "/" + sub;
   o.echo_rank_output = false;
-  o.out = nullptr;
   return o;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -45,7 +46,7 @@ class Reader {
     int line = 0;
     if (node.IsDefined() && node.Mark().line >= 0) line = node.Mark().line + 1;
     throw_error(ErrorKind::kInvalidScenario,
-                fmt::format("{}: field '{}': {}", SourceLocation{file_, line}.to_string(), path, message));
+                fmt::format("{}: field '{}': {}", line > 0 ? fmt::format("{}:{}", file_, line) : file_, path, message));
   }
   // Runs one part of the file.  An invalid-scenario error there is recorded and reading goes on,
   // so that one pass reports every error in the file (throw_recorded), not only the first.
@@ -90,8 +91,7 @@ class Reader {
           best = a;
         }
       }
-      const std::string field = path.empty() ? key : path + "." + key;
-      fail(kv.first, field,
+      fail(kv.first, join(path, key),
            fmt::format("unknown key{}; allowed here: {}", best.empty() ? "" : " (did you mean '" + best + "'?)",
                        fmt::join(allowed, ", ")));
     }
@@ -160,9 +160,6 @@ class Reader {
     for (size_t i = 0; i < node.size(); ++i) out.push_back(string(node[i], fmt::format("{}[{}]", path, i)));
     return out;
   }
-
-  int line_of(const YAML::Node& node) const { return node.IsDefined() ? node.Mark().line + 1 : 0; }
-  const std::string& file() const { return file_; }
 
   static std::string join(const std::string& path, const std::string& key) {
     return path.empty() ? key : path + "." + key;
@@ -491,7 +488,6 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     if (!turned.empty()) run.profile.name += fmt::format("+{}", fmt::join(turned, "+"));
   });
 
-  // Tables.
   const YAML::Node tables = root["tables"];
   r.section([&] {
     r.required(root, "", "tables");
@@ -587,7 +583,6 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
   });
 
-  // Optimizers.
   field("optimizers", [&](Node opts) {
     r.check_keys(opts, "optimizers", {"sparse", "dense"});
     if (YAML::Node s = opts["sparse"]) {
@@ -642,7 +637,6 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
   });
 
-  // Data.
   field("data", [&](Node data) {
     r.check_keys(data, "data", {"seed", "ids_per_bag", "features", "from", "batches"});
     if (data["from"] && data["batches"])
@@ -749,7 +743,6 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
                {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state",
                 "max_broadcast_seconds", "error"});
   Expectation e;
-  e.where = {r.file(), r.line_of(node)};
   if (node["replicas"]) {
     e.replicas = r.choice(node["replicas"], path + ".replicas", {"equal", "diverge"}) == "equal"
                      ? ReplicaExpectation::kEqual
@@ -931,9 +924,8 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
     std::vector<std::vector<size_t>> next;
     for (const auto& cell : cells) {
       for (size_t i = 0; i < axis.values.size(); ++i) {
-        auto c = cell;
-        c.push_back(i);
-        next.push_back(c);
+        next.push_back(cell);
+        next.back().push_back(i);
       }
     }
     cells = next;
@@ -983,22 +975,14 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
     }
     run.cell = assignments;
     // The reference is the default system: its cells are named without it, as before the axis existed.
-    std::vector<std::pair<std::string, std::string>> shown;
-    for (const auto& a : assignments) {
-      if (!(a.first == "system" && a.second == kReferenceSystem)) shown.push_back(a);
+    std::vector<std::string> named, values;
+    for (const auto& [path, value] : assignments) {
+      if (path == "system" && value == kReferenceSystem) continue;
+      named.push_back(path + "=" + value);
+      values.push_back(slug_of(value));
     }
-    if (shown.empty()) {
-      run.name = "default";
-      run.slug = "default";
-    } else {
-      std::vector<std::string> named, values;
-      for (const auto& [path, value] : shown) {
-        named.push_back(path + "=" + value);
-        values.push_back(slug_of(value));
-      }
-      run.name = fmt::format("{}", fmt::join(named, " "));
-      run.slug = fmt::format("{}", fmt::join(values, "_"));
-    }
+    run.name = named.empty() ? "default" : fmt::format("{}", fmt::join(named, " "));
+    run.slug = values.empty() ? "default" : fmt::format("{}", fmt::join(values, "_"));
     for (const auto& t : run.model.tables) table_names.insert(t.name);
 
     // Expectations: the first entry whose `when` matches this cell.
@@ -1103,8 +1087,6 @@ const char* fault_kind_name(FaultKind kind) {
 const char* init_mode_name(InitMode mode) { return mode == InitMode::kSeeded ? "seeded" : "unseeded"; }
 const char* phase_name(Phase phase) { return phase == Phase::kInit ? "init" : "final"; }
 
-std::string SourceLocation::to_string() const { return line > 0 ? fmt::format("{}:{}", file, line) : file; }
-
 std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) const {
   auto it = per_feature.find(feature);
   return it == per_feature.end() ? std::make_pair(min_ids_per_bag, max_ids_per_bag) : it->second;
@@ -1155,9 +1137,7 @@ Scenario load_scenario_text(const std::string& text, const std::string& file_lab
 Scenario load_scenario_file(const std::string& path, const Overrides& overrides) {
   std::ifstream in(path, std::ios::binary);
   DMP_CHECK(in.good(), ErrorKind::kInvalidScenario, "{}: cannot open the scenario file", path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return load_scenario_text(buffer.str(), path, overrides);
+  return load_scenario_text(std::string(std::istreambuf_iterator<char>(in), {}), path, overrides);
 }
 
 }  // namespace dmpcheck::scenario

@@ -28,12 +28,6 @@ const char* init_mode_name(InitMode mode);
 enum class Phase { kInit, kFinal };
 const char* phase_name(Phase phase);
 
-struct SourceLocation {
-  std::string file;
-  int line = 0;  // 1-based; 0 when unknown
-  std::string to_string() const;
-};
-
 struct InitSpec {
   InitMode mode = InitMode::kSeeded;
   uint64_t seed = 0;
@@ -69,7 +63,6 @@ struct DataSpec {
     std::vector<float> weights;    // empty: 1 for every id
   };
   std::vector<std::vector<std::map<std::string, Bags>>> batches;
-  bool generated() const { return from.empty() && batches.empty(); }
 };
 
 struct Tolerance {
@@ -114,7 +107,6 @@ struct Expectation {
     std::string describe() const;
   };
   std::optional<ExpectedError> error;
-  SourceLocation where;
   std::string describe() const;
 };
 
@@ -223,10 +215,6 @@ struct Scenario {
 using Overrides = std::vector<std::pair<std::string, std::string>>;
 Scenario load_scenario_file(const std::string& path, const Overrides& overrides = {});
 Scenario load_scenario_text(const std::string& text, const std::string& file_label, const Overrides& overrides = {});
-
-}  // namespace dmpcheck::scenario
-
-namespace dmpcheck::scenario {
 
 // What the planner is asked for a run, with the hosts' size (0: the scenario's
 // topology.local_world_size, or one host).
