@@ -26,6 +26,7 @@
 #include "dmp/checkpoint.h"
 #include "dmp/model_parallel.h"
 #include "run/data_generator.h"
+#include "run/faults.h"
 #include "run/tensor_exchange.h"
 
 namespace dmpcheck::run {
@@ -80,55 +81,6 @@ std::vector<at::Tensor> replicated_parameters(const dmp::DistributedModelParalle
   return out;
 }
 
-// The scenario's faults for this rank at this step (0: after the build).  Faults that end the
-// process do so the way a real failure would: a signal, an exit status, an exception, a hang.
-void inject_faults(const scenario::RunSpec& spec, comm::Communicator& comm, int step,
-                   dmp::DistributedModelParallel& model, const std::function<void(const std::string&)>& say) {
-  const int rank = comm.rank();
-  for (const auto& f : spec.faults) {
-    if (f.rank != rank || f.step != step) continue;
-    say(fmt::format("injecting fault '{}' at step {}", scenario::fault_kind_name(f.kind), step));
-    std::fflush(stdout);
-    switch (f.kind) {
-      case scenario::FaultKind::kCrash: std::raise(SIGSEGV); break;
-      case scenario::FaultKind::kAbort: std::abort();
-      case scenario::FaultKind::kKill: std::raise(SIGKILL); break;
-      case scenario::FaultKind::kExit: std::_Exit(f.exit_code);
-      case scenario::FaultKind::kThrow:
-        throw_error(ErrorKind::kInjected, fmt::format("injected fault: rank {} throws at step {}", rank, step));
-      case scenario::FaultKind::kHang:
-        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-      case scenario::FaultKind::kDesync: {  // one collective the other ranks do not issue
-        at::Tensor extra = at::zeros({3}, at::kFloat);
-        comm.all_reduce(extra, comm::ReduceOp::kSum);
-        break;
-      }
-      case scenario::FaultKind::kCorrupt:
-      case scenario::FaultKind::kNan: {
-        at::NoGradGuard no_grad;
-        bool applied = false;
-        for (const auto& t : model.state()) {
-          if (!(f.tensor.empty() ? t.replicated : t.name == f.tensor) || t.tensor.numel() == 0) continue;
-          applied = true;
-          at::Tensor flat = t.tensor.view({-1});
-          if (f.kind == scenario::FaultKind::kNan) {
-            flat[0] = std::numeric_limits<float>::quiet_NaN();
-          } else {  // one ulp up on the first element
-            flat[0] = std::nextafter(flat[0].item<float>(), std::numeric_limits<float>::infinity());
-          }
-          break;
-        }
-        DMP_CHECK(applied, ErrorKind::kInvalidScenario, "fault '{}' on rank {}: this rank holds no tensor {}",
-                  scenario::fault_kind_name(f.kind), rank,
-                  f.tensor.empty() ? std::string("that is replicated") : "'" + f.tensor + "'");
-        break;
-      }
-    }
-  }
-}
-
-// NaN or Inf in the loss or in any tensor this rank holds stops the run with the place it was
-// first seen.
 // Collective.  Every rank's forward outputs stacked in rank order (the global batch's rows):
 // one all_gather of the outputs side by side.
 std::map<std::string, at::Tensor> gather_outputs(comm::Communicator& comm,
@@ -147,6 +99,8 @@ std::map<std::string, at::Tensor> gather_outputs(comm::Communicator& comm,
   return out;
 }
 
+// NaN or Inf in the loss or in any tensor this rank holds stops the run with the place it was
+// first seen.
 void check_finite(dmp::DistributedModelParallel& model, double loss, int step) {
   DMP_CHECK(std::isfinite(loss), ErrorKind::kInvalidInput, "step {}: the loss is {}", step, loss);
   for (const auto& t : model.state()) {
