@@ -46,6 +46,15 @@ echo "== 2. pip install . into a fresh venv with torch 2.14.1; the module beside
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 make_venv "$scratch/venv"
+# Plain `pip install .` (pip's default build isolation hides the venv's torch): it must stop and say
+# what to type, not fail on a bare "No module named 'torch'".
+if "$scratch/venv/bin/pip" install -q --disable-pip-version-check --config-settings=build-dir="$scratch/isolated" . \
+    > "$scratch/isolated.log" 2>&1; then
+  echo "ci/torch2.sh: plain pip install . built, which needs the venv's torch: isolation is no longer what it was"; exit 1
+fi
+grep -q 'pip install --no-build-isolation' "$scratch/isolated.log" ||
+  { cat "$scratch/isolated.log"; echo "ci/torch2.sh: plain pip install . failed without saying what to type"; exit 1; }
+echo "ci/torch2.sh: plain pip install . stops and says: pip install --no-build-isolation ."
 start=$(date +%s)
 # --config-settings build-dir: pip's build reuses the objects of step 1 (same torch, same flags), to keep CI within
 # its time; a build from nothing (what a newcomer's `pip install .` does) took 3 min 51 s here.

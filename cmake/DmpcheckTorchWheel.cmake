@@ -8,6 +8,14 @@ execute_process(
   RESULT_VARIABLE _dmpcheck_torch_rc
   OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(NOT _dmpcheck_torch_rc EQUAL 0)
+  if(DEFINED SKBUILD)
+    # pip's default build isolation hides the environment's torch from the build (dmpcheck must
+    # link the libtorch of the torch it will run beside, so it cannot declare its own torch).
+    message(FATAL_ERROR "dmpcheck builds against the torch of the environment it is installed into, and pip's "
+            "build isolation hides it (`import torch` failed in ${DMPCHECK_TORCH_PYTHON}). In an environment that "
+            "has torch, type:\n    pip install --no-build-isolation .\n(after `pip install scikit-build-core` "
+            "there).\n${_dmpcheck_torch_err}")
+  endif()
   message(FATAL_ERROR "DMPCHECK_TORCH_PYTHON=${DMPCHECK_TORCH_PYTHON}: `import torch` failed:\n${_dmpcheck_torch_err}")
 endif()
 string(REPLACE "\n" ";" _dmpcheck_torch_out "${_dmpcheck_torch_out}")

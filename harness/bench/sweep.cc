@@ -406,7 +406,7 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
     at::set_num_threads(std::max(1, spec.threads_per_rank));
     auto comm = comm::make_communicator(task.bench_backend, group_store, env, spec.timeout_s);
     const std::vector<BenchRow> rows = bench_on_rank(*comm, spec, line);
-    if (env.rank == 0) set_signed(store, "result", nlohmann::json(rows).dump(), secret);
+    if (env.rank == 0) set_signed(store, run::kResultKey, nlohmann::json(rows).dump(), secret);
     return;
   }
   DMP_INTERNAL_ASSERT(task.bench_kind == BenchKind::kScenario, "a benchmark task of no kind");
@@ -422,7 +422,7 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
   RankRunOptions run_options;
   run_options.progress = line;
   const check::BroadcastProbe result = probe_scenario_on_rank(scenario, spec, *comm, probe, run_options);
-  if (env.rank == 0) set_signed(store, "result", nlohmann::json(result).dump(), secret);
+  if (env.rank == 0) set_signed(store, run::kResultKey, nlohmann::json(result).dump(), secret);
 }
 
 int run_scenario_bench(const ScenarioBenchOptions& options) {

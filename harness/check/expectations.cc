@@ -119,8 +119,11 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
       }
     }
   }
-  if (expect.max_broadcast_seconds && result.init_broadcast.performed &&
-      result.init_broadcast.seconds > *expect.max_broadcast_seconds) {
+  if (expect.max_broadcast_seconds && !result.init_broadcast.performed) {
+    // A bound on a broadcast that never ran would hold whatever the code does.
+    out.failures.push_back(fmt::format("max_broadcast_seconds bounds the init broadcast, but none ran (the profile "
+                                       "does not broadcast, or nothing is replicated)"));
+  } else if (expect.max_broadcast_seconds && result.init_broadcast.seconds > *expect.max_broadcast_seconds) {
     out.failures.push_back(fmt::format("the init broadcast took {:.4f} s, over the bound of {} s",
                                        result.init_broadcast.seconds, *expect.max_broadcast_seconds));
   }

@@ -71,7 +71,7 @@ int command_validate(const std::vector<std::string>& paths) {
       const run::RunMemory memory = run::estimate_run_memory(spec);
       std::cout << fmt::format(
           "  - {} : {} ranks, {} steps, {}, init {}; expect {}; peak memory about {} on this host\n", spec.name,
-          spec.world_size, spec.steps, spec.on_torchrec() ? "on " + spec.system : "profile " + spec.profile.name,
+          spec.world_size, spec.steps, spec.on_torchrec() ? "on " + spec.system.name() : "profile " + spec.profile.name,
           scenario::init_mode_name(spec.init.mode), spec.expect.describe(),
           run::human_bytes(static_cast<double>(memory.host_bytes)));
     }
@@ -143,6 +143,7 @@ int command_run(const std::vector<std::string>& files, RunFlags flags) {
   run::ScenarioRunOptions& options = flags.run;
   options.worker_executable = self_executable();
   options.echo_rank_output = !flags.quiet;
+  options.print_tables = !flags.quiet;
   options.out = &std::cout;
   options.exec_ranks = flags.ranks == "exec";
   std::vector<check::RunResult> all;
@@ -232,7 +233,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("scenario", run_files, "Scenario YAML file(s)")->required()->check(CLI::ExistingFile);
   run_cmd->add_option("--out", flags.run.out_dir, "Report directory (reports/<scenario>/<run>.json)")
       ->capture_default_str();
-  run_cmd->add_flag("--quiet", flags.quiet, "Do not echo the ranks' own output");
+  run_cmd->add_flag("--quiet", flags.quiet,
+                    "Print one verdict line per run and the summary: no rank output, no tables (the JSON reports "
+                    "hold everything)");
   run_cmd
       ->add_option("--timeout", flags.timeout_s,
                    "Deadline in seconds of every collective (overrides the scenarios' timeout_s)")
@@ -414,10 +417,10 @@ int main(int argc, char** argv) {
     if (*worker_cmd) return run::worker_main(worker);
   } catch (const Error& e) {
     std::cerr << "dmpcheck: " << e.what() << "\n";
-    return e.kind() == ErrorKind::kInternal ? 3 : 2;
+    return exit_status(e.kind());
   } catch (const std::exception& e) {
     std::cerr << "dmpcheck: " << e.what() << "\n";
-    return 2;
+    return exit_status(ErrorKind::kInternal);
   }
   return 0;
 }

@@ -84,4 +84,8 @@ int exit_status(Verdict verdict, std::optional<FailureKind> failure) {
   return failure == FailureKind::kInvalidScenario ? 2 : 3;
 }
 
+int exit_status(ErrorKind kind) {
+  return kind == ErrorKind::kInvalidScenario || kind == ErrorKind::kInvalidInput ? 2 : 3;
+}
+
 }  // namespace dmpcheck

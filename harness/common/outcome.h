@@ -48,6 +48,10 @@ std::vector<std::string_view> failure_kind_names();
 // 2 bad input found before any rank started (a scenario that did not load), 3 any other error,
 // 130 interrupted.  The status of many runs is the largest of theirs.
 int exit_status(Verdict verdict, std::optional<FailureKind> failure);
+// The exit status of a command stopped by an error before or outside any run's verdict: 2 for bad
+// input (a scenario, a flag, a file), 3 for everything else (a rank, the store, a release's
+// output, dmpcheck itself).  main() and validate use it; docs/errors.md says the same.
+int exit_status(ErrorKind kind);
 
 }  // namespace dmpcheck
 

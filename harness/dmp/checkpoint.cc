@@ -197,6 +197,16 @@ void save_batch(const std::string& path, const KeyedJaggedTensor& batch) {
 KeyedJaggedTensor load_batch(const std::string& path) {
   DMP_CHECK(fs::is_regular_file(path), ErrorKind::kInvalidInput, "batch file {} does not exist", path);
   const GenericDict top = read_dict(path);
+  // An entry the reader does not know is refused, never ignored: a variable-batch KJT's
+  // stride_per_key_per_rank or inverse_indices would otherwise replay as something else.
+  for (const auto& entry : top) {
+    const std::string key = entry.key().isString() ? entry.key().toStringRef() : std::string("<not a name>");
+    DMP_CHECK(key == "keys" || key == "values" || key == "lengths" || key == "weights" || key == "stride",
+              ErrorKind::kInvalidInput,
+              "{}: unknown entry '{}'; a batch holds keys, values, lengths, stride and optionally weights (one "
+              "batch size for every feature: a variable batch per feature or rank cannot be replayed yet)",
+              path, key);
+  }
   auto tensor_field = [&](const char* key) {
     const c10::IValue v = field(top, key, path);
     DMP_CHECK(v.isTensor(), ErrorKind::kInvalidInput, "{}: '{}' is not a tensor", path, key);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/names.h"
+
 namespace dmpcheck::dmp {
 
 enum class PoolingType { kSum, kMean };
@@ -39,7 +41,14 @@ struct ModelConfig {
 };
 
 enum class FusedOptimizerType { kSgd, kAdagrad, kRowWiseAdagrad, kAdam };
+inline constexpr Named<FusedOptimizerType> kFusedOptimizerNames[] = {
+    {FusedOptimizerType::kSgd, "sgd"},
+    {FusedOptimizerType::kAdagrad, "adagrad"},
+    {FusedOptimizerType::kRowWiseAdagrad, "rowwise_adagrad"},
+    {FusedOptimizerType::kAdam, "adam"}};
 enum class WeightDecayMode { kNone, kL2, kDecoupled };
+inline constexpr Named<WeightDecayMode> kWeightDecayModeNames[] = {
+    {WeightDecayMode::kNone, "none"}, {WeightDecayMode::kL2, "l2"}, {WeightDecayMode::kDecoupled, "decoupled"}};
 
 struct FusedOptimizerConfig {
   FusedOptimizerType type = FusedOptimizerType::kSgd;
@@ -56,6 +65,8 @@ std::vector<std::string> fused_optimizer_names();
 const char* weight_decay_mode_name(WeightDecayMode mode);
 
 enum class DenseOptimizerType { kSgd, kAdagrad, kAdam };
+inline constexpr Named<DenseOptimizerType> kDenseOptimizerNames[] = {
+    {DenseOptimizerType::kSgd, "sgd"}, {DenseOptimizerType::kAdagrad, "adagrad"}, {DenseOptimizerType::kAdam, "adam"}};
 
 struct DenseOptimizerConfig {
   DenseOptimizerType type = DenseOptimizerType::kSgd;

@@ -11,16 +11,6 @@
 namespace dmpcheck::dmp {
 namespace {
 
-struct TypeName {
-  ShardingType type;
-  const char* name;
-};
-constexpr TypeName kTypeNames[] = {{ShardingType::kDataParallel, "data_parallel"},
-                                   {ShardingType::kTableWise, "table_wise"},
-                                   {ShardingType::kRowWise, "row_wise"},
-                                   {ShardingType::kColumnWise, "column_wise"},
-                                   {ShardingType::kTableRowWise, "table_row_wise"}};
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // TorchRec's planner on CPU (torchrec/distributed/planner, measured against 0.6.0 and 1.9.2 on
@@ -46,25 +36,9 @@ std::vector<Shard> row_blocks(const EmbeddingBagConfig& t, const std::vector<int
 
 }  // namespace
 
-const char* sharding_type_name(ShardingType type) {
-  for (const auto& t : kTypeNames) {
-    if (t.type == type) return t.name;
-  }
-  return "unknown";
-}
-
-std::optional<ShardingType> parse_sharding_type(const std::string& name) {
-  for (const auto& t : kTypeNames) {
-    if (name == t.name) return t.type;
-  }
-  return std::nullopt;
-}
-
-std::vector<std::string> sharding_type_names() {
-  std::vector<std::string> names;
-  for (const auto& t : kTypeNames) names.push_back(t.name);
-  return names;
-}
+const char* sharding_type_name(ShardingType type) { return name_in(kShardingTypeNames, type); }
+std::optional<ShardingType> parse_sharding_type(const std::string& name) { return value_in(kShardingTypeNames, name); }
+std::vector<std::string> sharding_type_names() { return names_in(kShardingTypeNames); }
 
 int64_t torchrec_column_width(int64_t dim, int column_shards) {
   const int64_t least = column_shards > 0 ? std::max<int64_t>(1, dim / column_shards) : 128;

@@ -17,6 +17,11 @@
 namespace dmpcheck::dmp {
 
 enum class ShardingType { kDataParallel, kTableWise, kRowWise, kColumnWise, kTableRowWise };
+inline constexpr Named<ShardingType> kShardingTypeNames[] = {{ShardingType::kDataParallel, "data_parallel"},
+                                                             {ShardingType::kTableWise, "table_wise"},
+                                                             {ShardingType::kRowWise, "row_wise"},
+                                                             {ShardingType::kColumnWise, "column_wise"},
+                                                             {ShardingType::kTableRowWise, "table_row_wise"}};
 
 const char* sharding_type_name(ShardingType type);
 std::optional<ShardingType> parse_sharding_type(const std::string& name);

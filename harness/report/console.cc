@@ -87,9 +87,21 @@ std::string render_run_table(const check::RunResult& r) {
                       worst ? worst->max_abs_diff : 0.0, worst ? worst->max_rel_diff : 0.0, worst ? worst->name : "-",
                       unmatched.empty() ? "" : fmt::format("  (not comparable: {})", fmt::join(unmatched, ", ")));
     }
-    out += r.reference_first_break_step < 0
-               ? std::string("   within tolerance at every step\n")
-               : fmt::format("   first step out of tolerance: {}\n", r.reference_first_break_step);
+    // At the first step out of tolerance, say whether anything compared broke, or only a tensor one
+    // side holds and the other does not (then every tensor both hold may still be bitwise).
+    std::vector<std::string> one_sided;
+    bool compared_broke = false;
+    for (const auto& d : r.reference) {
+      if (d.step != r.reference_first_break_step || d.within_tolerance) continue;
+      if (d.note.empty()) compared_broke = true;
+      else one_sided.push_back(d.name);
+    }
+    out += r.reference_first_break_step < 0 ? std::string("   within tolerance at every step\n")
+           : compared_broke
+               ? fmt::format("   first step out of tolerance: {}\n", r.reference_first_break_step)
+               : fmt::format("   first step out of tolerance: {}, only by tensors one side holds and the other does "
+                             "not ({}); every tensor both hold is within tolerance there\n",
+                             r.reference_first_break_step, fmt::join(one_sided, ", "));
   }
   for (const auto& note : r.system.notes) out += fmt::format("   note: {}\n", note);
   if (!r.system.simulated) {

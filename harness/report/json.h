@@ -10,16 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check/run_result.h"
-
-// std::optional as null or the value, for the fields that may be absent (a run's failure, a
-// method's device time).
-template <typename T>
-struct nlohmann::adl_serializer<std::optional<T>> {
-  static void to_json(json& j, const std::optional<T>& v) { j = v ? json(*v) : json(nullptr); }
-  static void from_json(const json& j, std::optional<T>& v) {
-    v = j.is_null() ? std::nullopt : std::optional<T>(j.get<T>());
-  }
-};
+#include "common/json.h"
 
 namespace dmpcheck {
 

@@ -13,11 +13,17 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/store.h"
+#include "common/json.h"
 #include "scenario/scenario.h"
 
 namespace dmpcheck::run {
 
 inline constexpr const char* kSecretVariable = "DMPCHECK_RUN_SECRET";
+
+// The run's store keys besides the task's (hand_over's own "entries", "entry/<name>"), for the
+// launcher, the ranks and the benchmark alike: rank 0's result, and a failing rank's error.
+inline constexpr const char* kResultKey = "result";
+inline std::string error_key(int rank) { return "error/" + std::to_string(rank); }
 
 // The store's view for the run's keys: prefixed by a name derived from the secret.
 comm::Store secret_view(const comm::Store& store, const std::string& secret);
@@ -30,6 +36,24 @@ NLOHMANN_JSON_SERIALIZE_ENUM(BenchKind, {{BenchKind::kNone, "none"},
                                          {BenchKind::kSweep, "sweep"},
                                          {BenchKind::kScenario, "scenario"}})
 
+// The reference half of a side-by-side TorchRec cell (torchrec_cell.cc): the same run on the
+// reference DMP, dumping its whole state (init, every step, the outputs) into full_state_dir; under
+// `profile` when set, sharing rank 0's start on every rank (a release starts from rank 0's
+// data-parallel replicas, so the profile's #1739 broadcast is forced on), on `plan` when set
+// (ShardingPlan text: the release's own placement).  Handed over whole; the worker derives the
+// run from it in one place (reference_half_of).
+struct ReferenceHalf {
+  std::string full_state_dir;
+  std::string profile;
+  bool shares_its_start = false;
+  std::string plan;
+};
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ReferenceHalf, full_state_dir, profile, shares_its_start, plan)
+
+// `spec` as the reference half runs it: on the reference, no expectation of its own (its verdict is
+// not used) but the outputs still dumped, under the half's profile and plan.
+scenario::RunSpec reference_half_of(scenario::RunSpec spec, const ReferenceHalf& half);
+
 struct RankTask {
   std::string scenario_file;
   std::string scenario_text;
@@ -37,13 +61,7 @@ struct RankTask {
   int64_t run_index = -1;  // -1: every run of the scenario (ranks under an external launcher)
   std::string checkpoint_dir;
   std::string dump_batches_dir;
-  // The reference half of a side-by-side TorchRec cell (torchrec_cell.cc): the same run on the
-  // reference, dumping its whole state into full_state_dir; under reference_profile when set,
-  // sharing rank 0's start on every rank, on reference_plan when set (ShardingPlan text).
-  std::string full_state_dir;
-  std::string reference_profile;
-  bool reference_shares_its_start = false;
-  std::string reference_plan;
+  std::optional<ReferenceHalf> reference_half;
   // `dmpcheck bench`: a sweep (bench_options a BenchSpec) or a scenario benchmark (the probe's
   // warmup, iterations, bucket_caps); kNone for a run.  The backend, when set, replaces the run's.
   BenchKind bench_kind = BenchKind::kNone;
@@ -51,9 +69,8 @@ struct RankTask {
   nlohmann::json bench_options;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankTask, scenario_file, scenario_text, overrides, run_index,
-                                                checkpoint_dir, dump_batches_dir, full_state_dir, reference_profile,
-                                                reference_shares_its_start, reference_plan, bench_kind, bench_backend,
-                                                bench_options)
+                                                checkpoint_dir, dump_batches_dir, reference_half, bench_kind,
+                                                bench_backend, bench_options)
 // Launcher (or rank 0 under an external launcher): the task as one signed entry.  A rank: the
 // task, once its MAC checks; Error(kCommunication) when it does not (forged, or written by a run
 // with another secret).

@@ -277,7 +277,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
   auto make_failure = [&](Rank& r, check::FailureKind kind, const std::string& cause) {
     check::RankFailure f{r.rank, kind, cause, {}, {}};
     std::string refused;
-    std::optional<std::string> error = get_signed(store, "error/" + std::to_string(r.rank), secret, &refused);
+    std::optional<std::string> error = get_signed(store, error_key(r.rank), secret, &refused);
     if (!error && !request.error_dir.empty()) {
       std::ifstream in(fmt::format("{}/rank{}/error.json", request.error_dir, r.rank));
       if (in.good()) error = std::string(std::istreambuf_iterator<char>(in), {});
@@ -385,7 +385,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
   } else {
     outcome.ok = true;
     std::string refused;
-    outcome.result = get_signed(store, "result", secret, &refused);
+    outcome.result = get_signed(store, kResultKey, secret, &refused);
     if (!outcome.result && !refused.empty()) {
       // Every rank exited 0 but the result is not the run's: believe nothing of it.
       outcome.ok = false;

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "dmp/optim/fused_optimizer.h"
 #include "dmp/planner.h"
+#include "run/data_generator.h"
 
 namespace dmpcheck::run {
 namespace {
@@ -125,6 +126,17 @@ void preflight(const scenario::Scenario& scenario, int64_t available) {
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kInvalidScenario) throw;
       problems.push_back(e.what());
+    }
+    // The report's own batches (data.from) are read here too, every step of every run: a file that
+    // does not fit stops the scenario before any cell starts, whichever system the cell runs on.
+    for (int step = 0; !spec.data.from.empty() && step < std::max(spec.steps, 1); ++step) {
+      try {
+        make_global_batch(spec, step);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::kInvalidInput) throw;
+        problems.push_back(fmt::format("run '{}': {}", spec.name, e.what()));
+        break;
+      }
     }
   }
   problems.erase(std::unique(problems.begin(), problems.end()), problems.end());

@@ -132,11 +132,16 @@ check::RunResult result_header(const scenario::Scenario& scenario, const scenari
   result.cell = spec.cell;
   result.profile = spec.on_torchrec() ? std::string() : spec.profile.name;
   if (!spec.on_torchrec()) result.switches = dmp::behaviour_switch_values(spec.profile);
-  result.system.name = spec.system;
+  result.system.name = spec.system.name();
   result.system.simulated = !spec.on_torchrec();
   result.init_mode = scenario::init_mode_name(spec.init.mode);
   result.environment.world_size = spec.world_size;
   result.environment.backend = spec.backend;
+  // What the ranks were given, even when none reports back (a failed cell's header says so too).
+  result.environment.host = hostname();
+  result.environment.git_revision = git_revision();
+  result.environment.cores = available_cores();
+  result.environment.threads_per_rank = threads_per_rank(spec, result.environment.cores);
   result.expectation.description = spec.expect.describe();
   return result;
 }
@@ -169,7 +174,7 @@ check::BroadcastProbe probe_scenario_on_rank(const scenario::Scenario& scenario,
   const int cores = available_cores();
   at::set_num_threads(threads_per_rank(spec, cores));
   const dmp::ShardingPlan plan = dmp::collective_plan(comm, scenario::planner_input(spec), spec.profile);
-  const uint64_t seed = spec.init.seed + (spec.init.mode == scenario::InitMode::kUnseeded ? comm.rank() : 0);
+  const uint64_t seed = spec.init.seed_of_rank(comm.rank());
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   dmp::DmpOptions dmp_options{spec.profile, spec.sparse_optimizer, spec.dense_optimizer};
   dmp::DistributedModelParallel model(comm, spec.model, plan, generator, dmp_options);
@@ -212,7 +217,7 @@ class RankRun {
   // The generator is seeded per the init mode before the model exists; then the model, what it
   // starts from, the scenario's step-0 faults, and what the init broadcast cost.
   void build() {
-    const uint64_t seed = spec_.init.seed + (spec_.init.mode == scenario::InitMode::kUnseeded ? comm_.rank() : 0);
+    const uint64_t seed = spec_.init.seed_of_rank(comm_.rank());
     generator_ = at::make_generator<at::CPUGeneratorImpl>(seed);
     dmp_options_ = {spec_.profile, spec_.sparse_optimizer, spec_.dense_optimizer};
     model_ = std::make_unique<dmp::DistributedModelParallel>(comm_, spec_.model, plan_, generator_, dmp_options_);

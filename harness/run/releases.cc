@@ -78,8 +78,8 @@ int bisect_releases(const ReleaseOptions& options) {
   // Validate every release's version first: a typo in the last one should not cost the others.
   std::vector<scenario::Scenario> per_release;
   for (const auto& release : options.releases) {
-    per_release.push_back(
-        scenario::load_scenario_file(options.scenario_files[0], {{"system", "torchrec==" + release}}));
+    per_release.push_back(scenario::load_scenario_file(options.scenario_files[0],
+                                                       {{"system", scenario::System::release(release).name()}}));
   }
   std::vector<std::string> installed;                    // releases that ran
   std::map<std::string, std::vector<std::string>> seen;  // release -> observation per cell
@@ -142,7 +142,8 @@ int measure_fidelity(const ReleaseOptions& options) {
   for (const auto& release : options.releases) {
     std::string version_line;
     for (const auto& file : options.scenario_files) {
-      const scenario::Scenario s = scenario::load_scenario_file(file, {{"system", "torchrec==" + release}});
+      const scenario::Scenario s =
+          scenario::load_scenario_file(file, {{"system", scenario::System::release(release).name()}});
       std::vector<std::string> labels;
       const auto cells = distinct_cells(s, &labels);
       for (size_t c = 0; c < cells.size() && !interrupt_requested(); ++c) {

@@ -56,20 +56,13 @@ check::RunResult failed_result(const scenario::Scenario& scenario, const scenari
 
 check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const ScenarioRunOptions& options) {
   const scenario::RunSpec& spec = scenario.runs.at(i);
-  if (spec.on_torchrec() && options.full_state_dir.empty()) return run_torchrec_cell(scenario, i, options);
+  if (spec.on_torchrec() && !options.reference_half) return run_torchrec_cell(scenario, i, options);
   const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
   std::optional<std::string> reason = comm::backend_unavailable_reason(spec.backend, local_world_size);
-  for (const auto& t : spec.model.tables) {
-    const auto c = spec.constraints.find(t.name);
-    const bool data_parallel = c != spec.constraints.end() && !c->second.sharding_types.empty() &&
-                               c->second.sharding_types.front() == dmp::ShardingType::kDataParallel;
-    if (!reason && (t.data_type == "bf16" || (t.data_type == "fp16" && data_parallel))) {
-      // Said plainly, as a skip: the release cells of the same scenario still run.
-      reason = fmt::format(
-          "the reference DMP models fp32 tables and model-parallel fp16 ones; table '{}' is {}{} (run it on a "
-          "release: system: torchrec==X.Y.Z)",
-          t.name, t.data_type, data_parallel ? ", data_parallel" : "");
-    }
+  if (!reason) {
+    // Said plainly, as a skip: the release cells of the same scenario still run.
+    if (const auto why = scenario::reference_cannot_model(spec))
+      reason = *why + " (run it on a release: system: torchrec==X.Y.Z)";
   }
   if (reason) {
     check::RunResult skipped = result_header(scenario, spec);
@@ -95,10 +88,7 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   task.overrides = scenario.overrides;
   task.checkpoint_dir = options.checkpoint_dir;
   task.dump_batches_dir = options.dump_batches_dir;
-  task.full_state_dir = options.full_state_dir;
-  task.reference_profile = options.reference_profile;
-  task.reference_shares_its_start = options.reference_shares_its_start;
-  task.reference_plan = options.reference_plan;
+  task.reference_half = options.reference_half;
   set_cell_budget_and_echo(spec, options, "", request);
   const LaunchOutcome launched = launch(request);
 
@@ -133,7 +123,9 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
     }
     check::RunResult result = run_cell(scenario, i, options);
     if (options.out) {
-      *options.out << report::render_run_table(result) << report::render_verdict_line(result) << "\n" << std::flush;
+      *options.out << (options.print_tables ? report::render_run_table(result) : std::string())
+                   << report::render_verdict_line(result) << "\n"
+                   << std::flush;
     }
     outcome.results.push_back(result);
   }

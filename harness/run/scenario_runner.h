@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "check/run_result.h"
+#include "run/handover.h"
 #include "scenario/scenario.h"
 
 namespace dmpcheck::run {
@@ -19,18 +20,13 @@ struct ScenarioRunOptions {
   bool write_reports = true;
   bool echo_rank_output = true;    // "[rank N] ..." lines as they come
   std::ostream* out = nullptr;     // tables and verdicts; nullptr: quiet
+  bool print_tables = true;        // false: each run's verdict line alone on `out`
   std::optional<double> budget_s;  // per run; default max(600, 10 x timeout_s)
   std::string checkpoint_dir;      // ranks save sharded checkpoints under <dir>/<scenario>/<run>/
   std::string dump_batches_dir;    // rank 0 dumps the global batches under <dir>/<scenario>/<run>/
   // Internal (side-by-side TorchRec cells): run the cell on the reference whatever its system,
-  // and have rank 0 dump its whole state at init and after every step into this directory.
-  std::string full_state_dir;
-  std::string reference_profile;  // with full_state_dir: the profile the reference runs under
-  // With full_state_dir: a release starts from the reference's initial state, which holds rank 0's
-  // data-parallel replicas only, so the reference must hold rank 0's on every rank too (the
-  // profile's #1739 broadcast is forced on; without it the ranks' replicas differ by design).
-  bool reference_shares_its_start = false;
-  std::string reference_plan;  // with full_state_dir: the plan the reference uses (ShardingPlan text); empty: its own
+  // as handover.h's ReferenceHalf says.
+  std::optional<ReferenceHalf> reference_half;
   // Exec a fresh worker binary per rank instead of forking ranks from this warm process
   // (launcher.h says when a fork is made).
   bool exec_ranks = false;

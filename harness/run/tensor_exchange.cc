@@ -10,68 +10,45 @@
 
 #include "common/error.h"
 #include "report/json.h"
+#include "run/release_contract.h"
 
 namespace dmpcheck::run {
 
 void write_exchange_phase(const std::string& dir, const std::string& phase, const std::vector<ExchangePiece>& pieces) {
   std::filesystem::create_directories(dir);
-  nlohmann::json entries = nlohmann::json::array();
+  contract::Phase manifest;
+  manifest.phase = phase;
   std::string bytes;
   for (const auto& p : pieces) {
     const at::Tensor t = p.tensor.detach().to(at::kFloat).contiguous();
-    entries.push_back({{"name", p.name},
-                       {"sharding", p.sharding},
-                       {"replicated", p.replicated},
-                       {"full_sizes", p.full_sizes},
-                       {"row_offset", p.row_offset},
-                       {"col_offset", p.col_offset},
-                       {"sizes", t.sizes().vec()},
-                       {"offset", bytes.size()}});
+    manifest.tensors.push_back(
+        {p.name, p.sharding, p.replicated, p.full_sizes, p.row_offset, p.col_offset, t.sizes().vec(), bytes.size()});
     bytes.append(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * sizeof(float));
   }
   report::write_text_file_atomically(dir + "/" + phase + ".bin", bytes);
-  report::write_text_file_atomically(dir + "/" + phase + ".json",
-                                     nlohmann::json{{"phase", phase}, {"tensors", entries}}.dump());
+  report::write_text_file_atomically(dir + "/" + phase + ".json", nlohmann::json(manifest).dump());
 }
 
 std::vector<ExchangePiece> read_exchange_phase(const std::string& dir, const std::string& phase) {
   const std::string manifest_path = dir + "/" + phase + ".json";
   const std::string data_path = dir + "/" + phase + ".bin";
-  std::ifstream manifest_in(manifest_path);
-  DMP_CHECK(manifest_in.good(), ErrorKind::kRankFailed, "{} is missing: the rank did not finish phase '{}'",
-            manifest_path, phase);
+  DMP_CHECK(std::filesystem::exists(manifest_path), ErrorKind::kRankFailed,
+            "{} is missing: the rank did not finish phase '{}'", manifest_path, phase);
+  const auto manifest = contract::read_document_file<contract::Phase>(manifest_path);
   std::ifstream data_in(data_path, std::ios::binary);
   DMP_CHECK(data_in.good(), ErrorKind::kRankFailed, "{} is missing", data_path);
   const std::string data(std::istreambuf_iterator<char>(data_in), {});
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(manifest_in);
-  } catch (const std::exception& e) {
-    throw_error(ErrorKind::kRankFailed, fmt::format("{}: not JSON: {}", manifest_path, e.what()));
-  }
   std::vector<ExchangePiece> out;
-  try {
-    for (const auto& e : manifest.at("tensors")) {
-      ExchangePiece p;
-      p.name = e.at("name").get<std::string>();
-      p.sharding = e.at("sharding").get<std::string>();
-      p.replicated = e.at("replicated").get<bool>();
-      p.full_sizes = e.at("full_sizes").get<std::vector<int64_t>>();
-      p.row_offset = e.at("row_offset").get<int64_t>();
-      p.col_offset = e.at("col_offset").get<int64_t>();
-      const auto sizes = e.at("sizes").get<std::vector<int64_t>>();
-      const auto offset = e.at("offset").get<size_t>();
-      int64_t numel = 1;
-      for (int64_t s : sizes) numel *= s;
-      DMP_CHECK(offset + static_cast<size_t>(numel) * sizeof(float) <= data.size(), ErrorKind::kRankFailed,
-                "{}: '{}' ends at byte {} but {} holds {}", manifest_path, p.name, offset + numel * sizeof(float),
-                data_path, data.size());
-      p.tensor = at::empty(sizes, at::kFloat);
-      std::memcpy(p.tensor.data_ptr(), data.data() + offset, static_cast<size_t>(numel) * sizeof(float));
-      out.push_back(std::move(p));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw_error(ErrorKind::kRankFailed, fmt::format("{}: malformed manifest: {}", manifest_path, e.what()));
+  for (const auto& e : manifest.tensors) {
+    int64_t numel = 1;
+    for (int64_t size : e.sizes) numel *= size;
+    const size_t end = e.offset + static_cast<size_t>(numel) * sizeof(float);
+    DMP_CHECK(numel >= 0 && end <= data.size(), ErrorKind::kRankFailed, "{}: '{}' ends at byte {} but {} holds {}",
+              manifest_path, e.name, end, data_path, data.size());
+    ExchangePiece p{
+        e.name, e.sharding, e.replicated, e.full_sizes, e.row_offset, e.col_offset, at::empty(e.sizes, at::kFloat)};
+    std::memcpy(p.tensor.data_ptr(), data.data() + e.offset, static_cast<size_t>(numel) * sizeof(float));
+    out.push_back(std::move(p));
   }
   return out;
 }

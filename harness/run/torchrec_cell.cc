@@ -27,6 +27,7 @@
 #include "run/data_generator.h"
 #include "run/launcher.h"
 #include "run/rank_run.h"
+#include "run/release_contract.h"
 #include "run/tensor_exchange.h"
 
 #ifndef DMPCHECK_SOURCE_DIR
@@ -41,16 +42,6 @@ namespace fs = std::filesystem;
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? std::string(v) : fallback;
-}
-
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  DMP_CHECK(in.good(), ErrorKind::kRankFailed, "{} is missing", path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw_error(ErrorKind::kRankFailed, fmt::format("{}: not JSON: {}", path, e.what()));
-  }
 }
 
 // A loopback port free right now, for the release's own rendezvous (torch.distributed's TCPStore
@@ -70,82 +61,64 @@ int free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
-// The plan a release chose (meta.json's rows), as the reference's ShardingPlan in model order.
-dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const nlohmann::json& rows) {
+// The plan a release chose, as the reference's ShardingPlan in model order.
+dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const std::vector<contract::PlanRow>& rows) {
   dmp::ShardingPlan plan;
   plan.topology = {spec.world_size, spec.local_world_size > 0 ? spec.local_world_size : spec.world_size, 0};
   for (const auto& config : spec.model.tables) {
     const auto row =
-        std::find_if(rows.begin(), rows.end(), [&](const nlohmann::json& r) { return r.at("table") == config.name; });
-    DMP_CHECK(row != rows.end(), ErrorKind::kInternal, "the release's plan has no table '{}'", config.name);
-    const std::string type = row->at("sharding").get<std::string>();
-    const auto parsed = dmp::parse_sharding_type(type);
-    DMP_CHECK(parsed.has_value(), ErrorKind::kInternal, "the release's plan shards '{}' {}, which the reference lacks",
-              config.name, type);
+        std::find_if(rows.begin(), rows.end(), [&](const contract::PlanRow& r) { return r.table == config.name; });
+    DMP_CHECK(row != rows.end(), ErrorKind::kRankFailed, "the release's plan has no table '{}'", config.name);
+    const auto parsed = dmp::parse_sharding_type(row->sharding);
+    DMP_CHECK(parsed.has_value(), ErrorKind::kRankFailed,
+              "the release's plan shards '{}' {}, which the reference lacks", config.name, row->sharding);
     dmp::TablePlan t{config.name, *parsed, {}};
-    for (const auto& s : row->at("shards")) {
-      dmp::Shard shard{s.at("rank").get<int>(),     s.at("row_offset").get<int64_t>(),
-                       s.at("rows").get<int64_t>(), s.at("col_offset").get<int64_t>(),
-                       s.at("cols").get<int64_t>(), 0};
-      if (shard.rows < 0) shard.rows = config.num_embeddings;  // a data-parallel replica: the whole table
-      if (shard.cols < 0) shard.cols = config.embedding_dim;
-      t.shards.push_back(shard);
+    for (const auto& s : row->shards) {
+      // A data-parallel replica (rows and cols -1): the whole table.
+      t.shards.push_back({s.rank, s.row_offset, s.rows < 0 ? config.num_embeddings : s.rows, s.col_offset,
+                          s.cols < 0 ? config.embedding_dim : s.cols, 0});
     }
     plan.tables.push_back(t);
   }
   return plan;
 }
 
-nlohmann::json spec_json(const scenario::RunSpec& spec, const std::string& from_state) {
-  nlohmann::json tables = nlohmann::json::array();
+// The run as the rank program reads it: every field it needs, the seed rule applied per rank.
+contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start start) {
+  contract::RunSpec out;
+  out.world_size = spec.world_size;
+  out.local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+  out.steps = spec.steps;
+  out.batch_size = spec.batch_size;
+  out.timeout_s = spec.timeout_s;
+  out.sharder = spec.torchrec_sharder;
+  out.module = spec.torchrec_module;
+  out.outputs = spec.expect.outputs.has_value();
+  for (int r = 0; r < spec.world_size; ++r) out.seeds.push_back(spec.init.seed_of_rank(r));
+  start.load = spec.init.load_before_wrap ? "before_wrap" : "after_wrap";
+  out.start = std::move(start);
   for (const auto& t : spec.model.tables) {
-    nlohmann::json constraints = nlohmann::json::object();
-    auto it = spec.constraints.find(t.name);
-    if (it != spec.constraints.end()) {
-      std::vector<std::string> types;
-      for (auto type : it->second.sharding_types) types.push_back(dmp::sharding_type_name(type));
-      constraints = {
-          {"sharding_types", types}, {"ranks", it->second.ranks}, {"column_shards", it->second.column_shards}};
+    contract::Constraints constraints;
+    if (auto it = spec.constraints.find(t.name); it != spec.constraints.end()) {
+      for (auto type : it->second.sharding_types) constraints.sharding_types.push_back(dmp::sharding_type_name(type));
+      constraints.column_shards = it->second.column_shards;
     }
-    tables.push_back({{"name", t.name},
-                      {"rows", t.num_embeddings},
-                      {"dim", t.embedding_dim},
-                      {"features", t.feature_names},
-                      {"pooling", dmp::pooling_name(t)},
-                      {"weighted", t.weighted},
-                      {"data_type", t.data_type},
-                      {"constraints", constraints}});
+    out.tables.push_back({t.name, t.num_embeddings, t.embedding_dim, t.feature_names, dmp::pooling_name(t), t.weighted,
+                          t.data_type, constraints});
   }
+  out.dense_layers = spec.model.dense_layers;
   const auto& so = spec.sparse_optimizer;
+  out.sparse_optimizer = {dmp::fused_optimizer_name(so.type),
+                          so.learning_rate,
+                          so.eps,
+                          so.beta1,
+                          so.beta2,
+                          so.weight_decay,
+                          dmp::weight_decay_mode_name(so.weight_decay_mode)};
   const auto& dn = spec.dense_optimizer;
-  nlohmann::json init = {{"mode", scenario::init_mode_name(spec.init.mode)}, {"seed", spec.init.seed}};
-  if (!from_state.empty()) init["from_state"] = from_state;
-  init["load"] = spec.init.load_before_wrap ? "before_wrap" : "after_wrap";
-  return {{"world_size", spec.world_size},
-          {"steps", spec.steps},
-          {"batch_size", spec.batch_size},
-          {"sharder", spec.torchrec_sharder},
-          {"module", spec.torchrec_module},
-          {"outputs", spec.expect.outputs.has_value()},
-          {"timeout_s", spec.timeout_s},
-          {"init", init},
-          {"tables", tables},
-          {"dense_layers", spec.model.dense_layers},
-          {"sparse_optimizer",
-           {{"type", dmp::fused_optimizer_name(so.type)},
-            {"lr", so.learning_rate},
-            {"eps", so.eps},
-            {"beta1", so.beta1},
-            {"beta2", so.beta2},
-            {"weight_decay", so.weight_decay}}},
-          {"dense_optimizer",
-           {{"type", dmp::dense_optimizer_name(dn.type)},
-            {"lr", dn.learning_rate},
-            {"eps", dn.eps},
-            {"beta1", dn.beta1},
-            {"beta2", dn.beta2},
-            {"momentum", dn.momentum},
-            {"weight_decay", dn.weight_decay}}}};
+  out.dense_optimizer = {
+      dmp::dense_optimizer_name(dn.type), dn.learning_rate, dn.eps, dn.beta1, dn.beta2, dn.momentum, dn.weight_decay};
+  return out;
 }
 
 // Every rank's local batch of every step: exactly what the reference trains on.
@@ -161,15 +134,17 @@ void write_batches(const scenario::RunSpec& spec, const std::string& dir) {
         const at::Tensor c = t.contiguous().to(at::kLong);
         return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
       };
-      nlohmann::json batch = {{"keys", local.keys()},
-                              {"lengths", as_vector(local.lengths())},
-                              {"values", as_vector(local.values())},
-                              {"weights", nullptr}};
+      contract::Batch batch;
+      batch.keys = local.keys();
+      batch.lengths = as_vector(local.lengths());
+      batch.values = as_vector(local.values());
       if (local.weights()) {
         const at::Tensor w = local.weights()->contiguous().to(at::kFloat);
-        batch["weights"] = std::vector<float>(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
+        batch.weighted = true;
+        batch.weights.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
       }
-      report::write_text_file_atomically(fmt::format("{}/step{}_rank{}.json", dir, step + 1, rank), batch.dump());
+      report::write_text_file_atomically(fmt::format("{}/step{}_rank{}.json", dir, step + 1, rank),
+                                         nlohmann::json(batch).dump());
     }
   }
 }
@@ -259,7 +234,7 @@ std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& 
     return std::nullopt;
   }
   try {
-    const nlohmann::json j = read_json_file(ready);
+    const nlohmann::json j = contract::read_json(ready);
     env.torchrec = j.value("torchrec", "");
     env.torch = j.value("torch", "");
     env.fbgemm_gpu = j.value("fbgemm_gpu", "");
@@ -268,6 +243,22 @@ std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& 
     return std::nullopt;
   }
   return env;
+}
+
+// A launch of the rank program (or the planner) under a release's interpreter: the one place
+// its environment is set (this tree's torchrec_sut on PYTHONPATH, nothing from the user's site,
+// output unbuffered so each line is echoed as it comes, the releases' warnings off).
+LaunchRequest release_launch(const TorchRecEnvironment& env, std::vector<std::string> arguments,
+                             const std::string& error_dir) {
+  LaunchRequest request;
+  request.executable = env.python;
+  request.arguments = std::move(arguments);
+  request.master_port = free_loopback_port();
+  request.error_dir = error_dir;
+  request.environment = {{"PYTHONPATH", torchrec_sut_dir()}, {"PYTHONNOUSERSITE", "1"},
+                         {"PYTHONDONTWRITEBYTECODE", "1"},   {"PYTHONUNBUFFERED", "1"},
+                         {"PYTHONWARNINGS", "ignore"},       {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
+  return request;
 }
 
 }  // namespace
@@ -282,7 +273,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     }
   };
   std::string why_not;
-  const auto env = find_torchrec_environment(spec.torchrec_version(), why_not);
+  const auto env = find_torchrec_environment(spec.system.version, why_not);
   if (!env) {
     result.verdict = check::Verdict::kSkipped;
     result.skip_reason = why_not;
@@ -309,24 +300,21 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   // first and TorchRec starts from its initial weights.  `start: seed`: TorchRec runs first and
   // draws its own; the reference then runs on TorchRec's plan, so both draw the same shards on
   // the same ranks and step 0 compares the draws.
-  std::string from_state;
+  contract::Start start;  // the release draws its own weights unless one of the two below
   const std::string reference_dir = exchange.path() + "/reference";
   auto run_reference_half = [&](const std::string& plan) -> std::optional<check::RunResult> {
     ScenarioRunOptions ref_options = options;
     ref_options.write_reports = false;
-    ref_options.full_state_dir = reference_dir;
-    ref_options.reference_profile = spec.expect.reference_profile;
-    ref_options.reference_shares_its_start = !spec.expect.reference_draws_own_init;
-    ref_options.reference_plan = plan;
-    if (ref_options.reference_profile == dmp::kReleaseProfile) {
-      ref_options.reference_profile = dmp::profile_for_release(spec.torchrec_version());
-      DMP_CHECK(!ref_options.reference_profile.empty(), ErrorKind::kInvalidScenario,
-                "{}: no behaviour profile models torchrec {}", scenario.name, spec.torchrec_version());
+    ReferenceHalf half{reference_dir, spec.expect.reference_profile, !spec.expect.reference_draws_own_init, plan};
+    if (half.profile == dmp::kReleaseProfile) {
+      half.profile = dmp::profile_for_release(spec.system.version);
+      DMP_CHECK(!half.profile.empty(), ErrorKind::kInvalidScenario, "{}: no behaviour profile models torchrec {}",
+                scenario.name, spec.system.version);
     }
+    ref_options.reference_half = half;
     const check::RunResult ref = run_cell(scenario, index, ref_options);
     result.system.notes.push_back(fmt::format(
-        "compared with the reference DMP under profile '{}'{}",
-        ref_options.reference_profile.empty() ? spec.profile.name : ref_options.reference_profile,
+        "compared with the reference DMP under profile '{}'{}", half.profile.empty() ? spec.profile.name : half.profile,
         plan.empty() ? "" : ", on the release's own plan, each side drawing its initial weights from the seed"));
     if (!ref.failure) return std::nullopt;
     check::RunResult failed = result;
@@ -338,7 +326,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   };
   if (spec.expect.reference && !spec.expect.reference_draws_own_init) {
     if (auto failed = run_reference_half("")) return *failed;
-    from_state = reference_dir + "/init.json";
+    start = {"reference", reference_dir + "/init.json", ""};
   }
   // init.from: the user's weights (a release loads weights, not a checkpoint's optimizer state),
   // handed over as whole tensors; the rank loads them before or after the wrap as init.load says.
@@ -350,21 +338,15 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       if (weight) user_weights[name] = t;
     }
     write_exchange_phase(exchange.path(), "user_weights", whole_pieces(user_weights));
-    from_state = exchange.path() + "/user_weights.json";
+    start = {"user_weights", exchange.path() + "/user_weights.json", ""};
   }
-  report::write_text_file_atomically(exchange.path() + "/spec.json", spec_json(spec, from_state).dump(2));
+  report::write_text_file_atomically(exchange.path() + "/spec.json", nlohmann::json(release_spec(spec, start)).dump(2));
 
-  LaunchRequest request;
-  request.executable = env->python;
-  request.arguments = {"-m", "dmpcheck_torchrec.rank", exchange.path()};
+  LaunchRequest request = release_launch(*env, {"-m", "dmpcheck_torchrec.rank", exchange.path()}, out);
   request.world_size = spec.world_size;
   request.local_world_size = spec.local_world_size;
   request.threads_per_rank = threads_per_rank(spec, available_cores());
-  request.master_port = free_loopback_port();
-  request.error_dir = out;
-  request.environment = {{"PYTHONPATH", sut},       {"PYTHONNOUSERSITE", "1"},    {"PYTHONDONTWRITEBYTECODE", "1"},
-                         {"PYTHONUNBUFFERED", "1"}, {"PYTHONWARNINGS", "ignore"}, {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
-  set_cell_budget_and_echo(spec, options, spec.system + " ", request);
+  set_cell_budget_and_echo(spec, options, spec.system.name() + " ", request);
   const LaunchOutcome launched = launch(request);
   if (!launched.ok) {
     check::RunResult failed = failed_result(scenario, spec, launched);
@@ -376,30 +358,25 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   }
 
   try {
-    const nlohmann::json meta = read_json_file(out + "/meta.json");
+    const auto meta = contract::read_document_file<contract::RunMeta>(out + "/meta.json");
     if (spec.expect.reference && spec.expect.reference_draws_own_init) {
-      if (auto failed = run_reference_half(release_plan(spec, meta.at("plan")).serialize())) return *failed;
+      if (auto failed = run_reference_half(release_plan(spec, meta.plan).serialize())) return *failed;
     }
-    result.system.torchrec = meta.at("versions").value("torchrec", result.system.torchrec);
-    result.system.torch = meta.at("versions").value("torch", result.system.torch);
-    result.system.fbgemm_gpu = meta.at("versions").value("fbgemm_gpu", result.system.fbgemm_gpu);
-    for (const auto& note : meta.value("notes", nlohmann::json::array()))
-      result.system.notes.push_back(note.get<std::string>());
-    for (const auto& t : meta.at("plan")) {
-      check::TablePlacement placement{t.at("table").get<std::string>(), t.at("sharding").get<std::string>(), {}};
-      for (const auto& s : t.at("shards")) {
-        placement.shards.push_back({s.at("rank").get<int>(), s.at("row_offset").get<int64_t>(),
-                                    s.at("rows").get<int64_t>(), s.at("col_offset").get<int64_t>(),
-                                    s.at("cols").get<int64_t>(), 0});
-      }
+    result.system.torchrec = meta.versions.torchrec;
+    result.system.torch = meta.versions.torch;
+    result.system.fbgemm_gpu = meta.versions.fbgemm_gpu;
+    result.system.notes.insert(result.system.notes.end(), meta.notes.begin(), meta.notes.end());
+    for (const auto& t : meta.plan) {
+      check::TablePlacement placement{t.table, t.sharding, {}};
+      for (const auto& s : t.shards)
+        placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, 0});
       result.plan.push_back(placement);
     }
-    result.losses = meta.at("losses").get<std::vector<double>>();
-    const auto& timings = meta.at("timings");
-    result.timings.init_s = timings.value("import_s", 0.0) + timings.value("init_s", 0.0);
-    result.timings.train_s = timings.value("train_s", 0.0);
+    result.losses = meta.losses;
+    result.timings.init_s = meta.timings.import_s + meta.timings.init_s;
+    result.timings.train_s = meta.timings.train_s;
     result.system.notes.push_back(
-        fmt::format("import torch + torchrec took {:.2f} s on rank 0", timings.value("import_s", 0.0)));
+        fmt::format("import torch + torchrec took {:.2f} s on rank 0", meta.timings.import_s));
 
     const auto check_start = std::chrono::steady_clock::now();
     // TorchRec's tensors of `phase` against the reference's; the earliest step that breaks `tol` is kept.
@@ -461,26 +438,18 @@ dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std
   const auto env = find_torchrec_environment(version, why_not);
   DMP_CHECK(env.has_value(), ErrorKind::kInvalidInput, "{}", why_not);
   PrivateDir exchange("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
-  report::write_text_file_atomically(exchange.path() + "/spec.json", spec_json(spec, "").dump(2));
-  LaunchRequest request;
-  request.executable = env->python;
-  request.arguments = {"-m", "dmpcheck_torchrec.plan", exchange.path() + "/spec.json", exchange.path() + "/plan.json"};
+  report::write_text_file_atomically(exchange.path() + "/spec.json", nlohmann::json(release_spec(spec, {})).dump(2));
+  LaunchRequest request = release_launch(
+      *env, {"-m", "dmpcheck_torchrec.plan", exchange.path() + "/spec.json", exchange.path() + "/plan.json"},
+      exchange.path() + "/out");
   request.world_size = 1;
-  request.master_port = free_loopback_port();
-  request.error_dir = exchange.path() + "/out";
   request.budget = std::chrono::seconds(120);
-  request.environment = {{"PYTHONPATH", torchrec_sut_dir()},
-                         {"PYTHONNOUSERSITE", "1"},
-                         {"PYTHONDONTWRITEBYTECODE", "1"},
-                         {"PYTHONWARNINGS", "ignore"},
-                         {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
   const LaunchOutcome launched = launch(request);
   DMP_CHECK(launched.ok, ErrorKind::kInvalidInput, "torchrec {}'s planner failed on run [{}]: {}", version, spec.name,
             launched.failure ? launched.failure->message : std::string("no output"));
-  const nlohmann::json out = read_json_file(exchange.path() + "/plan.json");
-  if (label)
-    *label = fmt::format("torchrec {} (torch {})", out.value("torchrec", version), out.value("torch", env->torch));
-  return release_plan(spec, out.at("plan"));
+  const auto answer = contract::read_document_file<contract::PlanAnswer>(exchange.path() + "/plan.json");
+  if (label) *label = fmt::format("torchrec {} (torch {})", answer.versions.torchrec, answer.versions.torch);
+  return release_plan(spec, answer.plan);
 }
 
 }  // namespace dmpcheck::run

@@ -19,6 +19,18 @@
 #include "scenario/scenario.h"
 
 namespace dmpcheck::run {
+
+scenario::RunSpec reference_half_of(scenario::RunSpec spec, const ReferenceHalf& half) {
+  spec.system = scenario::System{};
+  const auto outputs = spec.expect.outputs;  // still dumped for the comparison
+  spec.expect = scenario::Expectation{};
+  spec.expect.outputs = outputs;
+  if (!half.profile.empty()) spec.profile = *dmp::find_behaviour_profile(half.profile);
+  if (half.shares_its_start) dmp::set_behaviour_switch(spec.profile, "broadcast_data_parallel_tables_at_init", "true");
+  if (!half.plan.empty()) spec.given_plan = half.plan;
+  return spec;
+}
+
 namespace {
 
 check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm::Store& store,
@@ -31,7 +43,7 @@ check::RunResult run_one(const scenario::Scenario& scenario, size_t index, comm:
   options.local_world_size = env.local_world_size;
   options.checkpoint_dir = task.checkpoint_dir;
   options.dump_batches_dir = task.dump_batches_dir;
-  options.full_state_dir = task.full_state_dir;
+  if (task.reference_half) options.full_state_dir = task.reference_half->full_state_dir;
   options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
   return run_on_rank(scenario, spec, *comm, options);
 }
@@ -78,22 +90,10 @@ int worker_main(const WorkerOptions& options) {
       scenario::Scenario scenario =
           scenario::load_scenario_text(task.scenario_text, task.scenario_file, task.overrides);
       const size_t index = static_cast<size_t>(task.run_index);
-      if (!task.full_state_dir.empty()) {
-        // The reference half of a side-by-side TorchRec cell: the same run on the reference DMP;
-        // its verdict is not used, only the state it dumps.
-        scenario::RunSpec& spec = scenario.runs.at(index);
-        spec.system = scenario::kReferenceSystem;
-        const auto outputs = spec.expect.outputs;  // still dumped for the comparison
-        spec.expect = scenario::Expectation{};
-        spec.expect.outputs = outputs;
-        if (!task.reference_profile.empty()) spec.profile = *dmp::find_behaviour_profile(task.reference_profile);
-        if (task.reference_shares_its_start) {
-          dmp::set_behaviour_switch(spec.profile, "broadcast_data_parallel_tables_at_init", "true");
-        }
-        if (!task.reference_plan.empty()) spec.given_plan = task.reference_plan;
-      }
+      if (task.reference_half)
+        scenario.runs.at(index) = reference_half_of(scenario.runs.at(index), *task.reference_half);
       const check::RunResult result = run_one(scenario, index, *store, env, task);
-      if (env.rank == 0) set_signed(*store, "result", nlohmann::json(result).dump(), secret);
+      if (env.rank == 0) set_signed(*store, kResultKey, nlohmann::json(result).dump(), secret);
       return 0;
     }
 
@@ -145,8 +145,7 @@ int worker_main(const WorkerOptions& options) {
     write_torchelastic_error_file(name, e.what());
     if (store) {
       try {
-        set_signed(*store, fmt::format("error/{}", rank), nlohmann::json{{"kind", name}, {"message", e.what()}}.dump(),
-                   secret);
+        set_signed(*store, error_key(rank), nlohmann::json{{"kind", name}, {"message", e.what()}}.dump(), secret);
       } catch (const std::exception&) {
         // The launcher may already be gone; the message above is on stderr regardless.
       }

@@ -14,6 +14,7 @@
 #include "dmp/behaviour_profile.h"
 #include "dmp/config.h"
 #include "dmp/planner.h"
+#include "scenario/system.h"
 
 namespace dmpcheck::scenario {
 
@@ -23,9 +24,11 @@ enum class InitMode {
   kSeeded,    // every rank seeds its generator with init.seed (as TorchRec's tests did)
   kUnseeded,  // rank r seeds with init.seed + r: what happens when nobody seeds on purpose
 };
+inline constexpr Named<InitMode> kInitModeNames[] = {{InitMode::kSeeded, "seeded"}, {InitMode::kUnseeded, "unseeded"}};
 const char* init_mode_name(InitMode mode);
 
 enum class Phase { kInit, kFinal };
+inline constexpr Named<Phase> kPhaseNames[] = {{Phase::kInit, "init"}, {Phase::kFinal, "final"}};
 const char* phase_name(Phase phase);
 
 struct InitSpec {
@@ -38,6 +41,10 @@ struct InitSpec {
   // model, as TorchRec documents), or before (into the unsharded EBC the user then wraps,
   // TorchRec #1165: the wrap draws the tables again).
   bool load_before_wrap = false;
+  // The seed rank `rank` gives its generator before the model exists (the one place the rule is).
+  uint64_t seed_of_rank(int rank) const {
+    return seed + (mode == InitMode::kUnseeded ? static_cast<uint64_t>(rank) : 0);
+  }
 };
 
 struct DataSpec {
@@ -119,8 +126,9 @@ struct Reproduces {
   std::string bug_profile;
   std::string fix_profile;
   // What real TorchRec showed, by release ("torchrec==0.6.0"): "bug" (it shows), "fixed", "absent"
-  // (the release never had it), or "not runnable: <why>".  Releases marked bug, fixed or absent
-  // have cells in the scenario whose expectations check it on every run.
+  // (the release never had it), "not runnable: <why>" (the scenario cannot express it there), or
+  // "not reproduced: <why>" (it ran and the report's behaviour did not show, with why).  Releases marked bug, fixed or
+  // absent have cells in the scenario whose expectations check it on every run.
   std::vector<std::pair<std::string, std::string>> releases;
 };
 
@@ -134,6 +142,10 @@ struct ResumeSpec {
 
 // A fault injected on purpose, to test the harness itself and to ask "what if".
 enum class FaultKind { kCrash, kAbort, kKill, kExit, kThrow, kHang, kCorrupt, kNan, kDesync };
+inline constexpr Named<FaultKind> kFaultKindNames[] = {
+    {FaultKind::kCrash, "crash"},     {FaultKind::kAbort, "abort"}, {FaultKind::kKill, "kill"},
+    {FaultKind::kExit, "exit"},       {FaultKind::kThrow, "throw"}, {FaultKind::kHang, "hang"},
+    {FaultKind::kCorrupt, "corrupt"}, {FaultKind::kNan, "nan"},     {FaultKind::kDesync, "desync"}};
 const char* fault_kind_name(FaultKind kind);
 
 struct FaultSpec {
@@ -151,9 +163,6 @@ struct ProbeSpec {
   int iterations = 3;
 };
 
-// What a run runs on: the reference DMP, or an installed TorchRec release.
-inline constexpr const char* kReferenceSystem = "reference";
-
 struct RunSpec {
   // A plan to use instead of planning (ShardingPlan::serialize's text); empty: plan.  Set for the
   // reference half of a `start: seed` release cell: the release's own placement, so both sides
@@ -162,9 +171,9 @@ struct RunSpec {
   std::string name;  // "init.mode=seeded profile=current", or "default" without a matrix
   std::string slug;  // file-safe: "seeded_current"
   std::vector<std::pair<std::string, std::string>> cell;  // the matrix assignments
-  // "reference" (the default) or "torchrec==<version>": a release from torchrec_sut/pins.tsv,
-  // run from its environment (ci/torchrec-env.sh).
-  std::string system = kReferenceSystem;
+  // The reference (the default) or a release from torchrec_sut/pins.tsv, run from its
+  // environment (ci/torchrec-env.sh).
+  System system;
   // Release cells: "extended" (the default) offers row_wise and table_row_wise on CPU by
   // extending TorchRec's EBC sharder, as dmpcheck's comparisons need; "stock": the sharder as a
   // user has it (TorchRec #1252).  `torchrec: {sharder: ...}` in the file.
@@ -174,8 +183,7 @@ struct RunSpec {
   // EmbeddingBagSharder (TorchRec #602).  Reference cells model either as an EBC (the same
   // arithmetic).  `torchrec: {module: ...}` in the file.
   std::string torchrec_module = "embedding_bag_collection";
-  bool on_torchrec() const { return system != kReferenceSystem; }
-  std::string torchrec_version() const { return on_torchrec() ? system.substr(10) : std::string(); }
+  bool on_torchrec() const { return system.is_release(); }
   int world_size = 2;
   std::string backend = "gloo";
   int steps = 1;
@@ -215,6 +223,10 @@ struct Scenario {
 using Overrides = std::vector<std::pair<std::string, std::string>>;
 Scenario load_scenario_file(const std::string& path, const Overrides& overrides = {});
 Scenario load_scenario_text(const std::string& text, const std::string& file_label, const Overrides& overrides = {});
+
+// Why the reference DMP cannot model `run` (a bf16 table, or a data-parallel fp16 one), or nullopt:
+// such a reference cell is skipped with these words, and no release cell is compared with it.
+std::optional<std::string> reference_cannot_model(const RunSpec& run);
 
 // What the planner is asked for a run, with the hosts' size (0: the scenario's
 // topology.local_world_size, or one host).

@@ -1,19 +1,16 @@
-"""The tensor exchange format between a TorchRec rank and dmpcheck (read by harness/run/torchrec_exchange.cc).
+"""The exchange's tensors and batches between a TorchRec rank and dmpcheck (harness/run/tensor_exchange.cc
+and torchrec_cell.cc on the other side; the documents are contract.py's Phase and Batch).
 
 One phase of one rank is two files in out/rank<R>/: <phase>.bin, every tensor's float32 bytes
-one after the other (little-endian, row-major), and <phase>.json, written last (so a reader never
-sees a half-written phase):
-
-    {"phase": "init", "tensors": [
-       {"name": "ebc.embedding_bags.t0.weight", "sharding": "column_wise", "replicated": false,
-        "full_sizes": [64, 8], "row_offset": 0, "col_offset": 4, "sizes": [64, 4], "offset": 0}, ...]}
-
-A piece sits at [row_offset, row_offset + sizes[0]) x [col_offset, col_offset + sizes[1]) of the
-full tensor (1-D tensors: rows only).  Replicated pieces are whole tensors.
+one after the other (little-endian, row-major), and <phase>.json (a Phase), written last (so a
+reader never sees a half-written phase).  A piece sits at [row_offset, row_offset + sizes[0]) x
+[col_offset, col_offset + sizes[1]) of the full tensor (1-D tensors: rows only).  Replicated
+pieces are whole tensors.
 """
 
-import json
 import os
+
+from dmpcheck_torchrec import contract
 
 
 def write_phase(out_dir, rank, phase, pieces):
@@ -28,32 +25,37 @@ def write_phase(out_dir, rank, phase, pieces):
             t = p["tensor"].detach().to(torch.float32).contiguous().cpu()
             data = t.numpy().tobytes()
             f.write(data)
-            entries.append({
-                "name": p["name"], "sharding": p["sharding"], "replicated": bool(p["replicated"]),
-                "full_sizes": [int(x) for x in p["full_sizes"]],
-                "row_offset": int(p.get("row_offset", 0)), "col_offset": int(p.get("col_offset", 0)),
-                "sizes": [int(x) for x in t.shape], "offset": offset,
-            })
+            entries.append(contract.Piece(
+                name=p["name"], sharding=p["sharding"], replicated=bool(p["replicated"]),
+                full_sizes=[int(x) for x in p["full_sizes"]], row_offset=int(p.get("row_offset", 0)),
+                col_offset=int(p.get("col_offset", 0)), sizes=[int(x) for x in t.shape], offset=offset))
             offset += len(data)
-    tmp = os.path.join(path, f"{phase}.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump({"phase": phase, "tensors": entries}, f)
-    os.replace(tmp, os.path.join(path, f"{phase}.json"))
+    contract.save(contract.Phase(contract.SCHEMA_VERSION, phase, entries), os.path.join(path, f"{phase}.json"))
 
 
 def read_full(path_json):
     """Whole tensors written by dmpcheck (an initial state to start from): {name: tensor}."""
     import torch
 
-    with open(path_json) as f:
-        manifest = json.load(f)
+    manifest = contract.load(contract.Phase, path_json)
     with open(path_json[: -len(".json")] + ".bin", "rb") as f:
         blob = f.read()
     out = {}
-    for e in manifest["tensors"]:
+    for e in manifest.tensors:
         n = 1
-        for s in e["sizes"]:
+        for s in e.sizes:
             n *= s
-        t = torch.frombuffer(bytearray(blob[e["offset"]: e["offset"] + 4 * n]), dtype=torch.float32)
-        out[e["name"]] = t.reshape(e["sizes"]).clone()
+        t = torch.frombuffer(bytearray(blob[e.offset: e.offset + 4 * n]), dtype=torch.float32)
+        out[e.name] = t.reshape(e.sizes).clone()
     return out
+
+
+def load_batch(exchange, step, rank):
+    """This rank's local batch of `step` (counted from 1), exactly what the reference trains on."""
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    b = contract.load(contract.Batch, os.path.join(exchange, "batches", f"step{step}_rank{rank}.json"))
+    weights = torch.tensor(b.weights, dtype=torch.float32) if b.weighted else None
+    return KeyedJaggedTensor(keys=b.keys, values=torch.tensor(b.values, dtype=torch.int64),
+                             lengths=torch.tensor(b.lengths, dtype=torch.int32), weights=weights)

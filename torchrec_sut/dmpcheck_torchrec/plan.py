@@ -2,15 +2,13 @@
 
     python -m dmpcheck_torchrec.plan SPEC_JSON OUT_JSON
 
-SPEC_JSON is the run as the rank program reads it (spec.json); OUT_JSON receives
-{"plan": [...], "notes": [...]} with the plan rows of meta.json.  One process and no process
+SPEC_JSON is the run as the rank program reads it (contract.RunSpec, its topology included);
+OUT_JSON receives a contract.PlanAnswer: the release's versions, the plan rows of meta.json, notes.  One process and no process
 group: EmbeddingShardingPlanner.plan() on the same model, constraints, sharder and topology the
 rank program hands to collective_plan(), which plans on rank 0 and broadcasts that plan.
 """
 
-import json
 import logging
-import os
 import sys
 import warnings
 
@@ -21,21 +19,14 @@ def main(argv):
         return 0 if len(argv) == 2 else 2
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    import torch
+    from dmpcheck_torchrec import contract, runner
+    from dmpcheck_torchrec.models import build_model
+    from dmpcheck_torchrec.planning import build_planner, plan_of
 
-    from dmpcheck_torchrec import runner
-
-    with open(argv[1]) as f:
-        spec = json.load(f)
-    world = int(spec["world_size"])
-    planner, sharders, notes = runner.build_planner(spec, world, int(spec.get("local_world_size") or world))
-    plan = planner.plan(runner.build_model(spec), sharders)
-    rows = runner._plan_of(plan, {t["name"] for t in spec["tables"]})
-    tmp = argv[2] + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"plan": rows, "notes": notes, "torchrec": runner._version("torchrec"),
-                   "torch": torch.__version__}, f)
-    os.replace(tmp, argv[2])
+    spec = contract.load(contract.RunSpec, argv[1])
+    planner, sharders, notes = build_planner(spec, spec.world_size, spec.local_world_size)
+    rows = plan_of(planner.plan(build_model(spec), sharders), {t.name for t in spec.tables})
+    contract.save(contract.PlanAnswer(contract.SCHEMA_VERSION, runner.versions(), rows, notes), argv[2])
     return 0
 
 

@@ -5,7 +5,7 @@ planner test (fixtures/torchrec-plans/, harness/tests/unit/planner_test.cc).
 
 CONFIGS_JSON: a list of {"id", "world", "lws"?, "opt"? (sparse optimizer type), "weighted"?,
 "tables": [{"name", "rows", "dim", "pooling", "types", "column_shards"?, "data_type"?}]}.
-Each is planned as the rank program plans a run (runner.build_planner: CPU topology, the
+Each is planned as the rank program plans a run (planning.build_planner: CPU topology, the
 scenario's constraints, the sharder extended to row_wise on CPU); OUT_JSON receives
 {"torchrec": version, "plans": {id: {table: [[rank, row_offset, rows, col_offset, cols], ...]}}}
 with one line per configuration.  One process, nothing trained; a few seconds per hundred.
@@ -19,19 +19,19 @@ import warnings
 
 
 def spec_of(c):
-    tables = []
-    for t in c["tables"]:
-        constraints = {}
-        if t.get("types"):
-            constraints["sharding_types"] = t["types"]
-        if t.get("column_shards"):
-            constraints["column_shards"] = t["column_shards"]
-        tables.append({"name": t["name"], "rows": t["rows"], "dim": t["dim"], "features": ["f_" + t["name"]],
-                       "pooling": t.get("pooling", "sum"), "weighted": bool(c.get("weighted")),
-                       "data_type": t.get("data_type", "fp32"), "constraints": constraints})
-    return {"world_size": c["world"], "local_world_size": c.get("lws", c["world"]), "tables": tables,
-            "dense_layers": [1],
-            "sparse_optimizer": {"type": c.get("opt", "sgd"), "lr": 0.1, "eps": 1e-8, "beta1": 0.9, "beta2": 0.999}}
+    """Configuration `c` as the run the rank program would be handed (a contract.RunSpec)."""
+    from dmpcheck_torchrec import contract
+
+    tables = [contract.Table(t["name"], t["rows"], t["dim"], ["f_" + t["name"]], t.get("pooling", "sum"),
+                             bool(c.get("weighted")), t.get("data_type", "fp32"),
+                             contract.Constraints(list(t.get("types") or []), [], int(t.get("column_shards") or 0)))
+              for t in c["tables"]]
+    world = c["world"]
+    return contract.RunSpec(
+        contract.SCHEMA_VERSION, world, c.get("lws", world), 1, 8, 60.0, "extended", "embedding_bag_collection", False,
+        [0] * world, contract.Start("seed", "", "after_wrap"), tables, [1],
+        contract.SparseOptimizer(c.get("opt", "sgd"), 0.1, 1e-8, 0.9, 0.999, 0.0, "none"),
+        contract.DenseOptimizer("sgd", 0.1, 1e-8, 0.9, 0.999, 0.0, 0.0))
 
 
 def main(argv):
@@ -41,21 +41,22 @@ def main(argv):
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     from dmpcheck_torchrec import runner
+    from dmpcheck_torchrec.models import build_model
+    from dmpcheck_torchrec.planning import build_planner, plan_of
 
     with open(argv[1]) as f:
         configs = json.load(f)
     plans = {}
     for i, c in enumerate(configs):
         spec = spec_of(c)
-        planner, sharders, _ = runner.build_planner(spec, c["world"], spec["local_world_size"])
-        rows = runner._plan_of(planner.plan(runner.build_model(spec), sharders), {t["name"] for t in spec["tables"]})
-        plans[c["id"]] = {r["table"]: [[s["rank"], s["row_offset"], s["rows"], s["col_offset"], s["cols"]] for s in r["shards"]]
-                          for r in rows}
+        planner, sharders, _ = build_planner(spec, spec.world_size, spec.local_world_size)
+        rows = plan_of(planner.plan(build_model(spec), sharders), {t.name for t in spec.tables})
+        plans[c["id"]] = {r.table: [[s.rank, s.row_offset, s.rows, s.col_offset, s.cols] for s in r.shards] for r in rows}
         if (i + 1) % 100 == 0:
             print(f"{i + 1} of {len(configs)} planned", file=sys.stderr, flush=True)
     tmp = argv[2] + ".tmp"
     with open(tmp, "w") as f:
-        f.write('{"torchrec": %s, "plans": {\n' % json.dumps(runner._version("torchrec")))
+        f.write('{"torchrec": %s, "plans": {\n' % json.dumps(runner.versions().torchrec))
         f.write(",\n".join(f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in plans.items()))
         f.write("\n}}\n")
     os.replace(tmp, argv[2])

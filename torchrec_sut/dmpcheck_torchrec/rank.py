@@ -5,11 +5,12 @@ variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_P
 
     python -m dmpcheck_torchrec.rank EXCHANGE_DIR
 
-EXCHANGE_DIR (private to the user, made by the launcher) holds spec.json (the fully resolved
-run: tables, constraints, optimizers, init, steps) and batches/step<S>_rank<R>.json (exactly
-the local batches the reference DMP trains on).  This rank writes its tensors after init and
-after every step under out/rank<R>/ (see dump.py), rank 0 writes out/meta.json (versions, the
-plan TorchRec chose, losses), and a rank that fails writes out/rank<R>/error.json before it
+EXCHANGE_DIR (private to the user, made by the launcher) holds spec.json (contract.RunSpec: the
+fully resolved run, tables, constraints, optimizers, each rank's seed, where the weights start,
+steps) and batches/step<S>_rank<R>.json (contract.Batch: exactly the local batches the reference
+DMP trains on).  This rank writes its tensors after init and
+after every step under out/rank<R>/ (see dump.py), rank 0 writes out/meta.json (contract.RunMeta: versions,
+the plan TorchRec chose, losses), and a rank that fails writes out/rank<R>/error.json before it
 exits with status 3.
 
 The model is driven the way TorchRec users drive it (the reporter's script of #1739):
@@ -28,6 +29,8 @@ import traceback
 
 
 def _fail(out_dir, rank, kind, message, tb=""):
+    # The launcher's rank error ({kind, message}, read alike from dmpcheck's own ranks); written
+    # with no import of this package, which may be what failed.
     path = os.path.join(out_dir, f"rank{rank}")
     os.makedirs(path, exist_ok=True)
     tmp = os.path.join(path, "error.json.tmp")
@@ -54,10 +57,13 @@ def main(argv):
         import torch  # noqa: F401  (timed: the import is most of a cell's cost)
         import torchrec  # noqa: F401
         import_s = time.perf_counter() - t0
-        from dmpcheck_torchrec import runner
-        with open(os.path.join(exchange, "spec.json")) as f:
-            spec = json.load(f)
+        from dmpcheck_torchrec import contract, runner
+        spec = contract.load(contract.RunSpec, os.path.join(exchange, "spec.json"))
         runner.run(spec, exchange, out_dir, rank, import_s)
+    except contract_error() as e:  # the launcher and this program disagree on a document
+        _fail(out_dir, rank, "rank_failed", str(e))
+        print(f"dmpcheck_torchrec: rank {rank}: {e}", file=sys.stderr, flush=True)
+        return 3
     except runner_unsupported() as e:  # a scenario this release cannot run: said plainly
         _fail(out_dir, rank, "unsupported", str(e))
         print(f"dmpcheck_torchrec: rank {rank}: unsupported: {e}", file=sys.stderr, flush=True)
@@ -70,6 +76,14 @@ def main(argv):
         sys.stderr.flush()
         return 3
     return 0
+
+
+def contract_error():
+    try:
+        from dmpcheck_torchrec.contract import ContractError
+        return ContractError
+    except Exception:  # noqa: BLE001 - handled as any failure
+        return ()
 
 
 def runner_unsupported():

@@ -258,6 +258,40 @@ def test_the_profile_of_the_release_agrees_bit_for_bit(tmp_path):
     assert differing == [], differing
 
 
+def test_weight_decay_mode_reaches_fbgemm_which_ignores_it_on_cpu(tmp_path):
+    """Row-wise Adagrad's weight_decay_mode reaches FBGEMM's fused kernels (it used to be dropped at
+    the boundary, and nothing said so): their modules hold L2 or DECOUPLE as the scenario names.
+    What that found: FBGEMM's CPU kernel (1.9.0, and 0.6.0 alike, measured on the kernel alone too)
+    applies no weight decay in any mode, so the release trains exactly as with mode none, while the
+    reference, which applies FBGEMM's formula for each mode, leaves it from step 1."""
+    need("1.9.2")
+    scenario = tmp_path / "decay.yaml"
+    scenario.write_text(open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
+                        .replace("steps: 10", "steps: 3").replace("world_size: [2, 3]", "world_size: [2]")
+                        .replace("  sparse: {type: sgd, lr: 0.1}",
+                                 "  sparse: {type: rowwise_adagrad, lr: 0.1, weight_decay: 0.05}")
+                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]",
+                                 "optimizers.sparse.weight_decay_mode: [none, l2, decoupled]")
+                        .replace("  - reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}",
+                                 "  - when: {optimizers.sparse.weight_decay_mode: none}\n"
+                                 "    reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}\n"
+                                 "  - reference: {profile: release, start: seed, match: false, rtol: 1.0e-5, atol: 1.0e-6}"))
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    digests = {}
+    for mode, held in (("none", None), ("l2", "L2"), ("decoupled", "DECOUPLE")):
+        r = json.load(open(tmp_path / "reports" / "fidelity-sharding" / f"{mode}_2.json"))
+        if held:
+            assert any(f"weight_decay_mode {mode} handed to FBGEMM" in n and n.endswith(f"its kernels hold {held}")
+                       for n in r["system"]["notes"]), r["system"]["notes"]
+            # The reference decays the model-parallel tables; the release does not.
+            assert r["reference_first_break_step"] == 1, r["reference_first_break_step"]
+        else:
+            assert not_bitwise(r, allowed=()) == [], not_bitwise(r, allowed=())
+        digests[mode] = {k: v for k, v in r["digests"].items() if ".tw_" in k or ".cw_" in k}
+    assert digests["none"] == digests["l2"] == digests["decoupled"], "FBGEMM's CPU kernel now decays: update the finding"
+
+
 def test_world_size_three_is_bitwise_through_ddps_rebuilt_buckets(tmp_path):
     """At world size 3 Gloo's ring adds three ranks' dense gradients in an order that depends on
     where each element sits in DDP's bucket; DDP rebuilds its bucket in backward order after two
@@ -385,6 +419,15 @@ def test_explain_prints_the_plan_of_the_releases_own_planner(tmp_path):
     assert re.search(r"tw_sum +table_wise +1: 64x8 @0,0", theirs), theirs
     assert re.search(r"tw_mean +table_wise +2: 37x8 @0,0", theirs), theirs
     assert re.search(r"cw_mean +column_wise +2: 37x4 @0,0; 0: 37x4 @0,4", theirs), theirs
+    # The release plans the scenario's topology (2 hosts x 1 rank here), as the reference does: the
+    # planner was once handed one host whatever the scenario said.
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(open(scenario).read().replace("world_size: [3]", "world_size: [2]")
+                     .replace("init: {mode: seeded, seed: 0}", "init: {mode: seeded, seed: 0}\ntopology: {local_world_size: 1}")
+                     .replace("sharding: {types: [table_wise]}", "sharding: {types: [table_row_wise]}"))
+    p = dmpcheck("explain", str(hosts), "--release", "1.9.2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "own planner places them differently" not in p.stdout, p.stdout
     p = dmpcheck("explain", str(scenario), "--release", "9.9.9")
     assert p.returncode != 0 and "torchrec 9.9.9 is not installed" in p.stdout + p.stderr, p.stdout + p.stderr
 

@@ -11,14 +11,7 @@
 
 namespace dmpcheck::dmp {
 
-const char* dense_optimizer_name(DenseOptimizerType type) {
-  switch (type) {
-    case DenseOptimizerType::kSgd: return "sgd";
-    case DenseOptimizerType::kAdagrad: return "adagrad";
-    case DenseOptimizerType::kAdam: return "adam";
-  }
-  return "unknown";
-}
+const char* dense_optimizer_name(DenseOptimizerType type) { return name_in(kDenseOptimizerNames, type); }
 
 class DenseOptimizer::Impl {
  public:

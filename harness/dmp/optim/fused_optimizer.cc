@@ -12,26 +12,9 @@
 
 namespace dmpcheck::dmp {
 
-const char* fused_optimizer_name(FusedOptimizerType type) {
-  switch (type) {
-    case FusedOptimizerType::kSgd: return "sgd";
-    case FusedOptimizerType::kAdagrad: return "adagrad";
-    case FusedOptimizerType::kRowWiseAdagrad: return "rowwise_adagrad";
-    case FusedOptimizerType::kAdam: return "adam";
-  }
-  return "unknown";
-}
-
-std::vector<std::string> fused_optimizer_names() { return {"sgd", "adagrad", "rowwise_adagrad", "adam"}; }
-
-const char* weight_decay_mode_name(WeightDecayMode mode) {
-  switch (mode) {
-    case WeightDecayMode::kNone: return "none";
-    case WeightDecayMode::kL2: return "l2";
-    case WeightDecayMode::kDecoupled: return "decoupled";
-  }
-  return "unknown";
-}
+const char* fused_optimizer_name(FusedOptimizerType type) { return name_in(kFusedOptimizerNames, type); }
+std::vector<std::string> fused_optimizer_names() { return names_in(kFusedOptimizerNames); }
+const char* weight_decay_mode_name(WeightDecayMode mode) { return name_in(kWeightDecayModeNames, mode); }
 
 std::vector<StateSpec> FusedOptimizer::state_specs(const FusedOptimizerConfig& config, int64_t rows, int64_t cols) {
   switch (config.type) {

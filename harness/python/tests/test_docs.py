@@ -1,6 +1,7 @@
 """docs/scenarios.md lists every key the scenario loader accepts: the keys are read from the
 loader's own source (kMatrixRoots, kTopLevelKeys and every check_keys list), so a key added there without a
 line in the docs fails here."""
+import glob
 import os
 import re
 
@@ -8,7 +9,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 
 
 def loader_keys():
-    src = open(os.path.join(ROOT, "harness", "scenario", "loader.cc")).read()
+    src = "".join(open(f).read() for f in sorted(glob.glob(os.path.join(ROOT, "harness", "scenario", "*.cc"))))
     keys = set()
     for m in re.finditer(r"check_keys\([^{;]*\{([^}]*)\}", src, re.S):
         keys |= set(re.findall(r'"([a-z_0-9]+)"', m.group(1)))

@@ -79,6 +79,10 @@ TEST_F(Reliability, TwoRunsAtOnceNeverCollide) {
   EXPECT_EQ(wait(b), 0) << testing::read_file(dir_ + "/b.log");
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/a/torchrec-1739-dp-tables-not-broadcast/unseeded_torchrec-1.9.json"));
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/b/torchrec-1739-dp-tables-not-broadcast/unseeded_torchrec-1.9.json"));
+  // --quiet: a verdict line per run, no table (a table starts "== <scenario> [<run>]").
+  const std::string quiet = testing::read_file(dir_ + "/a.log");
+  EXPECT_TRUE(testing::contains(quiet, "VERDICT"));
+  EXPECT_FALSE(testing::contains(quiet, "== torchrec-1739")) << quiet;
 }
 
 TEST_F(Reliability, AFailingRankWritesTorchrunsErrorFile) {

@@ -54,6 +54,23 @@ TEST(Checkpoint, BatchesAreTorchLoadableDicts) {
   std::filesystem::remove(path);
 }
 
+// A variable-batch KJT's entries (stride_per_key_per_rank, inverse_indices) are refused by name:
+// ignored, the file looked replayed though it was read as another batch.
+TEST(Checkpoint, ABatchEntryTheReaderDoesNotKnowIsRefusedByName) {
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("keys", c10::List<std::string>({"f0"}));
+  top.insert("values", at::tensor({1, 2}, at::kLong));
+  top.insert("lengths", at::tensor({1, 1}, at::kLong));
+  top.insert("stride", 2);
+  top.insert("stride_per_key_per_rank", c10::List<int64_t>({1, 1}));
+  const std::string path = temp_path("vbe-batch.pt");
+  const std::vector<char> bytes = torch::jit::pickle_save(top);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, ": unknown entry 'stride_per_key_per_rank'",
+                                   [&] { load_batch(path); }));
+  std::filesystem::remove(path);
+}
+
 TEST(Checkpoint, AFileOfAnotherKindIsACleanError) {
   const std::string path = temp_path("not-a-checkpoint.pt");
   std::ofstream(path) << "hello";

@@ -60,5 +60,20 @@ TEST(Expectations, DivergeMustMatchExactlyTheNamedTablesAtTheNamedPhases) {
   EXPECT_FALSE(evaluate_expectation(e, r).held);
 }
 
+TEST(Expectations, ABroadcastBoundHoldsOnlyOverABroadcastThatRan) {
+  RunResult r;
+  scenario::Expectation e;
+  e.max_broadcast_seconds = 1.0;
+  const ExpectationResult none = evaluate_expectation(e, r);  // the profile did not broadcast
+  EXPECT_FALSE(none.held);
+  ASSERT_EQ(none.failures.size(), 1u);
+  EXPECT_TRUE(testing::contains(none.failures[0], "but none ran"));
+  r.init_broadcast.performed = true;
+  r.init_broadcast.seconds = 0.5;
+  EXPECT_TRUE(evaluate_expectation(e, r).held);
+  r.init_broadcast.seconds = 1.5;
+  EXPECT_FALSE(evaluate_expectation(e, r).held);
+}
+
 }  // namespace
 }  // namespace dmpcheck::check

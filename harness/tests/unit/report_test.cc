@@ -83,6 +83,14 @@ TEST(Outcomes, OneExitStatusPolicyAndStableNames) {
     EXPECT_EQ(exit_status(Verdict::kError, k), 3) << dmpcheck::check::failure_kind_name(k);
   }
   EXPECT_EQ(exit_status(Verdict::kError, FailureKind::kInterrupted), 130);
+  // An error that stops a command outside any run's verdict: bad input 2, everything else 3 (a
+  // rank_failed raised by a release cell exited 2 before this policy was one function).
+  EXPECT_EQ(exit_status(dmpcheck::ErrorKind::kInvalidScenario), 2);
+  EXPECT_EQ(exit_status(dmpcheck::ErrorKind::kInvalidInput), 2);
+  for (auto k : {dmpcheck::ErrorKind::kRankFailed, dmpcheck::ErrorKind::kCommunication, dmpcheck::ErrorKind::kTimeout,
+                 dmpcheck::ErrorKind::kInternal, dmpcheck::ErrorKind::kInjected}) {
+    EXPECT_EQ(exit_status(k), 3);
+  }
   // A failed expectation on a run whose error was expected is a pass: the verdict decides.
   EXPECT_EQ(exit_status(Verdict::kPass, FailureKind::kTorchRec), 0);
 

@@ -181,8 +181,8 @@ TEST(ScenarioLoader, TheSeedScenarioIsValid) {
   int on_releases = 0;
   for (const auto& r : s.runs) on_releases += r.on_torchrec() ? 1 : 0;
   EXPECT_EQ(on_releases, 4);
-  EXPECT_EQ(s.runs[1].system, "torchrec==0.6.0");
-  EXPECT_EQ(s.runs[1].torchrec_version(), "0.6.0");
+  EXPECT_EQ(s.runs[1].system.name(), "torchrec==0.6.0");
+  EXPECT_EQ(s.runs[1].system.version, "0.6.0");
   EXPECT_EQ(s.runs[1].name, "init.mode=seeded system=torchrec==0.6.0");
   EXPECT_EQ(s.runs[0].name, "init.mode=seeded profile=torchrec-0.6");
   ASSERT_TRUE(s.reproduces.has_value());
@@ -208,6 +208,14 @@ TEST(ScenarioLoaderSystem, AReleaseCellDropsTheProfileAxisAndIsNamedBySystem) {
 }
 
 TEST(ScenarioLoaderSystem, WhatAReleaseCellCannotRunIsRefusedAtLoad) {
+  // A shard pinned to ranks: TorchRec's ParameterConstraints cannot say it (the cell used to run,
+  // the pin dropped with a note, and its expectation still passed).
+  EXPECT_TRUE(fails_with(replace(std::string(kMinimal), "sharding: {types: [data_parallel]}",
+                                 "sharding: {types: [table_wise], ranks: [1]}") +
+                             "system: torchrec==1.9.2\n",
+                         "table 't1' pins its shards to ranks, and TorchRec's ParameterConstraints has no field"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1.9\n", "field 'system': expected"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1..9.2\n", "field 'system': expected"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec-1.9.2\n",
                          "field 'system': expected 'reference' or a TorchRec release as 'torchrec==X.Y.Z'"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1.9.2\nbackend: nccl\n",
@@ -226,7 +234,14 @@ TEST(ScenarioLoaderSystem, ReleasesSaidToShowABugNeedACell) {
                          "field 'reproduces.releases.torchrec==0.6.0': says 'bug' but no run of the scenario runs on "
                          "torchrec==0.6.0"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + replace(reproduces, ": bug", ": maybe"),
-                         "expected bug, fixed, absent, or 'not runnable: <why>'"));
+                         "expected bug, fixed, absent, 'not runnable: <why>' or 'not reproduced: <why>'"));
+  // Tried and not reproducible, with why: recorded without a cell, as 'not runnable' is.
+  EXPECT_EQ(load_scenario_text(
+                std::string(kMinimal) + replace(reproduces, ": bug", ": 'not reproduced: the CPU kernel pools alike'"),
+                "s.yaml")
+                .reproduces->releases[0]
+                .second,
+            "not reproduced: the CPU kernel pools alike");
   const Scenario s =
       load_scenario_text(std::string(kMinimal) + replace(reproduces, ": bug", ": 'not runnable: resume'"), "s.yaml");
   ASSERT_EQ(s.reproduces->releases.size(), 1u);

@@ -1,0 +1,188 @@
+// The contract between dmpcheck and the TorchRec rank program (torchrec_sut/dmpcheck_torchrec/,
+// which mirrors every struct here in contract.py): what the launcher hands a release (a run, as
+// spec.json), and what comes back (out/meta.json, the planner's answer, each phase's manifest).
+// Each document carries kSchemaVersion and is read strictly on both sides: a field one side
+// writes and the other does not know is an error naming it, never a silent drop, and so is a
+// missing one.  fixtures/contract/ holds one document of each kind with every field set; the C++
+// and the Python contract tests both read and write exactly those (neither needs torch).
+//
+// A new field is added here (the struct and its macro line), in contract.py, in the fixture, and
+// where it is filled or used.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dmpcheck::run::contract {
+
+inline constexpr int kSchemaVersion = 1;
+
+struct Constraints {
+  std::vector<std::string> sharding_types;  // empty: any the planner likes
+  int column_shards = 0;                    // 0: the planner's choice
+};
+
+struct Table {
+  std::string name;
+  int64_t rows = 0;
+  int64_t dim = 0;
+  std::vector<std::string> features;
+  std::string pooling;  // sum | mean | none (an EmbeddingCollection's sequence table)
+  bool weighted = false;
+  std::string data_type;  // fp32 | fp16 | bf16
+  Constraints constraints;
+};
+
+struct SparseOptimizer {
+  std::string type;  // sgd | adagrad | rowwise_adagrad | adam
+  double lr = 0, eps = 0, beta1 = 0, beta2 = 0, weight_decay = 0;
+  std::string weight_decay_mode;  // none | l2 | decoupled (FBGEMM's WeightDecayMode)
+};
+
+struct DenseOptimizer {
+  std::string type;  // sgd | adagrad | adam
+  double lr = 0, eps = 0, beta1 = 0, beta2 = 0, momentum = 0, weight_decay = 0;
+};
+
+// Where a release's initial weights come from.  kind: "seed" (its own draw, after
+// torch.manual_seed(seeds[rank])), "reference" (the reference DMP's initial state) or
+// "user_weights" (init.from's weights); `state` names the exchange phase file of whole tensors
+// (empty for seed); `load`: "after_wrap" (into the sharded model) or "before_wrap" (into the
+// unsharded one, TorchRec #1165).
+struct Start {
+  std::string kind = "seed";
+  std::string state;
+  std::string load = "after_wrap";
+};
+
+struct RunSpec {
+  int schema_version = kSchemaVersion;
+  int world_size = 0;
+  int local_world_size = 0;  // ranks per host: the planner's topology
+  int steps = 0;
+  int64_t batch_size = 0;  // per rank
+  double timeout_s = 0;
+  std::string sharder;          // extended | stock
+  std::string module;           // embedding_bag_collection | embedding_bag
+  bool outputs = false;         // dump the forward's outputs of every step
+  std::vector<uint64_t> seeds;  // per rank: torch.manual_seed before the model exists
+  Start start;
+  std::vector<Table> tables;
+  std::vector<int64_t> dense_layers;
+  SparseOptimizer sparse_optimizer;
+  DenseOptimizer dense_optimizer;
+};
+
+struct ShardRow {
+  int rank = 0;
+  int64_t row_offset = 0, rows = 0, col_offset = 0, cols = 0;  // rows/cols -1: the whole table
+};
+
+struct PlanRow {
+  std::string table, sharding, compute_kernel;
+  std::vector<int> ranks;
+  std::vector<ShardRow> shards;
+};
+
+struct Versions {
+  std::string torchrec, torch, fbgemm_gpu;  // as the release's own import reported them
+};
+
+struct Timings {
+  double import_s = 0, init_s = 0, train_s = 0;
+};
+
+// out/meta.json, written by rank 0 after the last step.
+struct RunMeta {
+  int schema_version = kSchemaVersion;
+  Versions versions;
+  std::vector<PlanRow> plan;
+  std::vector<double> losses;
+  std::vector<std::string> notes;
+  Timings timings;
+};
+
+// `python -m dmpcheck_torchrec.plan`'s answer: the plan the release's planner makes, nothing run.
+struct PlanAnswer {
+  int schema_version = kSchemaVersion;
+  Versions versions;
+  std::vector<PlanRow> plan;
+  std::vector<std::string> notes;
+};
+
+// One phase of one rank's tensors: <phase>.json, beside <phase>.bin (the float32 bytes).
+struct Piece {
+  std::string name, sharding;
+  bool replicated = false;
+  std::vector<int64_t> full_sizes;
+  int64_t row_offset = 0, col_offset = 0;
+  std::vector<int64_t> sizes;
+  uint64_t offset = 0;  // byte offset in <phase>.bin
+};
+
+struct Phase {
+  int schema_version = kSchemaVersion;
+  std::string phase;
+  std::vector<Piece> tensors;
+};
+
+// One rank's local batch of one step (batches/step<S>_rank<R>.json): exactly what the reference trains on.
+struct Batch {
+  int schema_version = kSchemaVersion;
+  std::vector<std::string> keys;
+  std::vector<int64_t> lengths, values;
+  bool weighted = false;
+  std::vector<float> weights;  // one per value when weighted
+};
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Constraints, sharding_types, column_shards)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Table, name, rows, dim, features, pooling, weighted, data_type,
+                                                constraints)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SparseOptimizer, type, lr, eps, beta1, beta2, weight_decay,
+                                                weight_decay_mode)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DenseOptimizer, type, lr, eps, beta1, beta2, momentum, weight_decay)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Start, kind, state, load)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_size, local_world_size, steps,
+                                                batch_size, timeout_s, sharder, module, outputs, seeds, start, tables,
+                                                dense_layers, sparse_optimizer, dense_optimizer)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardRow, rank, row_offset, rows, col_offset, cols)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanRow, table, sharding, compute_kernel, ranks, shards)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Versions, torchrec, torch, fbgemm_gpu)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Timings, import_s, init_s, train_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunMeta, schema_version, versions, plan, losses, notes, timings)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanAnswer, schema_version, versions, plan, notes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Piece, name, sharding, replicated, full_sizes, row_offset, col_offset,
+                                                sizes, offset)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Phase, schema_version, phase, tensors)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Batch, schema_version, keys, lengths, values, weighted, weights)
+
+// Strict reading: `document` has this build's schema_version and exactly the fields of its type,
+// at every depth, each of the type's kind.  Error(kRankFailed) naming `what` and the field
+// otherwise (what comes back from a release is the release's output).
+void check_schema_version(const nlohmann::json& document, const std::string& what);
+void check_fields(const nlohmann::json& document, const nlohmann::json& canonical, const std::string& what);
+[[noreturn]] void throw_malformed(const std::string& what, const std::string& why);
+
+template <typename T>
+T read_document(const nlohmann::json& document, const std::string& what) {
+  check_schema_version(document, what);
+  T value;
+  try {
+    value = document.get<T>();
+  } catch (const nlohmann::json::exception& e) { throw_malformed(what, e.what()); }
+  check_fields(document, nlohmann::json(value), what);
+  return value;
+}
+
+// A file's JSON; Error(kRankFailed) when it is missing or not JSON.
+nlohmann::json read_json(const std::string& path);
+
+template <typename T>
+T read_document_file(const std::string& path) {
+  return read_document<T>(read_json(path), path);
+}
+
+}  // namespace dmpcheck::run::contract

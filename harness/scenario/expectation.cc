@@ -1,0 +1,136 @@
+// One entry of `expect`, and how an expectation describes itself.
+#include "scenario/parse.h"
+
+namespace dmpcheck::scenario {
+namespace detail {
+
+Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
+                              const std::set<std::string>& table_names) {
+  r.check_keys(node, path,
+               {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state",
+                "max_broadcast_seconds", "error"});
+  Expectation e;
+  if (node["replicas"]) {
+    e.replicas = r.choice(node["replicas"], path + ".replicas", {"equal", "diverge"}) == "equal"
+                     ? ReplicaExpectation::kEqual
+                     : ReplicaExpectation::kDiverge;
+  }
+  if (node["diverged"]) {
+    if (e.replicas != ReplicaExpectation::kDiverge)
+      r.fail(node["diverged"], path + ".diverged", "needs 'replicas: diverge'");
+    e.diverged = r.string_list(node["diverged"], path + ".diverged");
+    for (size_t i = 0; i < e.diverged.size(); ++i) {
+      const auto& name = e.diverged[i];
+      if (name.find('.') == std::string::npos && !table_names.count(name)) {
+        r.fail(
+            node["diverged"][i], fmt::format("{}.diverged[{}]", path, i),
+            fmt::format("'{}' is neither a table nor a tensor name (tables: {})", name, fmt::join(table_names, ", ")));
+      }
+    }
+  } else if (e.replicas == ReplicaExpectation::kDiverge) {
+    r.fail(node, path, "'replicas: diverge' needs 'diverged:', the tensors or tables expected to differ");
+  }
+  if (node["at"]) {
+    e.at.clear();
+    const auto phases = r.string_list(node["at"], path + ".at");
+    for (size_t i = 0; i < phases.size(); ++i) {
+      e.at.push_back(r.choice_of(node["at"][i], fmt::format("{}.at[{}]", path, i), kPhaseNames));
+    }
+  }
+  auto tolerance = [&](const YAML::Node& g, const std::string& field) {
+    Tolerance t;
+    if (!(g.IsScalar() && g.Scalar() == "true")) {
+      r.check_keys(g, field, {"rtol", "atol", "match"});
+      if (g["match"]) t.match = r.choice(g["match"], field + ".match", {"true", "false"}) == "true";
+      if (g["rtol"]) t.rtol = r.non_negative(g["rtol"], field + ".rtol");
+      if (g["atol"]) t.atol = r.non_negative(g["atol"], field + ".atol");
+    }
+    return t;
+  };
+  if (YAML::Node g = node["global_model"]) e.global_model = tolerance(g, path + ".global_model");
+  if (YAML::Node g = node["outputs"]) {
+    if (g.IsMap() && g["match"]) r.fail(g["match"], path + ".outputs.match", "outputs take rtol and atol only");
+    e.outputs = tolerance(g, path + ".outputs");
+    if (!node["global_model"] && !node["reference"]) {
+      r.fail(g, path + ".outputs",
+             "compares outputs where 'global_model' (a reference run) or 'reference' (a release cell) compares; give "
+             "one of them");
+    }
+  }
+  if (YAML::Node g = node["reference"]) {
+    if (g.IsMap() && g["profile"]) {
+      std::vector<std::string> profiles = dmp::behaviour_profile_names();
+      profiles.push_back(dmp::kReleaseProfile);  // the profile modelling the cell's release
+      e.reference_profile = r.choice(g["profile"], path + ".reference.profile", profiles);
+    }
+    if (g.IsMap() && g["start"]) {
+      e.reference_draws_own_init = r.choice(g["start"], path + ".reference.start", {"reference", "seed"}) == "seed";
+    }
+    if (g.IsMap() && (g["profile"] || g["start"])) {
+      YAML::Node rest = YAML::Clone(g);
+      rest.remove("profile");
+      rest.remove("start");
+      e.reference = rest.size() == 0 ? Tolerance{} : tolerance(rest, path + ".reference");
+    } else {
+      e.reference = tolerance(g, path + ".reference");
+    }
+  }
+  if (node["initial_state"]) {
+    e.initial_state = r.choice(node["initial_state"], path + ".initial_state", {"from", "not_from"}) == "from";
+  }
+  if (YAML::Node error = node["error"]) {
+    // Typed: the failure kind, and for a release's errors the text of its own message.
+    if (!error.IsMap()) {
+      r.expected(error, path + ".error",
+                 "a mapping {kind: <failure kind>, message: <text the message contains>}, e.g. "
+                 "{kind: torchrec, message: \"not supported\"}");
+    }
+    r.check_keys(error, path + ".error", {"kind", "message"});
+    std::vector<std::string> kinds;
+    for (auto k : failure_kind_names()) kinds.emplace_back(k);
+    Expectation::ExpectedError expected;
+    expected.kind =
+        *parse_failure_kind(r.choice(r.required(error, path + ".error", "kind"), path + ".error.kind", kinds));
+    if (error["message"]) expected.message = r.string(error["message"], path + ".error.message");
+    e.error = expected;
+  }
+  if (node["max_broadcast_seconds"]) {
+    e.max_broadcast_seconds = r.number(node["max_broadcast_seconds"], path + ".max_broadcast_seconds", 0.0);
+  }
+  return e;
+}
+
+}  // namespace detail
+
+std::string Expectation::ExpectedError::describe() const {
+  return message.empty() ? fmt::format("an error of kind {}", kind)
+                         : fmt::format("an error of kind {} containing '{}'", kind, message);
+}
+
+std::string Expectation::describe() const {
+  std::vector<const char*> phases;
+  for (Phase ph : at) phases.push_back(phase_name(ph));
+  std::string text =
+      replicas == ReplicaExpectation::kEqual
+          ? "replicas equal"
+          : fmt::format("replicas diverge on {} at {}", fmt::join(diverged, ", "), fmt::join(phases, ", "));
+  if (global_model) {
+    text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
+                        global_model->rtol, global_model->atol);
+  }
+  if (outputs) text += fmt::format("; outputs compared (rtol {}, atol {})", outputs->rtol, outputs->atol);
+  if (initial_state)
+    text += *initial_state ? "; the initial state is init.from's" : "; the initial state is not init.from's";
+  if (reference) {
+    text += fmt::format(
+        "; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
+        reference_profile.empty() ? std::string() : " under profile " + reference_profile,
+        reference_draws_own_init ? ", each drawing its own initial weights from the seed, on the release's plan" : "",
+        reference->rtol, reference->atol);
+  }
+  if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
+  if (error) text = fmt::format("the run fails with {}", error->describe());
+  return text;
+}
+
+}  // namespace dmpcheck::scenario

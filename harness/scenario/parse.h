@@ -1,0 +1,40 @@
+// What the loader's parts share (loader.cc, matrix.cc, run_fields.cc, expectation.cc,
+// system_rules.cc).  Internal to scenario/.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "scenario/reader.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::scenario::detail {
+
+// Keys a matrix may vary (everything that describes one run), and every top-level key.
+extern const std::vector<std::string> kMatrixRoots;
+extern const std::vector<std::string> kTopLevelKeys;
+
+std::vector<std::string> split_path(const std::string& path);
+// Sets root[path] = value, creating maps on the way.  False when the path crosses a scalar or
+// indexes past a list.
+bool assign_path(const YAML::Node& root, const std::vector<std::string>& parts, const YAML::Node& value);
+// A matrix value as its cell names it: a scalar's text, a profile on one line, else YAML's dump.
+std::string cell_text(const std::string& path, const YAML::Node& value);
+std::string slug_of(const std::string& text);
+
+// One run's fields (the file with one matrix cell assigned).
+RunSpec parse_run(const Reader& r, const YAML::Node& root);
+// One entry of `expect`.
+Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
+                              const std::set<std::string>& table_names);
+
+// The rules of what each system can run and judge, in one place (system_rules.cc): what a release
+// cell cannot run, refused before any rank starts; what an expectation cannot judge on its run's
+// system (`node` is the expectation entry at `path`).
+void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec& run);
+void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run);
+
+}  // namespace dmpcheck::scenario::detail

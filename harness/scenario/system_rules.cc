@@ -1,0 +1,79 @@
+// What each system can run and judge, in one place: the loader refuses here, with the field,
+// what a cell cannot do on its system; the reference's own limits (reference_cannot_model) are
+// read by the runner too, which skips such a reference cell with the same words.
+#include "scenario/parse.h"
+
+namespace dmpcheck::scenario {
+
+std::optional<std::string> reference_cannot_model(const RunSpec& run) {
+  for (const auto& t : run.model.tables) {
+    const auto c = run.constraints.find(t.name);
+    const bool data_parallel = c != run.constraints.end() && !c->second.sharding_types.empty() &&
+                               c->second.sharding_types.front() == dmp::ShardingType::kDataParallel;
+    if (t.data_type == "bf16" || (t.data_type == "fp16" && data_parallel)) {
+      return fmt::format("the reference DMP models fp32 tables and model-parallel fp16 ones; table '{}' is {}{}",
+                         t.name, t.data_type, data_parallel ? ", data_parallel" : "");
+    }
+  }
+  return std::nullopt;
+}
+
+namespace detail {
+
+void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec& run) {
+  if (run.on_torchrec()) {
+    // What the TorchRec rank program (torchrec_sut/) cannot do is refused here, before any rank starts.
+    auto refuse = [&](const char* key, const std::string& why) {
+      r.fail(root[key], key, fmt::format("not available on {} ({}); run it on the reference", run.system.name(), why));
+    };
+    if (run.backend != "gloo") refuse("backend", "TorchRec cells run on CPU with Gloo");
+    if (run.resume) refuse("resume", "mid-run resume is reference-only");
+    if (!run.faults.empty()) refuse("faults", "faults are injected by the reference's ranks");
+    if (run.fingerprint) refuse("fingerprint", "collective fingerprints are the reference's");
+    for (const auto& [table, c] : run.constraints) {
+      if (!c.ranks.empty()) {
+        refuse("tables", fmt::format("table '{}' pins its shards to ranks, and TorchRec's ParameterConstraints has "
+                                     "no field for that: the release's planner would place them where it likes",
+                                     table));
+      }
+    }
+    size_t weighted = 0;
+    for (const auto& t : run.model.tables) weighted += t.weighted ? 1 : 0;
+    if (weighted != 0 && weighted != run.model.tables.size()) {
+      refuse("tables",
+             "TorchRec's EmbeddingBagCollection is weighted or not as a whole; make every table weighted or none");
+    }
+  }
+}
+
+void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run) {
+  if (const auto why = reference_cannot_model(run); why && run.expect.reference) {
+    r.fail(node["reference"], path + ".reference",
+           fmt::format("{}, so it cannot run the comparison (run '{}')", *why, run.name));
+  }
+  if (run.expect.reference && !run.on_torchrec()) {
+    r.fail(node["reference"], path + ".reference",
+           fmt::format("compares a TorchRec release with the reference; run '{}' runs on the reference itself "
+                       "(select release cells with 'when: {{system: torchrec==X.Y.Z}}')",
+                       run.name));
+  }
+  if (run.expect.initial_state && run.init.from.empty()) {
+    r.fail(node["initial_state"], path + ".initial_state",
+           fmt::format("compares the initial state with init.from; run '{}' has no init.from", run.name));
+  }
+  if (run.on_torchrec() && !run.init.from.empty() && run.expect.reference) {
+    r.fail(node["reference"], path + ".reference",
+           fmt::format("a release cell that starts from init.from is not compared with the reference (run '{}'); "
+                       "check it with initial_state",
+                       run.name));
+  }
+  if (run.on_torchrec() && run.expect.global_model) {
+    r.fail(node["global_model"], path + ".global_model",
+           fmt::format("the unsharded-model check runs on the reference only; for run '{}' on {} use "
+                       "'reference:' (the same work on the reference, compared step by step)",
+                       run.name, run.system.name()));
+  }
+}
+
+}  // namespace detail
+}  // namespace dmpcheck::scenario

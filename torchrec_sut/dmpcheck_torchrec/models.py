@@ -1,0 +1,158 @@
+"""The scenario's model as a TorchRec user writes it: an EmbeddingBagCollection (an
+EmbeddingCollection for sequence tables, or one plain nn.EmbeddingBag), Linear layers, a mean."""
+
+import torch
+from torch import nn
+
+from dmpcheck_torchrec import optim
+from dmpcheck_torchrec.optim import Unsupported
+
+LAST_OUTPUTS = {}  # the last forward's outputs on this rank, by dmpcheck's names
+
+
+class Model(nn.Module):
+    """EmbeddingBagCollection (and an EmbeddingCollection for sequence tables, each bag's rows
+    summed) -> Linear layers (ReLU between) -> mean, as dmpcheck's reference."""
+
+    def __init__(self, tables, layers, features, weighted, device="meta", sequence_tables=()):
+        super().__init__()
+        from torchrec import EmbeddingBagCollection, EmbeddingCollection
+
+        # On the meta device, as TorchRec users build large models: DMP materialises the tables
+        # and draws each rank's shards itself.  On cpu where the user fills the tables first.
+        self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device(device), is_weighted=weighted) if tables else None
+        self.ec = EmbeddingCollection(tables=list(sequence_tables), device=torch.device(device)) if sequence_tables else None
+        self.bag_features = [f for t in tables for f in t.feature_names]
+        self.sequence_features = [f for t in sequence_tables for f in t.feature_names]
+        width = sum(t.embedding_dim * len(t.feature_names) for t in list(tables) + list(sequence_tables))
+        self.dense = nn.ModuleList()
+        for out in layers:
+            self.dense.append(nn.Linear(width, out))
+            width = out
+        self.features = features
+
+    def forward(self, kjt):
+        if self.ec is None:
+            pooled = self.ebc(kjt).to_dict()
+        else:
+            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+            bags = kjt.to_dict()
+            pooled = {}
+            if self.ebc is not None:
+                pooled.update(self.ebc(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.bag_features})).to_dict())
+            sequences = self.ec(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.sequence_features}))
+            for f in self.sequence_features:
+                # Each bag's rows summed, in id order, as the model's input.
+                rows = sequences[f].values()
+                lengths = sequences[f].lengths().long()
+                bag = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+                pooled[f] = torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
+        # By key, in the model's feature order: a sharded EBC may return its keys in sharding order.
+        x = torch.cat([pooled[f] for f in self.features], dim=1)
+        for i, layer in enumerate(self.dense):
+            x = layer(x)
+            if i + 1 < len(self.dense):
+                x = torch.relu(x)
+        # What the forward produced, for output comparisons: this rank's rows of every feature's
+        # pooled embedding and of the model's output (kept here, not returned: DMP's wrapper
+        # hands back the loss as the user's model does).
+        LAST_OUTPUTS.clear()
+        LAST_OUTPUTS.update({"pooled_embeddings." + f: pooled[f].detach().clone() for f in self.features})
+        LAST_OUTPUTS["model_output"] = x.detach().clone()
+        return x.mean()
+
+
+class BagModel(nn.Module):
+    """One torch.nn.EmbeddingBag -> Linear layers (ReLU between) -> mean: the model of TorchRec #602.
+
+    The bag sits where an EBC keeps its tables (ebc.embedding_bags.<table>), so its state_dict keys
+    are the EBC's and every comparison reads it alike."""
+
+    def __init__(self, table, layers, device="meta"):
+        super().__init__()
+        self.ebc = nn.Module()
+        self.ebc.embedding_bags = nn.ModuleDict(
+            {table.name: nn.EmbeddingBag(table.rows, table.dim, mode=table.pooling, device=torch.device(device))})
+        self.table = table.name
+        self.feature = table.features[0]
+        self.dense = nn.ModuleList()
+        width = table.dim
+        for out in layers:
+            self.dense.append(nn.Linear(width, out))
+            width = out
+
+    def forward(self, kjt):
+        bags = kjt[self.feature]
+        # nn.EmbeddingBag's offsets: where each bag starts (the KJT's offsets without the last).
+        pooled = self.ebc.embedding_bags[self.table](bags.values(), bags.offsets()[:-1])
+        x = pooled
+        for i, layer in enumerate(self.dense):
+            x = layer(x)
+            if i + 1 < len(self.dense):
+                x = torch.relu(x)
+        LAST_OUTPUTS.clear()
+        LAST_OUTPUTS["pooled_embeddings." + self.feature] = pooled.detach().clone()
+        LAST_OUTPUTS["model_output"] = x.detach().clone()
+        return x.mean()
+
+
+def is_embedding_bag(spec):
+    return spec.module == "embedding_bag"
+
+
+
+
+def output_pieces(rank, world, batch_size):
+    """This rank's rows of the last forward's outputs, placed in the global batch (rank order)."""
+    pieces = []
+    for name, t in sorted(LAST_OUTPUTS.items()):
+        t = t.reshape(t.shape[0], -1)
+        pieces.append({"name": name, "sharding": "output", "replicated": False,
+                       "full_sizes": [batch_size * world, t.shape[1]], "row_offset": rank * batch_size,
+                       "col_offset": 0, "tensor": t})
+    return pieces
+
+
+def build_model(spec, device="meta"):
+    """The scenario's model as a TorchRec user writes it, with the sparse optimizer applied in backward."""
+    from torchrec import EmbeddingBagConfig, PoolingType
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    if is_embedding_bag(spec):
+        t = spec.tables[0]
+        if t.weighted or t.data_type != "fp32":
+            raise Unsupported("module embedding_bag: an unweighted fp32 table (what TorchRec #602's model has)")
+        model = BagModel(t, spec.dense_layers, device)
+        opt_cls, opt_kwargs = optim.sparse_optimizer(spec.sparse_optimizer)
+        apply_optimizer_in_backward(opt_cls, model.ebc.parameters(), dict(opt_kwargs))
+        return model
+    weighted = [t.weighted for t in spec.tables if t.pooling != "none"]
+    if any(weighted) and not all(weighted):
+        raise Unsupported("weighted and unweighted tables in one EmbeddingBagCollection (TorchRec needs two)")
+    from torchrec import DataType
+
+    pooling = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
+    data_type = {"fp32": DataType.FP32, "fp16": DataType.FP16, "bf16": DataType.BF16}
+    from torchrec import EmbeddingConfig
+
+    tables = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
+                                 feature_names=list(t.features), pooling=pooling[t.pooling],
+                                 data_type=data_type[t.data_type])
+              for t in spec.tables if t.pooling != "none"]
+    # Sequence tables (pooling: none) go into an EmbeddingCollection.
+    sequence_tables = [EmbeddingConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
+                                       feature_names=list(t.features), data_type=data_type[t.data_type])
+                       for t in spec.tables if t.pooling == "none"]
+    # The EBC's output keys: a feature several tables read is "<feature>@<table>" (TorchRec's naming).
+    readers = {}
+    for t in spec.tables:
+        for f in t.features:
+            readers[f] = readers.get(f, 0) + 1
+    features = [f if readers[f] == 1 else f"{f}@{t.name}" for t in spec.tables for f in t.features]
+    model = Model(tables, spec.dense_layers, features, all(weighted) and bool(weighted), device, sequence_tables)
+    opt_cls, opt_kwargs = optim.sparse_optimizer(spec.sparse_optimizer)
+    for module in (model.ebc, model.ec):
+        if module is not None:
+            apply_optimizer_in_backward(opt_cls, module.parameters(), dict(opt_kwargs))
+    return model

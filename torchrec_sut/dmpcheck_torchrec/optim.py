@@ -1,0 +1,99 @@
+"""The scenario's optimizers as each release's own classes: the sparse one applied in backward
+(FBGEMM's fused kernels for model-parallel tables), the dense one over what is left."""
+
+import torch
+
+
+class Unsupported(Exception):
+    """The scenario asks for something this rank program cannot express on this TorchRec."""
+
+
+# The contract's weight decay modes as FBGEMM's WeightDecayMode members.
+_FBGEMM_WEIGHT_DECAY_MODES = {"l2": "L2", "decoupled": "DECOUPLE"}
+
+
+def _weight_decay_mode(name):
+    """FBGEMM's WeightDecayMode member for `name` (l2, decoupled), from wherever this release keeps it."""
+    member = _FBGEMM_WEIGHT_DECAY_MODES[name]
+    for module in ("fbgemm_gpu.split_table_batched_embeddings_ops_training", "fbgemm_gpu.split_embedding_configs"):
+        try:
+            mode = getattr(__import__(module, fromlist=["WeightDecayMode"]), "WeightDecayMode")
+        except (ImportError, AttributeError):
+            continue
+        if hasattr(mode, member):
+            return getattr(mode, member)
+        raise Unsupported(f"weight_decay_mode {name}: this release's FBGEMM WeightDecayMode has no {member} "
+                          f"(it has {', '.join(m.name for m in mode)})")
+    raise Unsupported(f"weight_decay_mode {name}: this release's FBGEMM has no WeightDecayMode")
+
+
+def _all_modules(module, seen=None):
+    """Every module under `module`, those a sharded module keeps in plain lists (1.9's _lookups) too."""
+    seen = set() if seen is None else seen
+    for m in module.modules():
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        yield m
+        for value in vars(m).values():
+            for item in value if isinstance(value, list) else ():
+                if isinstance(item, torch.nn.Module):
+                    yield from _all_modules(item, seen)
+
+
+def fused_weight_decay_modes(model):
+    """The weight decay modes FBGEMM's fused kernels of `model` hold, by name: what reached them."""
+    modes = set()
+    for m in _all_modules(model):
+        if hasattr(m, "weight_decay_mode") and hasattr(m, "optimizer"):
+            mode = m.weight_decay_mode
+            if not hasattr(mode, "name"):  # held as its value (1.9)
+                mode = type(_weight_decay_mode("l2"))(mode)
+            modes.add(mode.name)
+    return sorted(modes)
+
+
+def sparse_optimizer(cfg):
+    kind = cfg.type
+    kwargs = {"lr": cfg.lr}
+    if kind == "sgd":
+        return torch.optim.SGD, kwargs
+    if kind == "adagrad":
+        kwargs["eps"] = cfg.eps
+        return torch.optim.Adagrad, kwargs
+    if kind == "rowwise_adagrad":
+        from torchrec.optim import RowWiseAdagrad
+
+        kwargs["eps"] = cfg.eps
+        if cfg.weight_decay:
+            kwargs["weight_decay"] = cfg.weight_decay
+        if cfg.weight_decay_mode != "none":
+            # Handed through TorchRec's fused params to FBGEMM's kernel, as FBGEMM's own enum.
+            kwargs["weight_decay_mode"] = _weight_decay_mode(cfg.weight_decay_mode)
+        return RowWiseAdagrad, kwargs
+    if kind == "adam":
+        # torch.optim.Adam would be built with these kwargs and takes no beta1/beta2, while
+        # FBGEMM's fused Adam takes no `betas` (TypeError from SplitTableBatchedEmbeddingBags-
+        # Codegen, measured on 1.9.2): TorchRec's own Adam class (optimizers.Adam) hands them to FBGEMM as given.
+        from torchrec.optim import optimizers
+
+        kwargs["eps"] = cfg.eps
+        kwargs["beta1"] = cfg.beta1
+        kwargs["beta2"] = cfg.beta2
+        return optimizers.Adam, kwargs
+    raise Unsupported(f"sparse optimizer '{kind}'")
+
+
+def dense_optimizer_factory(cfg):
+    kind = cfg.type
+    if kind == "sgd":
+        return lambda params: torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
+                                              weight_decay=cfg.weight_decay)
+    if kind == "adagrad":
+        return lambda params: torch.optim.Adagrad(params, lr=cfg.lr, eps=cfg.eps,
+                                                  weight_decay=cfg.weight_decay)
+    if kind == "adam":
+        return lambda params: torch.optim.Adam(params, lr=cfg.lr, eps=cfg.eps,
+                                               betas=(cfg.beta1, cfg.beta2),
+                                               weight_decay=cfg.weight_decay)
+    raise Unsupported(f"dense optimizer '{kind}'")

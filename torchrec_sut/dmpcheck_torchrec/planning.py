@@ -1,0 +1,88 @@
+"""TorchRec's planner under the scenario's constraints, the sharders, and its plan as the contract's rows."""
+
+import dataclasses
+
+from dmpcheck_torchrec import contract
+from dmpcheck_torchrec.models import is_embedding_bag
+from dmpcheck_torchrec.optim import Unsupported
+
+
+def parameter_constraints(spec):
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    fields = {f.name for f in dataclasses.fields(ParameterConstraints)}
+    out = {}
+    for t in spec.tables:
+        c = t.constraints
+        kwargs = {}
+        if c.sharding_types:
+            kwargs["sharding_types"] = list(c.sharding_types)
+        if c.column_shards:
+            if "min_partition" not in fields:
+                raise Unsupported("column_shards: this release's ParameterConstraints has no min_partition")
+            kwargs["min_partition"] = t.dim // c.column_shards
+        if kwargs:
+            # The planner keys constraints by the sharded parameter's name: a table's name in an
+            # EBC, "weight" for a plain nn.EmbeddingBag.
+            out["weight" if is_embedding_bag(spec) else t.name] = ParameterConstraints(**kwargs)
+    return out
+
+
+def make_sharder(spec):
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.types import ShardingType
+
+    if is_embedding_bag(spec):
+        # A plain nn.EmbeddingBag has its own sharder; its sharding types are the base class's.
+        from torchrec.distributed.embeddingbag import EmbeddingBagSharder
+
+        return EmbeddingBagSharder(), ["the table is a torch.nn.EmbeddingBag, sharded by TorchRec's EmbeddingBagSharder"]
+    wanted = {st for t in spec.tables for st in t.constraints.sharding_types}
+    extra = [st for st in (ShardingType.ROW_WISE.value, ShardingType.TABLE_ROW_WISE.value) if st in wanted]
+    if not extra or spec.sharder == "stock":
+        return EmbeddingBagCollectionSharder(), []
+
+    class CpuRowWiseSharder(EmbeddingBagCollectionSharder):
+        # TorchRec's sharder offers row_wise and table_row_wise only for cuda/tpu devices.
+        def sharding_types(self, compute_device_type):
+            types = list(super().sharding_types(compute_device_type))
+            return types + [st for st in extra if st not in types]
+
+    return CpuRowWiseSharder(), [f"the EBC sharder was extended to offer {', '.join(extra)} on cpu"]
+
+
+def plan_of(plan, table_names):
+    out = []
+    for module_path, module_plan in plan.plan.items():
+        for table, ps in module_plan.items():
+            if table not in table_names and module_path.split(".")[-1] in table_names:
+                table = module_path.split(".")[-1]  # an nn.EmbeddingBag's "weight", by its table
+            if table not in table_names:
+                continue
+            shards = []
+            if ps.sharding_spec is not None:
+                for s in ps.sharding_spec.shards:
+                    rank = int(str(s.placement).split("rank:")[1].split("/")[0])
+                    offs = list(s.shard_offsets) + [0]
+                    sizes = list(s.shard_sizes) + [0]
+                    shards.append(contract.ShardRow(rank, offs[0], sizes[0], offs[1], sizes[1]))
+            else:  # a data-parallel replica: the whole table on each rank
+                shards = [contract.ShardRow(r, 0, -1, 0, -1) for r in (ps.ranks or [])]
+            out.append(contract.PlanRow(table, ps.sharding_type, ps.compute_kernel, list(ps.ranks or []), shards))
+    return out
+
+
+def build_planner(spec, world, local_world):
+    """TorchRec's planner under the scenario's constraints, the sharders, and notes on what was adapted."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+
+    constraints = parameter_constraints(spec)
+    sharder, notes = make_sharder(spec)
+    sharders = [sharder]
+    if any(t.pooling == "none" for t in spec.tables):
+        from torchrec.distributed.embedding import EmbeddingCollectionSharder
+
+        sharders.append(EmbeddingCollectionSharder())
+        notes.append("sequence tables (pooling: none) are in an EmbeddingCollection; the model sums each bag's rows")
+    topology = Topology(world_size=world, compute_device="cpu", local_world_size=local_world)
+    return EmbeddingShardingPlanner(topology=topology, constraints=constraints), sharders, notes

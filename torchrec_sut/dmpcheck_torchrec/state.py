@@ -1,0 +1,109 @@
+"""This rank's tensors under dmpcheck's names (weights, optimizer state), and loading whole ones."""
+
+import torch
+
+from dmpcheck_torchrec import dump
+
+
+def table_of(key, tables):
+    """The table a state key belongs to: the segment right after an EBC's `embedding_bags` or an
+    EC's `embeddings`, when it names one of `tables` (so a table named `dense` does not claim
+    `dense.0.weight`); None for everything else."""
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part in ("embedding_bags", "embeddings") and parts[i + 1] in tables:
+            return parts[i + 1]
+    return None
+
+
+def dmpcheck_name(key):
+    """dmpcheck names every table's tensors as an EBC's (ebc.embedding_bags.<table>.*), sequence
+    tables in the EmbeddingCollection (ec.embeddings.<table>.*) too."""
+    return "ebc.embedding_bags." + key[len("ec.embeddings."):] if key.startswith("ec.embeddings.") else key
+
+
+def state_pieces(model, dense_opt, types, table_dims):
+    """Every tensor this rank holds, under dmpcheck's names, with where it sits in the full tensor."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    pieces = []
+
+    def add_sharded(name, sharding, st, table):
+        full = list(st.size())
+        for sh in st.local_shards():
+            offs = list(sh.metadata.shard_offsets)
+            t = sh.tensor
+            row_off = offs[0]
+            col_off = offs[1] if len(offs) > 1 else 0
+            # (A row-wise optimizer state of a column-sharded table is [shards * rows] here and in
+            # dmpcheck alike: column shard k's block at k * rows.)
+            pieces.append({"name": name, "sharding": sharding, "replicated": False, "full_sizes": full,
+                           "row_offset": row_off, "col_offset": col_off, "tensor": t})
+
+    for key, v in model.state_dict().items():
+        table = table_of(key, types)
+        if isinstance(v, ShardedTensor):
+            add_sharded(dmpcheck_name(key), types[table], v, table)
+        elif torch.is_floating_point(v):
+            sharding = types[table] if table else "dense"
+            pieces.append({"name": dmpcheck_name(key), "sharding": sharding, "replicated": True, "full_sizes": list(v.shape),
+                           "tensor": v})
+    # The fused (in-backward) optimizer of the model-parallel tables.
+    for key, states in model.fused_optimizer.state_dict()["state"].items():
+        table = table_of(key, types)
+        for sname, v in states.items():
+            short = sname.split(".")[-1]
+            name = f"ebc.embedding_bags.{table}.{short}"
+            if isinstance(v, ShardedTensor):
+                add_sharded(name, types[table], v, table)
+    # Whatever optimizer covers the rest (dense layers, and data-parallel tables in TorchRec).
+    for key, states in dense_opt.state_dict()["state"].items():
+        table = table_of(key, types)
+        for sname, v in states.items():
+            if not isinstance(v, torch.Tensor) or not torch.is_floating_point(v) or v.dim() == 0:
+                continue  # step counters
+            pieces.append({"name": f"{dmpcheck_name(key)}.{sname}", "sharding": types[table] if table else "dense",
+                           "replicated": True, "full_sizes": list(v.shape), "tensor": v})
+    return pieces
+
+
+def local_tensors(model):
+    """This rank's tensors of the model's state_dict, local shards included, by key."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    out = {}
+    for key, v in model.state_dict().items():
+        if isinstance(v, ShardedTensor):
+            for i, sh in enumerate(v.local_shards()):
+                out[f"{key}#{i}"] = sh.tensor
+        elif isinstance(v, torch.Tensor):
+            out[key] = v
+    return out
+
+
+def load_initial(model, path):
+    """Overwrites the live weights with whole tensors from dmpcheck (the reference's initial state)."""
+    from torch.distributed._shard.sharded_tensor import ShardedTensor
+
+    full = dump.read_full(path)
+    loaded = []
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for key, v in model.state_dict().items():
+            if dmpcheck_name(key) not in full:
+                continue
+            src = full[dmpcheck_name(key)]
+            if isinstance(v, ShardedTensor):
+                for sh in v.local_shards():
+                    offs = list(sh.metadata.shard_offsets)
+                    sizes = list(sh.metadata.shard_sizes)
+                    block = src[offs[0]: offs[0] + sizes[0]]
+                    if len(offs) > 1:
+                        block = block[:, offs[1]: offs[1] + sizes[1]]
+                    sh.tensor.copy_(block)
+            elif key in params:
+                params[key].copy_(src)
+            else:
+                v.copy_(src)
+            loaded.append(key)
+    return loaded

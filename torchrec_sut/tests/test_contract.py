@@ -1,0 +1,93 @@
+"""The rank program's side of the release contract, without torch (CTest label unit).
+
+Every document in fixtures/contract/ is what harness/run/release_contract.h writes (its C++ test,
+ReleaseContract.*, holds it to the same files): read strictly here and written back, it must be
+the same document, and a field known to one side only must fail with its name.
+"""
+
+import copy
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "torchrec_sut"))
+
+from dmpcheck_torchrec import contract  # noqa: E402
+
+DOCUMENTS = {"run_spec.json": contract.RunSpec, "run_meta.json": contract.RunMeta,
+             "plan_answer.json": contract.PlanAnswer, "phase.json": contract.Phase,
+             "batch.json": contract.Batch}
+
+
+def fixture(name):
+    with open(os.path.join(ROOT, "fixtures", "contract", name)) as f:
+        return json.load(f)
+
+
+def test_torch_is_not_imported():
+    assert "torch" not in sys.modules
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTS))
+def test_every_document_reads_and_writes_back_identical(name):
+    document = fixture(name)
+    assert contract.to_dict(contract.parse(DOCUMENTS[name], document, name)) == document
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTS))
+def test_an_unknown_field_at_any_depth_is_an_error_naming_it(name, tmp_path):
+    top = fixture(name)
+    top["stride_per_key_per_rank"] = [[1]]
+    with pytest.raises(contract.ContractError, match="unknown field 'stride_per_key_per_rank'"):
+        contract.parse(DOCUMENTS[name], top, name)
+    nested = fixture(name)
+    key = {"run_spec.json": "tables", "run_meta.json": "plan", "plan_answer.json": "plan", "phase.json": "tensors",
+           "batch.json": None}[name]
+    if key:
+        nested[key][-1]["extra"] = 1
+        with pytest.raises(contract.ContractError, match=rf"unknown field '{key}\[{len(nested[key]) - 1}\]\.extra'"):
+            contract.parse(DOCUMENTS[name], nested, name)
+
+
+def test_a_missing_field_is_an_error_naming_it():
+    document = fixture("run_spec.json")
+    del document["sparse_optimizer"]["weight_decay_mode"]
+    with pytest.raises(contract.ContractError, match="missing field 'sparse_optimizer.weight_decay_mode'"):
+        contract.parse(contract.RunSpec, document, "spec.json")
+    document = fixture("run_spec.json")
+    del document["local_world_size"]
+    with pytest.raises(contract.ContractError, match="missing field 'local_world_size'"):
+        contract.parse(contract.RunSpec, document, "spec.json")
+
+
+def test_a_field_of_the_wrong_kind_is_an_error_naming_it():
+    document = fixture("run_spec.json")
+    document["seeds"] = [7, "8"]
+    with pytest.raises(contract.ContractError, match=r"'seeds\[1\]' is str"):
+        contract.parse(contract.RunSpec, document, "spec.json")
+    document = fixture("run_meta.json")
+    document["losses"] = [True]
+    with pytest.raises(contract.ContractError, match=r"'losses\[0\]' is bool"):
+        contract.parse(contract.RunMeta, document, "meta.json")
+
+
+def test_another_schema_version_is_refused_by_name():
+    document = fixture("run_spec.json")
+    document["schema_version"] = contract.SCHEMA_VERSION + 1
+    with pytest.raises(contract.ContractError, match=f"schema_version {contract.SCHEMA_VERSION + 1}, this rank program"):
+        contract.parse(contract.RunSpec, document, "spec.json")
+    del document["schema_version"]
+    with pytest.raises(contract.ContractError, match="no whole-number 'schema_version'"):
+        contract.parse(contract.RunSpec, document, "spec.json")
+
+
+def test_save_and_load_round_trip_atomically(tmp_path):
+    meta = contract.parse(contract.RunMeta, fixture("run_meta.json"))
+    path = str(tmp_path / "meta.json")
+    contract.save(meta, path)
+    assert not os.path.exists(path + ".tmp")
+    assert contract.load(contract.RunMeta, path) == meta
+    assert contract.to_dict(copy.deepcopy(meta)) == fixture("run_meta.json")
