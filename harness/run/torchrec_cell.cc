@@ -376,7 +376,8 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     result.timings.init_s = meta.timings.import_s + meta.timings.init_s;
     result.timings.train_s = meta.timings.train_s;
     result.system.notes.push_back(
-        fmt::format("import torch + torchrec took {:.2f} s on rank 0", meta.timings.import_s));
+        fmt::format("import torch + torchrec took {:.2f} s on rank 0, TorchRec's planner {:.2f} s",
+                    meta.timings.import_s, meta.timings.plan_s));
 
     const auto check_start = std::chrono::steady_clock::now();
     // TorchRec's tensors of `phase` against the reference's; the earliest step that breaks `tol` is kept.

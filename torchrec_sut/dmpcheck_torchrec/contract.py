@@ -115,6 +115,7 @@ class Versions:
 class Timings:
     import_s: float
     init_s: float
+    plan_s: float  # TorchRec's planner, within init_s
     train_s: float
 
 

@@ -69,7 +69,9 @@ def run(spec, exchange, out_dir, rank, import_s):
     model = _start(spec, rank, notes)
     planner, sharders, planner_notes = build_planner(spec, world, spec.local_world_size)
     notes = planner_notes + notes
+    t_plan = time.perf_counter()
     plan = planner.collective_plan(model, sharders, dist.GroupMember.WORLD)
+    plan_s = time.perf_counter() - t_plan
     plan_rows = plan_of(plan, {t.name for t in spec.tables})
     types = {p.table: p.sharding for p in plan_rows}
     table_dims = {t.name: (t.rows, t.dim) for t in spec.tables}
@@ -117,6 +119,6 @@ def run(spec, exchange, out_dir, rank, import_s):
     dist.barrier()
     if rank == 0:
         meta = contract.RunMeta(contract.SCHEMA_VERSION, versions(), plan_rows, losses, notes,
-                                contract.Timings(import_s, init_s, train_s))
+                                contract.Timings(import_s, init_s, plan_s, train_s))
         contract.save(meta, os.path.join(out_dir, "meta.json"))
     dist.destroy_process_group()
