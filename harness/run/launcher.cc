@@ -28,6 +28,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "run/handover.h"
+#include "run/release_contract.h"
 
 extern char** environ;
 
@@ -285,11 +286,11 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (!error && !refused.empty()) f.message = refused;
     if (error) {
       try {
-        const auto j = nlohmann::json::parse(*error);
+        const auto said = contract::read_document<contract::RankError>(nlohmann::json::parse(*error), "error");
         // The rank said why; a kind this build does not know is still a rank failure.
-        if (j.contains("kind")) f.kind = check::parse_failure_kind(j.value("kind", std::string())).value_or(kind);
-        f.message = j.value("message", std::string());
-      } catch (const std::exception&) { f.message = *error; }
+        f.kind = check::parse_failure_kind(said.kind).value_or(kind);
+        f.message = said.message;
+      } catch (const std::exception&) { f.message = *error; }  // not the contract's: shown as it came
     }
     // Ranks are only SIGKILLed by us after the first failure, so a first failure by SIGKILL came
     // from elsewhere, most often the kernel's out-of-memory killer.

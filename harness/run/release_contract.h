@@ -5,6 +5,7 @@
 // writes and the other does not know is an error naming it, never a silent drop, and so is a
 // missing one.  fixtures/contract/ holds one document of each kind with every field set; the C++
 // and the Python contract tests both read and write exactly those (neither needs torch).
+// (Outside it: dmpcheck-ready.json, which ci/torchrec-env.sh writes when it installs a release.)
 //
 // A new field is added here (the struct and its macro line), in contract.py, in the fixture, and
 // where it is filled or used.
@@ -138,6 +139,13 @@ struct Batch {
   std::vector<float> weights;  // one per value when weighted
 };
 
+// Why a rank failed: <out>/rank<R>/error.json from the rank program, or the store's error/<R> from
+// dmpcheck's own ranks (the launcher reads both alike).  kind: a failure kind's name.
+struct RankError {
+  int schema_version = kSchemaVersion;
+  std::string kind, message, traceback;
+};
+
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Constraints, sharding_types, column_shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Table, name, rows, dim, features, pooling, weighted, data_type,
                                                 constraints)
@@ -157,6 +165,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanAnswer, schema_version, vers
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Piece, name, sharding, replicated, full_sizes, row_offset, col_offset,
                                                 sizes, offset)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Phase, schema_version, phase, tensors)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankError, schema_version, kind, message, traceback)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Batch, schema_version, keys, lengths, values, weighted, weights)
 
 // Strict reading: `document` has this build's schema_version and exactly the fields of its type,

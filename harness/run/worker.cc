@@ -16,6 +16,7 @@
 #include "report/console.h"
 #include "report/json.h"
 #include "run/rank_run.h"
+#include "run/release_contract.h"
 #include "scenario/scenario.h"
 
 namespace dmpcheck::run {
@@ -145,7 +146,8 @@ int worker_main(const WorkerOptions& options) {
     write_torchelastic_error_file(name, e.what());
     if (store) {
       try {
-        set_signed(*store, error_key(rank), nlohmann::json{{"kind", name}, {"message", e.what()}}.dump(), secret);
+        set_signed(*store, error_key(rank),
+                   nlohmann::json(contract::RankError{contract::kSchemaVersion, name, e.what(), ""}).dump(), secret);
       } catch (const std::exception&) {
         // The launcher may already be gone; the message above is on stderr regardless.
       }

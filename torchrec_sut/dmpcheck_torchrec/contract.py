@@ -157,6 +157,15 @@ class Phase:
 
 
 @dataclasses.dataclass
+class RankError:
+    """Why this rank failed (out/rank<R>/error.json); kind: a failure kind's name."""
+    schema_version: int
+    kind: str
+    message: str
+    traceback: str
+
+
+@dataclasses.dataclass
 class Batch:
     """One rank's local batch of one step (batches/step<S>_rank<R>.json)."""
     schema_version: int

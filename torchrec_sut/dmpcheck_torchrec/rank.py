@@ -29,13 +29,19 @@ import traceback
 
 
 def _fail(out_dir, rank, kind, message, tb=""):
-    # The launcher's rank error ({kind, message}, read alike from dmpcheck's own ranks); written
-    # with no import of this package, which may be what failed.
+    # contract.RankError, read alike from dmpcheck's own ranks.  When the contract module itself
+    # cannot be imported (it may be what failed), the same fields are written by hand.
     path = os.path.join(out_dir, f"rank{rank}")
     os.makedirs(path, exist_ok=True)
+    try:
+        from dmpcheck_torchrec import contract
+        contract.save(contract.RankError(contract.SCHEMA_VERSION, kind, message, tb), os.path.join(path, "error.json"))
+        return
+    except Exception:  # noqa: BLE001 - the launcher shows a document it cannot read as text
+        pass
     tmp = os.path.join(path, "error.json.tmp")
     with open(tmp, "w") as f:
-        json.dump({"kind": kind, "message": message, "traceback": tb}, f)
+        json.dump({"schema_version": 1, "kind": kind, "message": message, "traceback": tb}, f)
     os.replace(tmp, os.path.join(path, "error.json"))
 
 

@@ -25,6 +25,7 @@ TEST(ReleaseContract, EveryDocumentReadsIntoItsStructAndWritesBackIdentical) {
   EXPECT_TRUE(round_trip(PlanAnswer{}, "plan_answer.json"));
   EXPECT_TRUE(round_trip(Phase{}, "phase.json"));
   EXPECT_TRUE(round_trip(Batch{}, "batch.json"));
+  EXPECT_TRUE(round_trip(RankError{}, "rank_error.json"));
   // The values land where the launcher and the rank program read them.
   const auto spec = read_document<RunSpec>(fixture("run_spec.json"), "spec");
   EXPECT_EQ(spec.seeds, (std::vector<uint64_t>{7, 8}));
