@@ -67,6 +67,24 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
                       tol.rtol, tol.atol));
     }
   }
+  for (const auto& l : result.loops) {
+    if (expect.loop_batches) {
+      for (size_t e = 0; e < l.batches.size(); ++e) {
+        if (l.batches[e] != *expect.loop_batches) {
+          out.failures.push_back(fmt::format("rank {} executed {} batch(es) in epoch {}, expected {}", l.rank,
+                                             l.batches[e], e + 1, *expect.loop_batches));
+        }
+      }
+    }
+    if (expect.next_after_exhausted && l.next_after_exhausted != *expect.next_after_exhausted) {
+      out.failures.push_back(
+          fmt::format("rank {} asked its exhausted data iterator for a batch {} time(s), expected {}", l.rank,
+                      l.next_after_exhausted, *expect.next_after_exhausted));
+    }
+  }
+  if ((expect.loop_batches || expect.next_after_exhausted) && result.loops.empty()) {
+    out.failures.push_back("no rank reported its training loop");
+  }
   if (expect.initial_state) {
     if (!result.init_from_compared) {
       out.failures.push_back("the initial state was not compared with init.from");

@@ -49,18 +49,17 @@ void GlobalModelTracker::step_and_compare(const dmp::KeyedJaggedTensor& global_b
                                           const std::map<std::string, at::Tensor>& sharded_state,
                                           const std::map<std::string, at::Tensor>& sharded_outputs, int step) {
   reference_->train_step(global_batch);
-  compare_all(sharded_outputs, reference_->last_outputs(), step - 1, output_tolerances_);
-  compare_all(sharded_state, reference_->state(), step, tolerances_);
+  compare_with_unsharded(results_, sharded_outputs, reference_->last_outputs(), step - 1, output_tolerances_);
+  compare_with_unsharded(results_, sharded_state, reference_->state(), step, tolerances_);
 }
 
 void GlobalModelTracker::forward_and_compare(const dmp::KeyedJaggedTensor& global_batch,
                                              const std::map<std::string, at::Tensor>& sharded_outputs, int step) {
-  compare_all(sharded_outputs, reference_->forward(global_batch), step, output_tolerances_);
+  compare_with_unsharded(results_, sharded_outputs, reference_->forward(global_batch), step, output_tolerances_);
 }
 
-void GlobalModelTracker::compare_all(const std::map<std::string, at::Tensor>& sharded,
-                                     const std::map<std::string, at::Tensor>& expected, int step,
-                                     Tolerances tolerances) {
+void compare_with_unsharded(std::vector<GlobalModelCheck>& results, const std::map<std::string, at::Tensor>& sharded,
+                            const std::map<std::string, at::Tensor>& expected, int step, Tolerances tolerances) {
   for (const auto& [name, actual] : sharded) {
     auto it = expected.find(name);
     GlobalModelCheck check =
@@ -74,9 +73,9 @@ void GlobalModelTracker::compare_all(const std::map<std::string, at::Tensor>& sh
     }
     const std::string& key = name;  // structured bindings cannot be captured in C++17 (clang)
     auto existing =
-        std::find_if(results_.begin(), results_.end(), [&](const GlobalModelCheck& c) { return c.name == key; });
-    if (existing == results_.end()) {
-      results_.push_back(check);
+        std::find_if(results.begin(), results.end(), [&](const GlobalModelCheck& c) { return c.name == key; });
+    if (existing == results.end()) {
+      results.push_back(check);
     } else if (!check.comparable || (existing->comparable && check.max_allowed_excess > existing->max_allowed_excess)) {
       *existing = check;
     }

@@ -46,14 +46,17 @@ class GlobalModelTracker {
   std::vector<GlobalModelCheck> results() const;
 
  private:
-  void compare_all(const std::map<std::string, at::Tensor>& actual, const std::map<std::string, at::Tensor>& expected,
-                   int step, Tolerances tolerances);
-
   std::unique_ptr<UnshardedModel> reference_;
   Tolerances tolerances_;
   Tolerances output_tolerances_;
   std::vector<GlobalModelCheck> results_;
 };
+
+// Every tensor of `sharded` against the unsharded model's tensor of that name at `step`, kept in
+// `results` per tensor at its worst step (a tensor the unsharded model lacks is not comparable).
+// The unsharded model is the reference's (GlobalModelTracker) or a release's own (torchrec_cell).
+void compare_with_unsharded(std::vector<GlobalModelCheck>& results, const std::map<std::string, at::Tensor>& sharded,
+                            const std::map<std::string, at::Tensor>& unsharded, int step, Tolerances tolerances);
 
 // One tensor against another of the same name: max |a - b|, max relative difference (over
 // elements where `expected` is not 0), elements not bitwise equal, and whether every

@@ -150,6 +150,13 @@ struct SystemUnderTest {
   std::vector<std::string> notes;  // how the release was driven where it matters
 };
 
+// What one rank's training loop did on a release (`torchrec: {loop, epochs}`).
+struct RankLoop {
+  int rank = 0;
+  std::vector<int64_t> batches;      // executed, per epoch
+  int64_t next_after_exhausted = 0;  // next() asked of its data iterator after it was exhausted
+};
+
 struct RunResult {
   std::string scenario;
   std::string scenario_file;
@@ -178,7 +185,9 @@ struct RunResult {
   // Set where the profile broadcasts and the scenario does not turn it off: every method of
   // broadcasting the same replicated parameters, timed side by side.
   BroadcastProbe broadcast_probe;
-  std::vector<double> losses;  // rank 0's loss per step
+  std::vector<double> losses;   // rank 0's loss per step
+  std::string loop;             // release cells: plain | train_pipeline_sparse_dist
+  std::vector<RankLoop> loops;  // release cells: every rank's loop, in rank order
   // FNV-1a 64 of every full tensor's bytes after the last step (hex), by name: two runs of the
   // same scenario must agree on every one (`dmpcheck run --repeat`).
   std::map<std::string, std::string> digests;

@@ -66,10 +66,17 @@ struct RunSpec {
   int steps = 0;
   int64_t batch_size = 0;  // per rank
   double timeout_s = 0;
-  std::string sharder;          // extended | stock
-  std::string module;           // embedding_bag_collection | embedding_bag
-  bool outputs = false;         // dump the forward's outputs of every step
-  std::vector<uint64_t> seeds;  // per rank: torch.manual_seed before the model exists
+  std::string sharder;   // extended | stock
+  std::string module;    // embedding_bag_collection | embedding_bag
+  bool outputs = false;  // dump the forward's outputs of every step
+  // Rank 0 also trains the release's own modules unsharded, in one process, from the sharded
+  // model's initial weights, on every step's global batch (all ranks' local batches in rank
+  // order), after the sharded run: out/unsharded/step<S> (and outputs<S>), whole tensors.
+  bool unsharded = false;
+  std::string loop;                       // plain | train_pipeline_sparse_dist (TorchRec's TrainPipelineSparseDist)
+  int epochs = 1;                         // passes over the steps' batches, each over a fresh data iterator
+  std::vector<int64_t> batches_per_rank;  // per rank, batches per epoch; empty: steps / epochs each
+  std::vector<uint64_t> seeds;            // per rank: torch.manual_seed before the model exists
   Start start;
   std::vector<Table> tables;
   std::vector<int64_t> dense_layers;
@@ -96,6 +103,14 @@ struct Timings {
   double import_s = 0, init_s = 0, plan_s = 0, train_s = 0;  // plan_s: TorchRec's planner, within init_s
 };
 
+// What one rank's training loop did: the batches it executed in each epoch, and how often it
+// asked its data iterator for a batch after the iterator had said it was exhausted.
+struct RankLoop {
+  int rank = 0;
+  std::vector<int64_t> batches;
+  int64_t next_after_exhausted = 0;
+};
+
 // out/meta.json, written by rank 0 after the last step.
 struct RunMeta {
   int schema_version = kSchemaVersion;
@@ -104,6 +119,7 @@ struct RunMeta {
   std::vector<double> losses;
   std::vector<std::string> notes;
   Timings timings;
+  std::vector<RankLoop> loops;  // every rank's, in rank order
 };
 
 // `python -m dmpcheck_torchrec.plan`'s answer: the plan the release's planner makes, nothing run.
@@ -154,13 +170,15 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SparseOptimizer, type, lr, eps, 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DenseOptimizer, type, lr, eps, beta1, beta2, momentum, weight_decay)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Start, kind, state, load)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_size, local_world_size, steps,
-                                                batch_size, timeout_s, sharder, module, outputs, seeds, start, tables,
-                                                dense_layers, sparse_optimizer, dense_optimizer)
+                                                batch_size, timeout_s, sharder, module, outputs, unsharded, loop,
+                                                epochs, batches_per_rank, seeds, start, tables, dense_layers,
+                                                sparse_optimizer, dense_optimizer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardRow, rank, row_offset, rows, col_offset, cols)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanRow, table, sharding, compute_kernel, ranks, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Versions, torchrec, torch, fbgemm_gpu)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Timings, import_s, init_s, plan_s, train_s)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunMeta, schema_version, versions, plan, losses, notes, timings)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankLoop, rank, batches, next_after_exhausted)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunMeta, schema_version, versions, plan, losses, notes, timings, loops)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanAnswer, schema_version, versions, plan, notes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Piece, name, sharding, replicated, full_sizes, row_offset, col_offset,
                                                 sizes, offset)

@@ -94,6 +94,10 @@ contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start st
   out.sharder = spec.torchrec_sharder;
   out.module = spec.torchrec_module;
   out.outputs = spec.expect.outputs.has_value();
+  out.unsharded = spec.expect.global_model.has_value();
+  out.loop = spec.torchrec_loop;
+  out.epochs = spec.torchrec_epochs;
+  out.batches_per_rank = spec.torchrec_batches_per_rank;
   for (int r = 0; r < spec.world_size; ++r) out.seeds.push_back(spec.init.seed_of_rank(r));
   start.load = spec.init.load_before_wrap ? "before_wrap" : "after_wrap";
   out.start = std::move(start);
@@ -373,6 +377,19 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       result.plan.push_back(placement);
     }
     result.losses = meta.losses;
+    result.loop = spec.torchrec_loop;
+    for (const auto& l : meta.loops) result.loops.push_back({l.rank, l.batches, l.next_after_exhausted});
+    if (spec.torchrec_loop != "plain" || spec.torchrec_epochs > 1) {
+      std::vector<std::string> ranks;
+      for (const auto& l : meta.loops) {
+        ranks.push_back(fmt::format("rank {}: [{}]{}", l.rank, fmt::join(l.batches, ", "),
+                                    l.next_after_exhausted
+                                        ? fmt::format(", next() on its exhausted iterator {}x", l.next_after_exhausted)
+                                        : ""));
+      }
+      result.system.notes.push_back(fmt::format("loop {}, {} epoch(s); batches executed per epoch: {}",
+                                                spec.torchrec_loop, spec.torchrec_epochs, fmt::join(ranks, "; ")));
+    }
     result.timings.init_s = meta.timings.import_s + meta.timings.init_s;
     result.timings.train_s = meta.timings.train_s;
     result.system.notes.push_back(
@@ -391,6 +408,14 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
         result.reference.push_back(std::move(d));
       }
     };
+    // TorchRec's sharded tensors against its own unsharded model's (the oracle on the release, rank 0's
+    // out/unsharded), each tensor kept at its worst step.
+    auto unsharded = [&](const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase, int step,
+                         const scenario::Tolerance& tol) {
+      check::compare_with_unsharded(result.global_model, assemble_full(per_rank),
+                                    assemble_full({read_exchange_phase(out + "/unsharded", phase)}), step,
+                                    {tol.rtol, tol.atol});
+    };
     std::vector<std::vector<ExchangePiece>> last;
     for (int step = 0; step <= spec.steps; ++step) {
       const std::string phase = step == 0 ? "init" : fmt::format("step{}", step);
@@ -401,18 +426,22 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       if (step == 0) result.replicas = checks;
       if (final_phase && step > 0) result.replicas.insert(result.replicas.end(), checks.begin(), checks.end());
       if (spec.expect.reference) compare(per_rank, phase, step, *spec.expect.reference);
+      if (spec.expect.global_model && step > 0) unsharded(per_rank, phase, step, *spec.expect.global_model);
       if (final_phase) last = std::move(per_rank);
     }
     // The forward's outputs, from step 0 (the forward of step s + 1, on the weights after s steps).
-    for (int step = 0; spec.expect.reference && spec.expect.outputs && step < std::max(spec.steps, 1); ++step) {
+    for (int step = 0; spec.expect.outputs && step < std::max(spec.steps, 1); ++step) {
       const std::string phase = fmt::format("outputs{}", step);
-      compare(read_ranks(out, spec.world_size, phase), phase, step, *spec.expect.outputs);
+      const auto per_rank = read_ranks(out, spec.world_size, phase);
+      if (spec.expect.reference) compare(per_rank, phase, step, *spec.expect.outputs);
+      if (spec.expect.global_model) unsharded(per_rank, phase, step, *spec.expect.outputs);
     }
     if (spec.steps == 0) {  // nothing trained: the final state is the initial one
       const auto again = replica_checks(last, "final");
       result.replicas.insert(result.replicas.end(), again.begin(), again.end());
     }
     result.reference_compared = spec.expect.reference.has_value();
+    result.global_model_checked = spec.expect.global_model.has_value();
     if (spec.expect.initial_state) {
       result.init_from =
           check::compare_with_checkpoint(assemble_full(read_ranks(out, spec.world_size, "init")), user_weights);

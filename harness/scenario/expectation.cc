@@ -8,7 +8,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
                               const std::set<std::string>& table_names) {
   r.check_keys(node, path,
                {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state",
-                "max_broadcast_seconds", "error"});
+                "max_broadcast_seconds", "error", "loop"});
   Expectation e;
   if (node["replicas"]) {
     e.replicas = r.choice(node["replicas"], path + ".replicas", {"equal", "diverge"}) == "equal"
@@ -53,8 +53,8 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     e.outputs = tolerance(g, path + ".outputs");
     if (!node["global_model"] && !node["reference"]) {
       r.fail(g, path + ".outputs",
-             "compares outputs where 'global_model' (a reference run) or 'reference' (a release cell) compares; give "
-             "one of them");
+             "compares outputs where 'global_model' (the unsharded model) or 'reference' (a release cell against the "
+             "reference) compares; give one of them");
     }
   }
   if (YAML::Node g = node["reference"]) {
@@ -97,6 +97,13 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
   if (node["max_broadcast_seconds"]) {
     e.max_broadcast_seconds = r.number(node["max_broadcast_seconds"], path + ".max_broadcast_seconds", 0.0);
   }
+  if (YAML::Node loop = node["loop"]) {
+    r.check_keys(loop, path + ".loop", {"batches", "next_after_exhausted"});
+    if (loop["batches"]) e.loop_batches = r.integer(loop["batches"], path + ".loop.batches", 0, 1000000);
+    if (loop["next_after_exhausted"]) {
+      e.next_after_exhausted = r.integer(loop["next_after_exhausted"], path + ".loop.next_after_exhausted", 0, 1000000);
+    }
+  }
   return e;
 }
 
@@ -129,6 +136,9 @@ std::string Expectation::describe() const {
         reference->rtol, reference->atol);
   }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
+  if (loop_batches) text += fmt::format("; every rank executes {} batch(es) per epoch", *loop_batches);
+  if (next_after_exhausted)
+    text += fmt::format("; asks its exhausted data iterator {} more time(s)", *next_after_exhausted);
   if (error) text = fmt::format("the run fails with {}", error->describe());
   return text;
 }

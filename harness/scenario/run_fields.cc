@@ -175,9 +175,20 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));
   });
   field("torchrec", [&](Node torchrec) {
-    r.check_keys(torchrec, "torchrec", {"sharder", "module"});
+    r.check_keys(torchrec, "torchrec", {"sharder", "module", "loop", "epochs", "batches_per_rank"});
+    if (YAML::Node counts = torchrec["batches_per_rank"]) {
+      if (!counts.IsSequence()) r.expected(counts, "torchrec.batches_per_rank", "a list of batch counts, one per rank");
+      for (size_t i = 0; i < counts.size(); ++i) {
+        run.torchrec_batches_per_rank.push_back(
+            r.integer(counts[i], fmt::format("torchrec.batches_per_rank[{}]", i), 0, 1000000));
+      }
+    }
     if (torchrec["sharder"])
       run.torchrec_sharder = r.choice(torchrec["sharder"], "torchrec.sharder", {"extended", "stock"});
+    if (torchrec["loop"])
+      run.torchrec_loop = r.choice(torchrec["loop"], "torchrec.loop", {"plain", "train_pipeline_sparse_dist"});
+    if (torchrec["epochs"])
+      run.torchrec_epochs = static_cast<int>(r.integer(torchrec["epochs"], "torchrec.epochs", 1, 1000));
     if (!torchrec["module"]) return;
     run.torchrec_module =
         r.choice(torchrec["module"], "torchrec.module", {"embedding_bag_collection", "embedding_bag"});

@@ -88,7 +88,9 @@ struct Expectation {
   // every other replicated tensor is equal.
   std::vector<std::string> diverged;
   std::vector<Phase> at = {Phase::kInit, Phase::kFinal};  // where the divergence must show
-  std::optional<Tolerance> global_model;                  // compare against the unsharded model when set
+  // Compare against the unsharded model when set: the reference's (check::UnshardedModel) on a
+  // reference cell, the release's own modules unsharded in one process on a release cell.
+  std::optional<Tolerance> global_model;
   // Compare the forward's outputs too (each feature's pooled embedding and the model's output,
   // at every step from 0), within this tolerance, wherever global_model or reference compares.
   std::optional<Tolerance> outputs;
@@ -114,6 +116,11 @@ struct Expectation {
     std::string describe() const;
   };
   std::optional<ExpectedError> error;
+  // Release cells, `loop: {batches, next_after_exhausted}`: every rank executed exactly `batches`
+  // batches in each epoch, and asked its data iterator for a batch exactly `next_after_exhausted`
+  // times after the iterator had said it was exhausted (TorchRec #1778: a DataLoader may hang there).
+  std::optional<int64_t> loop_batches;
+  std::optional<int64_t> next_after_exhausted;
   std::string describe() const;
 };
 
@@ -183,6 +190,17 @@ struct RunSpec {
   // EmbeddingBagSharder (TorchRec #602).  Reference cells model either as an EBC (the same
   // arithmetic).  `torchrec: {module: ...}` in the file.
   std::string torchrec_module = "embedding_bag_collection";
+  // How a release cell drives its steps: "plain" (forward, backward, optimizer step per batch) or
+  // "train_pipeline_sparse_dist" (TorchRec's TrainPipelineSparseDist: progress() over a dataloader
+  // iterator until StopIteration); `epochs` splits the steps into that many passes, each over a
+  // fresh iterator.  The reference runs the plain loop's arithmetic for every loop.
+  // `torchrec: {loop: ..., epochs: N}` in the file.
+  std::string torchrec_loop = "plain";
+  int torchrec_epochs = 1;
+  // Per rank, the batches its data iterator hands out in each epoch (empty: steps / epochs on
+  // every rank).  Uneven counts leave a rank waiting in a collective: it must fail within
+  // timeout_s, naming the rank and where it waited.  `torchrec: {batches_per_rank: [...]}`.
+  std::vector<int64_t> torchrec_batches_per_rank;
   bool on_torchrec() const { return system.is_release(); }
   int world_size = 2;
   std::string backend = "gloo";

@@ -30,6 +30,21 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
     if (run.resume) refuse("resume", "mid-run resume is reference-only");
     if (!run.faults.empty()) refuse("faults", "faults are injected by the reference's ranks");
     if (run.fingerprint) refuse("fingerprint", "collective fingerprints are the reference's");
+    if (run.steps % run.torchrec_epochs != 0) {
+      const YAML::Node torchrec = root["torchrec"];
+      r.fail(torchrec.IsDefined() && torchrec.IsMap() ? torchrec["epochs"] : torchrec, "torchrec.epochs",
+             fmt::format("{} epochs cannot split steps: {} into equal passes", run.torchrec_epochs, run.steps));
+    }
+    const auto& counts = run.torchrec_batches_per_rank;
+    const int64_t per_epoch = run.steps / run.torchrec_epochs;
+    if (!counts.empty() && (static_cast<int>(counts.size()) != run.world_size ||
+                            *std::max_element(counts.begin(), counts.end()) > per_epoch)) {
+      r.fail(root["torchrec"], "torchrec.batches_per_rank",
+             fmt::format("has {} count(s) up to {}; expected one per rank ({}), each at most the {} batch(es) of an "
+                         "epoch (steps / epochs)",
+                         counts.size(), counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end()),
+                         run.world_size, per_epoch));
+    }
     for (const auto& [table, c] : run.constraints) {
       if (!c.ranks.empty()) {
         refuse("tables", fmt::format("table '{}' pins its shards to ranks, and TorchRec's ParameterConstraints has "
@@ -47,6 +62,12 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
 }
 
 void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run) {
+  if ((run.expect.loop_batches || run.expect.next_after_exhausted) && !run.on_torchrec()) {
+    r.fail(node["loop"], path + ".loop",
+           fmt::format("counts what a release's training loop asked of its data; run '{}' runs on the reference "
+                       "(select release cells with 'when: {{system: torchrec==X.Y.Z}}')",
+                       run.name));
+  }
   if (const auto why = reference_cannot_model(run); why && run.expect.reference) {
     r.fail(node["reference"], path + ".reference",
            fmt::format("{}, so it cannot run the comparison (run '{}')", *why, run.name));
@@ -66,12 +87,6 @@ void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::
            fmt::format("a release cell that starts from init.from is not compared with the reference (run '{}'); "
                        "check it with initial_state",
                        run.name));
-  }
-  if (run.on_torchrec() && run.expect.global_model) {
-    r.fail(node["global_model"], path + ".global_model",
-           fmt::format("the unsharded-model check runs on the reference only; for run '{}' on {} use "
-                       "'reference:' (the same work on the reference, compared step by step)",
-                       run.name, run.system.name()));
   }
 }
 

@@ -78,6 +78,10 @@ class RunSpec:
     sharder: str  # extended | stock
     module: str  # embedding_bag_collection | embedding_bag
     outputs: bool
+    unsharded: bool  # rank 0 also trains the modules unsharded (out/unsharded/), after the sharded run
+    loop: str  # plain | train_pipeline_sparse_dist
+    epochs: int  # passes over the steps' batches, each over a fresh data iterator
+    batches_per_rank: List[int]  # per rank, batches per epoch; empty: steps / epochs on every rank
     seeds: List[int]  # per rank: torch.manual_seed before the model exists
     start: Start
     tables: List[Table]
@@ -120,6 +124,14 @@ class Timings:
 
 
 @dataclasses.dataclass
+class RankLoop:
+    """What one rank's loop did: batches executed per epoch, next() asked of an exhausted iterator."""
+    rank: int
+    batches: List[int]
+    next_after_exhausted: int
+
+
+@dataclasses.dataclass
 class RunMeta:
     schema_version: int
     versions: Versions
@@ -127,6 +139,7 @@ class RunMeta:
     losses: List[float]
     notes: List[str]
     timings: Timings
+    loops: List[RankLoop]
 
 
 @dataclasses.dataclass
@@ -219,6 +232,14 @@ def parse(kind, document, what="document"):
         return _read(kind, document, "")
     except ContractError as e:
         raise ContractError(f"{what}: not a valid contract document: {e}") from None
+
+
+def parse_part(kind, value, what):
+    """A part of a document (no schema_version of its own) as `kind`, strictly."""
+    try:
+        return _read(kind, value, "")
+    except ContractError as e:
+        raise ContractError(f"{what}: {e}") from None
 
 
 def load(kind, path):

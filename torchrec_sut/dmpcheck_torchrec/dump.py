@@ -14,9 +14,12 @@ from dmpcheck_torchrec import contract
 
 
 def write_phase(out_dir, rank, phase, pieces):
+    write_phase_in(os.path.join(out_dir, f"rank{rank}"), phase, pieces)
+
+
+def write_phase_in(path, phase, pieces):
     import torch
 
-    path = os.path.join(out_dir, f"rank{rank}")
     os.makedirs(path, exist_ok=True)
     entries = []
     offset = 0
@@ -33,29 +36,79 @@ def write_phase(out_dir, rank, phase, pieces):
     contract.save(contract.Phase(contract.SCHEMA_VERSION, phase, entries), os.path.join(path, f"{phase}.json"))
 
 
-def read_full(path_json):
-    """Whole tensors written by dmpcheck (an initial state to start from): {name: tensor}."""
+def _pieces(path_json):
+    """(Piece, tensor) of every piece of one phase file."""
     import torch
 
     manifest = contract.load(contract.Phase, path_json)
     with open(path_json[: -len(".json")] + ".bin", "rb") as f:
         blob = f.read()
-    out = {}
     for e in manifest.tensors:
         n = 1
         for s in e.sizes:
             n *= s
-        t = torch.frombuffer(bytearray(blob[e.offset: e.offset + 4 * n]), dtype=torch.float32)
-        out[e.name] = t.reshape(e.sizes).clone()
+        yield e, torch.frombuffer(bytearray(blob[e.offset: e.offset + 4 * n]), dtype=torch.float32).reshape(e.sizes)
+
+
+def read_full(path_json):
+    """Whole tensors written by dmpcheck (an initial state to start from): {name: tensor}."""
+    return {e.name: t.clone() for e, t in _pieces(path_json)}
+
+
+def read_assembled(out_dir, world, phase):
+    """Every rank's pieces of `phase` put together: {name: full tensor} (a replica from rank 0)."""
+    import torch
+
+    out = {}
+    for rank in range(world):
+        for e, t in _pieces(os.path.join(out_dir, f"rank{rank}", f"{phase}.json")):
+            if e.replicated:
+                out.setdefault(e.name, t.clone())
+                continue
+            full = out.setdefault(e.name, torch.zeros(e.full_sizes, dtype=torch.float32))
+            block = full[e.row_offset: e.row_offset + e.sizes[0]]
+            if len(e.sizes) > 1:
+                block = block[:, e.col_offset: e.col_offset + e.sizes[1]]
+            block.copy_(t)
     return out
+
+
+def _read_batch(exchange, step, rank):
+    return contract.load(contract.Batch, os.path.join(exchange, "batches", f"step{step}_rank{rank}.json"))
+
+
+def _kjt(keys, lengths, values, weights):
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    return KeyedJaggedTensor(keys=keys, values=torch.tensor(values, dtype=torch.int64),
+                             lengths=torch.tensor(lengths, dtype=torch.int32),
+                             weights=torch.tensor(weights, dtype=torch.float32) if weights is not None else None)
 
 
 def load_batch(exchange, step, rank):
     """This rank's local batch of `step` (counted from 1), exactly what the reference trains on."""
-    import torch
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+    b = _read_batch(exchange, step, rank)
+    return _kjt(b.keys, b.lengths, b.values, b.weights if b.weighted else None)
 
-    b = contract.load(contract.Batch, os.path.join(exchange, "batches", f"step{step}_rank{rank}.json"))
-    weights = torch.tensor(b.weights, dtype=torch.float32) if b.weighted else None
-    return KeyedJaggedTensor(keys=b.keys, values=torch.tensor(b.values, dtype=torch.int64),
-                             lengths=torch.tensor(b.lengths, dtype=torch.int32), weights=weights)
+
+def load_global_batch(exchange, step, world):
+    """Every rank's local batch of `step` as one batch: per key, rank 0's bags, then rank 1's, ..."""
+    batches = [_read_batch(exchange, step, r) for r in range(world)]
+    keys = batches[0].keys
+    per_key = {k: ([], [], []) for k in keys}  # lengths, values, weights
+    for r, b in enumerate(batches):
+        if b.keys != keys:
+            raise contract.ContractError(f"step {step}: rank {r}'s batch has keys {b.keys}, rank 0's {keys}")
+        bags = len(b.lengths) // max(len(keys), 1)
+        start = 0
+        for i, k in enumerate(keys):
+            lengths = b.lengths[i * bags:(i + 1) * bags]
+            end = start + sum(lengths)
+            per_key[k][0].extend(lengths)
+            per_key[k][1].extend(b.values[start:end])
+            per_key[k][2].extend(b.weights[start:end] if b.weighted else [])
+            start = end
+    weighted = batches[0].weighted
+    return _kjt(keys, [x for k in keys for x in per_key[k][0]], [x for k in keys for x in per_key[k][1]],
+                [x for k in keys for x in per_key[k][2]] if weighted else None)

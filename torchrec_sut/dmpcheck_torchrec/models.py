@@ -30,8 +30,11 @@ class Model(nn.Module):
             self.dense.append(nn.Linear(width, out))
             width = out
         self.features = features
+        # As TorchRec's train pipelines expect: a torchrec.datasets.utils.Batch in, (loss, output) out.
+        self.pipelined = False
 
-    def forward(self, kjt):
+    def forward(self, batch):
+        kjt = batch.sparse_features if self.pipelined else batch
         if self.ec is None:
             pooled = self.ebc(kjt).to_dict()
         else:
@@ -60,7 +63,8 @@ class Model(nn.Module):
         LAST_OUTPUTS.clear()
         LAST_OUTPUTS.update({"pooled_embeddings." + f: pooled[f].detach().clone() for f in self.features})
         LAST_OUTPUTS["model_output"] = x.detach().clone()
-        return x.mean()
+        loss = x.mean()
+        return (loss, loss.detach()) if self.pipelined else loss
 
 
 class BagModel(nn.Module):
@@ -76,13 +80,15 @@ class BagModel(nn.Module):
             {table.name: nn.EmbeddingBag(table.rows, table.dim, mode=table.pooling, device=torch.device(device))})
         self.table = table.name
         self.feature = table.features[0]
+        self.pipelined = False
         self.dense = nn.ModuleList()
         width = table.dim
         for out in layers:
             self.dense.append(nn.Linear(width, out))
             width = out
 
-    def forward(self, kjt):
+    def forward(self, batch):
+        kjt = batch.sparse_features if self.pipelined else batch
         bags = kjt[self.feature]
         # nn.EmbeddingBag's offsets: where each bag starts (the KJT's offsets without the last).
         pooled = self.ebc.embedding_bags[self.table](bags.values(), bags.offsets()[:-1])
@@ -94,7 +100,8 @@ class BagModel(nn.Module):
         LAST_OUTPUTS.clear()
         LAST_OUTPUTS["pooled_embeddings." + self.feature] = pooled.detach().clone()
         LAST_OUTPUTS["model_output"] = x.detach().clone()
-        return x.mean()
+        loss = x.mean()
+        return (loss, loss.detach()) if self.pipelined else loss
 
 
 def is_embedding_bag(spec):

@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from dmpcheck_torchrec import contract, dump, optim
+from dmpcheck_torchrec import contract, dump, loops, optim, oracle
 from dmpcheck_torchrec.models import LAST_OUTPUTS, build_model, output_pieces
 from dmpcheck_torchrec.optim import Unsupported  # noqa: F401  (rank.py reports it by name)
 from dmpcheck_torchrec.planning import build_planner, plan_of
@@ -94,16 +94,27 @@ def run(spec, exchange, out_dir, rank, import_s):
         with torch.no_grad():
             sharded(dump.load_batch(exchange, 1, rank))
         dump.write_phase(out_dir, rank, "outputs0", output_pieces(rank, world, spec.batch_size))
-    for step in range(1, spec.steps + 1):
-        loss = sharded(dump.load_batch(exchange, step, rank))
-        if spec.outputs:  # the forward of step s runs on the weights after s - 1 steps
-            dump.write_phase(out_dir, rank, f"outputs{step - 1}", output_pieces(rank, world, spec.batch_size))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(float(loss.item()))
-        dump.write_phase(out_dir, rank, f"step{step}", state_pieces(sharded, dense_opt, types, table_dims))
-        print(f"step {step}/{spec.steps} loss {losses[-1]:.6f}", flush=True)
+    pipeline = loops.pipeline(spec.loop, sharded, optimizer)
+    per_epoch = spec.steps // spec.epochs
+    executed, after_exhausted, step = [], 0, 0
+    for epoch in range(spec.epochs):
+        mine = spec.batches_per_rank[rank] if spec.batches_per_rank else per_epoch
+        data = loops.DataIterator(exchange, rank, range(epoch * per_epoch + 1, epoch * per_epoch + 1 + mine),
+                                  as_batch=pipeline is not None)
+        done = 0
+        while True:
+            try:
+                loss = loops.train_one(pipeline, sharded, optimizer, data)
+            except StopIteration:
+                break
+            step, done = step + 1, done + 1
+            if spec.outputs:  # the forward of step s runs on the weights after s - 1 steps
+                dump.write_phase(out_dir, rank, f"outputs{step - 1}", output_pieces(rank, world, spec.batch_size))
+            losses.append(loss)
+            dump.write_phase(out_dir, rank, f"step{step}", state_pieces(sharded, dense_opt, types, table_dims))
+            print(f"step {step}/{spec.steps} loss {losses[-1]:.6f}", flush=True)
+        executed.append(done)
+        after_exhausted += data.after_exhausted
     train_s = time.perf_counter() - t1
     for t in spec.tables:
         if t.data_type != "fp32" and LAST_OUTPUTS:
@@ -116,9 +127,16 @@ def run(spec, exchange, out_dir, rank, import_s):
         notes.append(f"weight_decay_mode {spec.sparse_optimizer.weight_decay_mode} handed to FBGEMM's fused "
                      f"{spec.sparse_optimizer.type} through TorchRec's optimizer kwargs; its kernels hold "
                      f"{', '.join(optim.fused_weight_decay_modes(sharded)) or 'none'}")
-    dist.barrier()
+    record = contract.RankLoop(rank, executed, after_exhausted)
+    records = [None] * world
+    dist.all_gather_object(records, contract.to_dict(record))  # also: every rank's phases are on disk
     if rank == 0:
+        if spec.unsharded:
+            t2 = time.perf_counter()
+            notes.append(oracle.train_unsharded(spec, exchange, out_dir, world) +
+                         f", on rank 0 after the sharded run ({time.perf_counter() - t2:.2f} s)")
         meta = contract.RunMeta(contract.SCHEMA_VERSION, versions(), plan_rows, losses, notes,
-                                contract.Timings(import_s, init_s, plan_s, train_s))
+                                contract.Timings(import_s, init_s, plan_s, train_s),
+                                [contract.parse_part(contract.RankLoop, r, "loop") for r in records])
         contract.save(meta, os.path.join(out_dir, "meta.json"))
     dist.destroy_process_group()

@@ -615,3 +615,59 @@ def test_release_error_names_rank_and_cause(tmp_path):
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
     assert p.returncode == 3, p.stdout + p.stderr
     assert "reduce_scatter" in p.stdout, p.stdout
+
+
+def test_a_release_is_held_against_its_own_unsharded_model(tmp_path):
+    """global_model on a release cell: the release's modules unsharded, on the global batches.
+
+    With SGD everywhere, every table of every sharding type (and the outputs) tracks the unsharded
+    model at 2 and 3 ranks; with Adagrad as the sparse optimizer the data-parallel tables do not:
+    the sharded model trains them with the dense SGD, the unsharded one with the Adagrad applied in
+    backward (unfiled-dp-tables-drop-in-backward-optimizer, now seen on the release alone)."""
+    need("1.9.2")
+    scenario = tmp_path / "oracle.yaml"
+    text = open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
+    text = text.replace("steps: 10", "steps: 2").replace("[sgd, adagrad, rowwise_adagrad]", "[sgd, adagrad]")
+    text = text.replace("  - reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}",
+                        "  - global_model: {rtol: 1.0e-5, atol: 1.0e-6}\n    outputs: {rtol: 1.0e-5, atol: 1.0e-6}")
+    scenario.write_text(text)
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 1, p.stdout + p.stderr
+    reports = tmp_path / "reports" / "fidelity-sharding"
+    for world in (2, 3):
+        sgd = json.load(open(reports / ("sgd_%d.json" % world)))
+        assert sgd["verdict"] == "pass" and sgd["global_model_checked"], sgd["expectation"]
+        names = {g["name"] for g in sgd["global_model"]}
+        assert {"ebc.embedding_bags.%s.weight" % t for t in ("tw_sum", "cw_mean", "dp_sum")} <= names
+        assert {"model_output", "pooled_embeddings.f_cw_sum", "dense.0.weight"} <= names
+        adagrad = json.load(open(reports / ("adagrad_%d.json" % world)))
+        out = {g["name"] for g in adagrad["global_model"] if not g["within_tolerance"]}
+        assert "ebc.embedding_bags.dp_sum.weight" in out and "ebc.embedding_bags.dp_mean.weight" in out, out
+        assert not any(n.startswith("ebc.embedding_bags.tw_") or n.startswith("ebc.embedding_bags.cw_") for n in out), out
+        assert adagrad["verdict"] == "fail"
+
+
+def test_uneven_batches_per_rank_end_the_cell_naming_the_rank(tmp_path):
+    """torchrec: {batches_per_rank}: rank 1 runs out of data a batch early. On Gloo that is no
+    silent hang: rank 1's next collective meets rank 0's all-to-all, Gloo aborts rank 0 on the
+    mismatch, and the cell ends (well inside its 600 s budget) as rank 0's crash, with Gloo's words."""
+    need("1.9.2")
+    scenario = tmp_path / "uneven.yaml"
+    scenario.write_text("""version: 1
+name: uneven
+system: torchrec==1.9.2
+world_size: 2
+steps: 2
+batch_size: 4
+init: {mode: seeded, seed: 3}
+data: {seed: 3, ids_per_bag: [1, 2]}
+tables:
+  - {name: t0, rows: 16, dim: 4, features: [f0], sharding: {types: [table_wise]}}
+dense: {layers: [1]}
+torchrec: {loop: train_pipeline_sparse_dist, batches_per_rank: [2, 1]}
+""")
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"), timeout=300)
+    assert p.returncode == 3, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "reports" / "uneven" / "default.json"))
+    assert r["verdict"] == "error" and r["failure"]["rank"] == 0, r["failure"]
+    assert r["failure"]["kind"] == "crashed" and "op.preamble.length <= op.nbytes" in r["failure"]["message"], r["failure"]

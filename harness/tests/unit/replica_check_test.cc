@@ -75,5 +75,22 @@ TEST(Expectations, ABroadcastBoundHoldsOnlyOverABroadcastThatRan) {
   EXPECT_FALSE(evaluate_expectation(e, r).held);
 }
 
+TEST(Expectations, ALoopExpectationNamesTheRankAndEpochThatBrokeIt) {
+  RunResult r;
+  scenario::Expectation e;
+  e.loop_batches = 2;
+  e.next_after_exhausted = 0;
+  const ExpectationResult none = evaluate_expectation(e, r);  // no rank reported a loop
+  EXPECT_FALSE(none.held);
+  EXPECT_TRUE(testing::contains(none.failures.at(0), "no rank reported its training loop"));
+  r.loops = {{0, {2, 2}, 0}, {1, {2, 2}, 0}};
+  EXPECT_TRUE(evaluate_expectation(e, r).held);
+  r.loops[1] = {1, {2, 1}, 2};
+  const ExpectationResult broken = evaluate_expectation(e, r);
+  ASSERT_EQ(broken.failures.size(), 2u);
+  EXPECT_TRUE(testing::contains(broken.failures[0], "rank 1 executed 1 batch(es) in epoch 2, expected 2"));
+  EXPECT_TRUE(testing::contains(broken.failures[1], "rank 1 asked its exhausted data iterator for a batch 2 time(s)"));
+}
+
 }  // namespace
 }  // namespace dmpcheck::check

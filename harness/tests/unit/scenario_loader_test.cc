@@ -207,6 +207,45 @@ TEST(ScenarioLoaderSystem, AReleaseCellDropsTheProfileAxisAndIsNamedBySystem) {
   EXPECT_FALSE(s.runs[0].expect.reference.has_value());
 }
 
+TEST(ScenarioLoaderSystem, TheTrainingLoopOfAReleaseCellAndWhatItMustDo) {
+  const Scenario s =
+      load_scenario_text(std::string(kMinimal) + "steps: 4\nsystem: torchrec==1.9.2\n"
+                                                 "torchrec: {loop: train_pipeline_sparse_dist, epochs: 2}\n"
+                                                 "expect:\n  - loop: {batches: 2, next_after_exhausted: 0}\n",
+                         "s.yaml");
+  EXPECT_EQ(s.runs.at(0).torchrec_loop, "train_pipeline_sparse_dist");
+  EXPECT_EQ(s.runs[0].torchrec_epochs, 2);
+  EXPECT_EQ(s.runs[0].expect.loop_batches, 2);
+  EXPECT_EQ(s.runs[0].expect.next_after_exhausted, 0);
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "steps: 3\nsystem: torchrec==1.9.2\ntorchrec: {epochs: 2}\n",
+                         "2 epochs cannot split steps: 3 into equal passes"));
+  EXPECT_TRUE(
+      fails_with(std::string(kMinimal) + "steps: 2\nsystem: torchrec==1.9.2\ntorchrec: {batches_per_rank: [2]}\n",
+                 "torchrec.batches_per_rank", "expected one per rank (2)"));
+  EXPECT_TRUE(
+      fails_with(std::string(kMinimal) + "steps: 2\nsystem: torchrec==1.9.2\ntorchrec: {batches_per_rank: [3, 1]}\n",
+                 "each at most the 2 batch(es) of an epoch"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "torchrec: {loop: pipelined}\n", "torchrec.loop",
+                         "train_pipeline_sparse_dist"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "expect:\n  - loop: {batches: 1}\n",
+                         "counts what a release's training loop asked of its data"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1.9.2\nexpect:\n  - loop: {batch: 1}\n",
+                         "loop.batch", "batches"));
+}
+
+TEST(ScenarioLoaderSystem, AReleaseCellIsHeldAgainstItsOwnUnshardedModel) {
+  // global_model on a release cell: the release's own modules, unsharded (it used to be refused).
+  const Scenario s = load_scenario_text(
+      std::string(kMinimal) + "system: torchrec==1.9.2\nexpect:\n  - global_model: {rtol: 1e-6, atol: 0}\n"
+                              "    outputs: {rtol: 0, atol: 1e-7}\n",
+      "s.yaml");
+  ASSERT_TRUE(s.runs.at(0).on_torchrec());
+  ASSERT_TRUE(s.runs[0].expect.global_model.has_value());
+  EXPECT_EQ(s.runs[0].expect.global_model->rtol, 1e-6);
+  ASSERT_TRUE(s.runs[0].expect.outputs.has_value());
+  EXPECT_EQ(s.runs[0].expect.outputs->atol, 1e-7);
+}
+
 TEST(ScenarioLoaderSystem, WhatAReleaseCellCannotRunIsRefusedAtLoad) {
   // A shard pinned to ranks: TorchRec's ParameterConstraints cannot say it (the cell used to run,
   // the pin dropped with a note, and its expectation still passed).
@@ -220,8 +259,6 @@ TEST(ScenarioLoaderSystem, WhatAReleaseCellCannotRunIsRefusedAtLoad) {
                          "field 'system': expected 'reference' or a TorchRec release as 'torchrec==X.Y.Z'"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1.9.2\nbackend: nccl\n",
                          "field 'backend': not available on torchrec==1.9.2 (TorchRec cells run on CPU with Gloo)"));
-  EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1.9.2\nexpect:\n  - global_model: true\n",
-                         "the unsharded-model check runs on the reference only"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "expect:\n  - reference: true\n",
                          "compares a TorchRec release with the reference"));
 }

@@ -1,0 +1,62 @@
+"""The training loop as users run it: plain (forward, backward, step per batch) or TorchRec's
+TrainPipelineSparseDist (progress() over a data iterator until StopIteration)."""
+
+import torch
+
+from dmpcheck_torchrec import dump
+from dmpcheck_torchrec.optim import Unsupported
+
+
+class DataIterator:
+    """One epoch's batches as a data loader's iterator hands them out, counting every next() asked
+    of it after it said it was exhausted (a torch DataLoader's iterator may hang there, #1778)."""
+
+    def __init__(self, exchange, rank, steps, as_batch):
+        self._exchange, self._rank, self._steps, self._as_batch = exchange, rank, iter(steps), as_batch
+        self._exhausted = False
+        self.after_exhausted = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._exhausted:
+            self.after_exhausted += 1
+            raise StopIteration
+        try:
+            step = next(self._steps)
+        except StopIteration:
+            self._exhausted = True
+            raise
+        kjt = dump.load_batch(self._exchange, step, self._rank)
+        if not self._as_batch:
+            return kjt
+        # What TorchRec's pipelines take: its Batch (a Pipelineable), the model's input at sparse_features.
+        from torchrec.datasets.utils import Batch
+
+        bags = kjt.stride()
+        return Batch(dense_features=torch.zeros(bags, 0), sparse_features=kjt, labels=torch.zeros(bags))
+
+
+def pipeline(kind, model, optimizer):
+    """The release's pipeline for `kind` over the sharded model, None for the plain loop."""
+    if kind == "plain":
+        return None
+    if kind != "train_pipeline_sparse_dist":
+        raise Unsupported(f"loop '{kind}'")
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+
+    # The pipeline feeds the model a Batch and expects (losses, output) back.
+    model.module.pipelined = True
+    return TrainPipelineSparseDist(model, optimizer, torch.device("cpu"), execute_all_batches=True)
+
+
+def train_one(pipeline, model, optimizer, data):
+    """One batch trained from `data`; its loss.  StopIteration when the loop ends."""
+    if pipeline is not None:
+        return float(pipeline.progress(data))
+    loss = model(next(data))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return float(loss.item())

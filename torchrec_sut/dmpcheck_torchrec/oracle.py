@@ -1,0 +1,86 @@
+"""The oracle on the release itself: the same release's modules, unsharded, in one process.
+
+After the sharded run, rank 0 builds the scenario's model again on cpu, unsharded, with the same
+optimizers applied the same way (the sparse one in backward over the tables, the dense one over
+the rest), loads the sharded model's initial weights (every rank's init phase put together), and
+trains it on every step's global batch (all ranks' local batches in rank order; the mean of the
+global batch's output equals the mean over ranks of each rank's mean, which DMP's averaging of
+gradients trains on).  Its tensors go to out/unsharded/step<S> (outputs<S> for the forward),
+under the names the sharded model's dump uses, so dmpcheck compares them as it compares the
+reference's.  Whatever the reference does not model is judged all the same.
+"""
+
+import os
+
+import torch
+
+from dmpcheck_torchrec import dump
+from dmpcheck_torchrec.models import LAST_OUTPUTS, build_model, output_pieces
+from dmpcheck_torchrec.optim import Unsupported, dense_optimizer_factory
+from dmpcheck_torchrec.state import dmpcheck_name, table_of
+
+# An in-backward optimizer's state as FBGEMM's fused kernels name it in the sharded model.
+_FUSED_STATE_NAMES = {"sum": "momentum1", "momentum1": "momentum1", "exp_avg": "exp_avg",
+                      "exp_avg_sq": "exp_avg_sq"}
+
+
+def _state(model, dense_opt, tables):
+    """The unsharded model's tensors under the names the sharded model's dump gives them."""
+    pieces = {}
+    for key, v in model.state_dict().items():
+        if torch.is_floating_point(v):
+            pieces[dmpcheck_name(key)] = v
+    for key, p in model.named_parameters():
+        table = table_of(key, tables)
+        for opt in getattr(p, "_in_backward_optimizers", []):
+            for sname, v in opt.state.get(p, {}).items():
+                if isinstance(v, torch.Tensor) and torch.is_floating_point(v) and v.dim() > 0:
+                    if type(opt).__name__ == "RowWiseAdagrad" and v.dim() == 2 and v.shape[1] == 1:
+                        v = v.reshape(-1)  # RowWiseAdagrad's [rows, 1] sum: FBGEMM's momentum1 is [rows]
+                    pieces[f"ebc.embedding_bags.{table}.{_FUSED_STATE_NAMES.get(sname, sname)}"] = v
+    for key, states in dense_opt.state_dict()["state"].items():
+        for sname, v in states.items():
+            if isinstance(v, torch.Tensor) and torch.is_floating_point(v) and v.dim() > 0:
+                pieces[f"{dmpcheck_name(key)}.{sname}"] = v
+    return [{"name": n, "sharding": "unsharded", "replicated": False, "full_sizes": list(v.shape), "tensor": v}
+            for n, v in sorted(pieces.items())]
+
+
+def train_unsharded(spec, exchange, out_dir, world):
+    """Trains the unsharded model as above; returns a note saying what it did."""
+    from torchrec.optim.keyed import KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    with torch.random.fork_rng():  # its own draw is overwritten; the sharded ranks' generators stay put
+        model = build_model(spec, "cpu")
+    initial = dump.read_assembled(out_dir, world, "init")
+    with torch.no_grad():
+        for key, v in model.state_dict().items():
+            name = dmpcheck_name(key)
+            if not torch.is_floating_point(v):
+                continue
+            if name not in initial:
+                raise Unsupported(f"the unsharded model holds {name}, which the sharded model's initial state lacks")
+            if list(initial[name].shape) != list(v.shape):
+                raise Unsupported(f"{name} is {list(v.shape)} unsharded but {list(initial[name].shape)} sharded")
+            v.copy_(initial[name])
+    dense_opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(model.named_parameters())),
+                                      dense_optimizer_factory(spec.dense_optimizer))
+    tables = {t.name for t in spec.tables}
+    where = os.path.join(out_dir, "unsharded")
+    global_batch = spec.batch_size * world
+    if spec.outputs and spec.steps == 0:
+        with torch.no_grad():
+            model(dump.load_global_batch(exchange, 1, world))
+        dump.write_phase_in(where, "outputs0", output_pieces(0, 1, global_batch))
+    for step in range(1, spec.steps + 1):
+        loss = model(dump.load_global_batch(exchange, step, world))
+        if spec.outputs:
+            dump.write_phase_in(where, f"outputs{step - 1}", output_pieces(0, 1, global_batch))
+        loss.backward()  # the tables' optimizer steps in backward, as applied
+        dense_opt.step()
+        dense_opt.zero_grad()
+        dump.write_phase_in(where, f"step{step}", _state(model, dense_opt, tables))
+    LAST_OUTPUTS.clear()
+    return (f"the unsharded model (the release's own modules in one process, {spec.steps} step(s) on the global "
+            f"batch of {global_batch}) started from the sharded model's initial weights")
