@@ -649,8 +649,9 @@ def test_a_release_is_held_against_its_own_unsharded_model(tmp_path):
 
 def test_uneven_batches_per_rank_end_the_cell_naming_the_rank(tmp_path):
     """torchrec: {batches_per_rank}: rank 1 runs out of data a batch early. On Gloo that is no
-    silent hang: rank 1's next collective meets rank 0's all-to-all, Gloo aborts rank 0 on the
-    mismatch, and the cell ends (well inside its 600 s budget) as rank 0's crash, with Gloo's words."""
+    silent hang: rank 1's next collective meets rank 0's all-to-all, Gloo aborts the rank that
+    receives the mismatched data (rank 0 or rank 1, as the messages race; both seen here), and
+    the cell ends (well inside its 600 s budget) as that rank's crash, named, in Gloo's words."""
     need("1.9.2")
     scenario = tmp_path / "uneven.yaml"
     scenario.write_text("""version: 1
@@ -669,5 +670,5 @@ torchrec: {loop: train_pipeline_sparse_dist, batches_per_rank: [2, 1]}
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"), timeout=300)
     assert p.returncode == 3, p.stdout + p.stderr
     r = json.load(open(tmp_path / "reports" / "uneven" / "default.json"))
-    assert r["verdict"] == "error" and r["failure"]["rank"] == 0, r["failure"]
+    assert r["verdict"] == "error" and r["failure"]["rank"] in (0, 1), r["failure"]
     assert r["failure"]["kind"] == "crashed" and "op.preamble.length <= op.nbytes" in r["failure"]["message"], r["failure"]
