@@ -198,8 +198,9 @@ struct RunSpec {
   std::string torchrec_loop = "plain";
   int torchrec_epochs = 1;
   // Per rank, the batches its data iterator hands out in each epoch (empty: steps / epochs on
-  // every rank).  Uneven counts leave a rank waiting in a collective: it must fail within
-  // timeout_s, naming the rank and where it waited.  `torchrec: {batches_per_rank: [...]}`.
+  // every rank).  Uneven counts send the rank that ran out into its next collective while its
+  // peer is still in an all-to-all: on Gloo one of the two is aborted at once on the collective
+  // mismatch, and the cell fails naming it.  `torchrec: {batches_per_rank: [...]}`.
   std::vector<int64_t> torchrec_batches_per_rank;
   bool on_torchrec() const { return system.is_release(); }
   int world_size = 2;

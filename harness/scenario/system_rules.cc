@@ -37,13 +37,12 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
     }
     const auto& counts = run.torchrec_batches_per_rank;
     const int64_t per_epoch = run.steps / run.torchrec_epochs;
-    if (!counts.empty() && (static_cast<int>(counts.size()) != run.world_size ||
-                            *std::max_element(counts.begin(), counts.end()) > per_epoch)) {
+    const int64_t most = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+    if (!counts.empty() && (static_cast<int>(counts.size()) != run.world_size || most > per_epoch)) {
       r.fail(root["torchrec"], "torchrec.batches_per_rank",
              fmt::format("has {} count(s) up to {}; expected one per rank ({}), each at most the {} batch(es) of an "
                          "epoch (steps / epochs)",
-                         counts.size(), counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end()),
-                         run.world_size, per_epoch));
+                         counts.size(), most, run.world_size, per_epoch));
     }
     for (const auto& [table, c] : run.constraints) {
       if (!c.ranks.empty()) {
