@@ -67,6 +67,28 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
                       tol.rtol, tol.atol));
     }
   }
+  if (expect.resumed) {
+    const auto& tol = *expect.resumed;
+    if (!result.resumed_compared) {
+      out.failures.push_back("the resumed run was not compared with the uninterrupted one");
+    } else if (tol.match) {
+      for (const auto& g : result.resumed) {
+        if (g.within_tolerance) continue;
+        out.failures.push_back(
+            g.comparable
+                ? fmt::format("{} of the resumed run differs from the uninterrupted run at step {}: max |diff| "
+                              "{:.3g} exceeds rtol {} / atol {}",
+                              g.name, g.step, g.max_abs_diff, tol.rtol, tol.atol)
+                : fmt::format("{} cannot be compared with the uninterrupted run: {}", g.name, g.note));
+      }
+    } else if (std::all_of(result.resumed.begin(), result.resumed.end(),
+                           [](const GlobalModelCheck& g) { return g.within_tolerance; })) {
+      out.failures.push_back(
+          fmt::format("expected the resumed run to differ from the uninterrupted one, but every tensor is within rtol "
+                      "{} / atol {}",
+                      tol.rtol, tol.atol));
+    }
+  }
   for (const auto& l : result.loops) {
     if (expect.loop_batches) {
       for (size_t e = 0; e < l.batches.size(); ++e) {

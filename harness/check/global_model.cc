@@ -13,7 +13,8 @@ namespace dmpcheck::check {
 
 // Compares one tensor: max |a - b|, and whether |a - b| <= atol + rtol * |b| everywhere.
 static GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected,
-                                       Tolerances tolerances, int step) {
+                                       Tolerances tolerances, int step,
+                                       const std::string& expected_label = "the unsharded model") {
   GlobalModelCheck check;
   check.name = name;
   check.step = step;
@@ -21,7 +22,7 @@ static GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor
   if (actual.sizes() != expected.sizes()) {
     check.comparable = false;
     check.within_tolerance = false;
-    check.note = fmt::format("shape [{}] against the unsharded model's [{}]", fmt::join(actual.sizes(), ", "),
+    check.note = fmt::format("shape [{}] against {}'s [{}]", fmt::join(actual.sizes(), ", "), expected_label,
                              fmt::join(expected.sizes(), ", "));
     return check;
   }
@@ -59,17 +60,19 @@ void GlobalModelTracker::forward_and_compare(const dmp::KeyedJaggedTensor& globa
 }
 
 void compare_with_unsharded(std::vector<GlobalModelCheck>& results, const std::map<std::string, at::Tensor>& sharded,
-                            const std::map<std::string, at::Tensor>& expected, int step, Tolerances tolerances) {
+                            const std::map<std::string, at::Tensor>& expected, int step, Tolerances tolerances,
+                            const std::string& expected_label) {
   for (const auto& [name, actual] : sharded) {
     auto it = expected.find(name);
-    GlobalModelCheck check =
-        it == expected.end() ? GlobalModelCheck{} : compare_tensor(name, actual, it->second, tolerances, step);
+    GlobalModelCheck check = it == expected.end()
+                                 ? GlobalModelCheck{}
+                                 : compare_tensor(name, actual, it->second, tolerances, step, expected_label);
     if (it == expected.end()) {
       check.name = name;
       check.step = step;
       check.comparable = false;
       check.within_tolerance = false;
-      check.note = "the unsharded model has no such tensor";
+      check.note = expected_label + " has no such tensor";
     }
     const std::string& key = name;  // structured bindings cannot be captured in C++17 (clang)
     auto existing =

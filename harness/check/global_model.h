@@ -56,7 +56,8 @@ class GlobalModelTracker {
 // `results` per tensor at its worst step (a tensor the unsharded model lacks is not comparable).
 // The unsharded model is the reference's (GlobalModelTracker) or a release's own (torchrec_cell).
 void compare_with_unsharded(std::vector<GlobalModelCheck>& results, const std::map<std::string, at::Tensor>& sharded,
-                            const std::map<std::string, at::Tensor>& unsharded, int step, Tolerances tolerances);
+                            const std::map<std::string, at::Tensor>& unsharded, int step, Tolerances tolerances,
+                            const std::string& unsharded_label = "the unsharded model");
 
 // One tensor against another of the same name: max |a - b|, max relative difference (over
 // elements where `expected` is not 0), elements not bitwise equal, and whether every

@@ -181,6 +181,12 @@ struct RunResult {
   // `expect: initial_state`: every tensor of init.from against the model's before any step.
   bool init_from_compared = false;
   std::vector<ReferenceDiff> init_from;
+  // Release cells with `resume`: the resumed run (resumed_world_size ranks under resume's plan,
+  // from its checkpoint) against the run that was never interrupted, every full tensor from the
+  // state it loaded (the step it resumed after) to the last step, each at its worst step.
+  bool resumed_compared = false;
+  int resumed_world_size = 0;
+  std::vector<GlobalModelCheck> resumed;
   BroadcastCost init_broadcast;
   // Set where the profile broadcasts and the scenario does not turn it off: every method of
   // broadcasting the same replicated parameters, timed side by side.

@@ -49,6 +49,22 @@ std::string render_run_table(const check::RunResult& r) {
                        ok, r.global_model.size(), worst->name, worst->step, worst->max_abs_diff,
                        worst->note.empty() ? "" : " (" + worst->note + ")");
   }
+  if (r.resumed_compared && !r.resumed.empty()) {
+    int ok = 0;
+    // The worst: the one furthest out of tolerance, or where all are within it, the largest difference.
+    const check::GlobalModelCheck* worst = &r.resumed.front();
+    for (const auto& g : r.resumed) ok += g.within_tolerance ? 1 : 0;
+    for (const auto& g : r.resumed) {
+      const bool worse = ok == static_cast<int>(r.resumed.size()) ? g.max_abs_diff > worst->max_abs_diff
+                                                                  : g.max_allowed_excess > worst->max_allowed_excess;
+      if (worse) worst = &g;
+    }
+    out += fmt::format(
+        "   resumed on {} rank(s): {}/{} tensors within tolerance of the uninterrupted run; worst {} at step {}, max "
+        "|diff| {:.3g}{}\n",
+        r.resumed_world_size, ok, r.resumed.size(), worst->name, worst->step, worst->max_abs_diff,
+        worst->note.empty() ? "" : " (" + worst->note + ")");
+  }
   if (r.init_from_compared) {
     int equal = 0;
     for (const auto& d : r.init_from) equal += d.within_tolerance ? 1 : 0;

@@ -49,14 +49,22 @@ struct DenseOptimizer {
 };
 
 // Where a release's initial weights come from.  kind: "seed" (its own draw, after
-// torch.manual_seed(seeds[rank])), "reference" (the reference DMP's initial state) or
-// "user_weights" (init.from's weights); `state` names the exchange phase file of whole tensors
-// (empty for seed); `load`: "after_wrap" (into the sharded model) or "before_wrap" (into the
-// unsharded one, TorchRec #1165).
+// torch.manual_seed(seeds[rank])), "reference" (the reference DMP's initial state),
+// "user_weights" (init.from's weights) or "checkpoint" (a resumed run: the model's and the
+// optimizers' state as an earlier run saved it through torch.distributed.checkpoint); `state`
+// names the exchange phase file of whole tensors, or the checkpoint's directory (empty for seed);
+// `load`: "after_wrap" (into the sharded model) or "before_wrap" (into the unsharded one, TorchRec #1165).
 struct Start {
   std::string kind = "seed";
   std::string state;
   std::string load = "after_wrap";
+};
+
+// After step `after_step` (0: never), every rank saves the sharded model's state_dict and the
+// optimizers' through torch.distributed.checkpoint into `dir`, then trains on.
+struct Checkpoint {
+  int after_step = 0;
+  std::string dir;
 };
 
 struct RunSpec {
@@ -78,6 +86,10 @@ struct RunSpec {
   std::vector<int64_t> batches_per_rank;  // per rank, batches per epoch; empty: steps / epochs each
   std::vector<uint64_t> seeds;            // per rank: torch.manual_seed before the model exists
   Start start;
+  // The steps trained before this run (a resumed run, start.kind "checkpoint"): it writes the
+  // state it loaded as phase step<first_step>, then trains steps first_step + 1 .. steps.
+  int first_step = 0;
+  Checkpoint checkpoint;
   std::vector<Table> tables;
   std::vector<int64_t> dense_layers;
   SparseOptimizer sparse_optimizer;
@@ -169,10 +181,11 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SparseOptimizer, type, lr, eps, 
                                                 weight_decay_mode)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DenseOptimizer, type, lr, eps, beta1, beta2, momentum, weight_decay)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Start, kind, state, load)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Checkpoint, after_step, dir)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_size, local_world_size, steps,
                                                 batch_size, timeout_s, sharder, module, outputs, unsharded, loop,
-                                                epochs, batches_per_rank, seeds, start, tables, dense_layers,
-                                                sparse_optimizer, dense_optimizer)
+                                                epochs, batches_per_rank, seeds, start, first_step, checkpoint, tables,
+                                                dense_layers, sparse_optimizer, dense_optimizer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardRow, rank, row_offset, rows, col_offset, cols)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanRow, table, sharding, compute_kernel, ranks, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Versions, torchrec, torch, fbgemm_gpu)

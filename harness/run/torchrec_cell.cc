@@ -125,15 +125,16 @@ contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start st
   return out;
 }
 
-// Every rank's local batch of every step: exactly what the reference trains on.
-void write_batches(const scenario::RunSpec& spec, const std::string& dir) {
+// Every rank's local batch of steps first + 1 .. last, exactly what the reference trains on: each
+// step's global batch split into `world` local batches of `batch_size` bags, in rank order (the
+// run's own ranks, or a resumed run's).
+void write_batches(const scenario::RunSpec& spec, const std::string& dir, int first, int last, int world,
+                   int64_t batch_size) {
   fs::create_directories(dir);
-  // A run of zero steps that compares outputs runs the forward alone, on the first batch.
-  const int batches = spec.expect.outputs ? std::max(spec.steps, 1) : spec.steps;
-  for (int step = 0; step < batches; ++step) {
+  for (int step = first; step < last; ++step) {
     const dmp::KeyedJaggedTensor global = make_global_batch(spec, step);
-    for (int rank = 0; rank < spec.world_size; ++rank) {
-      const dmp::KeyedJaggedTensor local = local_batch(spec, global, rank);
+    for (int rank = 0; rank < world; ++rank) {
+      const dmp::KeyedJaggedTensor local = global.slice_batch(rank * batch_size, (rank + 1) * batch_size);
       auto as_vector = [](const at::Tensor& t) {
         const at::Tensor c = t.contiguous().to(at::kLong);
         return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
@@ -298,7 +299,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
 
   PrivateDir exchange("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
   const std::string out = exchange.path() + "/out";
-  write_batches(spec, exchange.path() + "/batches");
+  // A run of zero steps that compares outputs runs the forward alone, on the first batch.
+  write_batches(spec, exchange.path() + "/batches", 0, spec.expect.outputs ? std::max(spec.steps, 1) : spec.steps,
+                spec.world_size, spec.batch_size);
 
   // The reference half of a side-by-side comparison.  `start: reference` (the default): it runs
   // first and TorchRec starts from its initial weights.  `start: seed`: TorchRec runs first and
@@ -344,22 +347,61 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     write_exchange_phase(exchange.path(), "user_weights", whole_pieces(user_weights));
     start = {"user_weights", exchange.path() + "/user_weights.json", ""};
   }
-  report::write_text_file_atomically(exchange.path() + "/spec.json", nlohmann::json(release_spec(spec, start)).dump(2));
+  contract::RunSpec document = release_spec(spec, start);
+  const std::string checkpoint_dir = exchange.path() + "/checkpoint";
+  if (spec.resume) document.checkpoint = {spec.resume->after_step, checkpoint_dir};
+  report::write_text_file_atomically(exchange.path() + "/spec.json", nlohmann::json(document).dump(2));
 
-  LaunchRequest request = release_launch(*env, {"-m", "dmpcheck_torchrec.rank", exchange.path()}, out);
-  request.world_size = spec.world_size;
-  request.local_world_size = spec.local_world_size;
-  request.threads_per_rank = threads_per_rank(spec, available_cores());
-  set_cell_budget_and_echo(spec, options, spec.system.name() + " ", request);
-  const LaunchOutcome launched = launch(request);
-  if (!launched.ok) {
+  // One launch of the rank program over `exchange_dir` (spec.json, batches/) on `run`'s ranks.
+  auto launch_ranks = [&](const scenario::RunSpec& run, const std::string& exchange_dir, const std::string& label,
+                          double& seconds) -> std::optional<check::RunResult> {
+    LaunchRequest request = release_launch(*env, {"-m", "dmpcheck_torchrec.rank", exchange_dir}, exchange_dir + "/out");
+    request.world_size = run.world_size;
+    request.local_world_size = run.local_world_size;
+    request.threads_per_rank = threads_per_rank(run, available_cores());
+    set_cell_budget_and_echo(run, options, spec.system.name() + label + " ", request);
+    const LaunchOutcome launched = launch(request);
+    seconds += launched.seconds;
+    if (launched.ok) return std::nullopt;
     check::RunResult failed = failed_result(scenario, spec, launched);
+    if (failed.failure && !label.empty()) failed.failure->message = label.substr(1) + ": " + failed.failure->message;
     failed.system = result.system;
     failed.environment = result.environment;
-    failed.timings.total_s = launched.seconds;
+    failed.timings.total_s = seconds;
     write_report(failed);
     return failed;
+  };
+  double launched_seconds = 0;
+  if (auto failed = launch_ranks(spec, exchange.path(), "", launched_seconds)) return *failed;
+
+  // `resume`: the run above saved its checkpoint after resume.after_step and trained on,
+  // uninterrupted.  A fresh set of resume.world_size ranks now builds the model under resume's
+  // plan, loads that checkpoint through torch.distributed.checkpoint and trains the remaining
+  // steps on the same global batches (each split among its ranks).
+  const int resumed_after = spec.resume ? spec.resume->after_step : spec.steps + 1;
+  const std::string resumed_dir = exchange.path() + "/resumed";
+  scenario::RunSpec resumed_run = spec;
+  if (spec.resume) {
+    resumed_run.world_size = spec.resume->world_size;
+    resumed_run.local_world_size = 0;
+    resumed_run.batch_size = spec.batch_size * spec.world_size / resumed_run.world_size;
+    for (const auto& [table, c] : spec.resume->constraints) resumed_run.constraints[table] = c;
+    resumed_run.expect.global_model.reset();  // the oracle trained uninterrupted, in the first run
+    write_batches(spec, resumed_dir + "/batches", resumed_after,
+                  spec.expect.outputs ? std::max(spec.steps, 1) : spec.steps, resumed_run.world_size,
+                  resumed_run.batch_size);
+    contract::RunSpec second = release_spec(resumed_run, {"checkpoint", checkpoint_dir, ""});
+    second.first_step = resumed_after;
+    report::write_text_file_atomically(resumed_dir + "/spec.json", nlohmann::json(second).dump(2));
+    const std::string label = fmt::format(" the resumed run ({} ranks, from the checkpoint after step {})",
+                                          resumed_run.world_size, resumed_after);
+    if (auto failed = launch_ranks(resumed_run, resumed_dir, label, launched_seconds)) return *failed;
   }
+  // Where each phase's tensors are: the resumed run's from the step it resumed after on.
+  auto ranks_of = [&](int step, const std::string& phase) {
+    return step >= resumed_after && phase != "init" ? read_ranks(resumed_dir + "/out", resumed_run.world_size, phase)
+                                                    : read_ranks(out, spec.world_size, phase);
+  };
 
   try {
     const auto meta = contract::read_document_file<contract::RunMeta>(out + "/meta.json");
@@ -377,6 +419,18 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       result.plan.push_back(placement);
     }
     result.losses = meta.losses;
+    if (spec.resume) {
+      const auto second = contract::read_document_file<contract::RunMeta>(resumed_dir + "/out/meta.json");
+      result.losses.resize(std::min<size_t>(result.losses.size(), resumed_after));
+      result.losses.insert(result.losses.end(), second.losses.begin(), second.losses.end());
+      std::vector<std::string> placed;
+      for (const auto& t : second.plan) placed.push_back(t.table + " " + t.sharding);
+      result.system.notes.push_back(fmt::format(
+          "saved through torch.distributed.checkpoint after step {} on {} ranks; resumed on {} ranks under the "
+          "release's plan {}",
+          resumed_after, spec.world_size, resumed_run.world_size, fmt::join(placed, ", ")));
+      for (const auto& n : second.notes) result.system.notes.push_back("resumed run: " + n);
+    }
     result.loop = spec.torchrec_loop;
     for (const auto& l : meta.loops) result.loops.push_back({l.rank, l.batches, l.next_after_exhausted});
     if (spec.torchrec_loop != "plain" || spec.torchrec_epochs > 1) {
@@ -419,7 +473,27 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     std::vector<std::vector<ExchangePiece>> last;
     for (int step = 0; step <= spec.steps; ++step) {
       const std::string phase = step == 0 ? "init" : fmt::format("step{}", step);
-      auto per_rank = read_ranks(out, spec.world_size, phase);
+      auto per_rank = ranks_of(step, phase);
+      if (spec.resume && step >= resumed_after) {  // against the run that was never interrupted
+        const auto resumed = assemble_full(per_rank);
+        const auto uninterrupted = assemble_full(read_ranks(out, spec.world_size, phase));
+        const auto tol = spec.expect.resumed ? *spec.expect.resumed : scenario::Tolerance{};
+        check::compare_with_unsharded(result.resumed, resumed, uninterrupted, step, {tol.rtol, tol.atol},
+                                      "the uninterrupted run");
+        for (const auto& [name, t] : uninterrupted) {
+          const std::string& key = name;
+          if (resumed.count(name) || std::any_of(result.resumed.begin(), result.resumed.end(),
+                                                 [&](const check::GlobalModelCheck& c) { return c.name == key; }))
+            continue;
+          check::GlobalModelCheck lost;
+          lost.name = name;
+          lost.step = step;
+          lost.within_tolerance = lost.comparable = false;
+          lost.numel = t.numel();
+          lost.note = "only in the uninterrupted run: the resumed run holds no such tensor";
+          result.resumed.push_back(lost);
+        }
+      }
       const bool final_phase = step == spec.steps;
       const auto checks = replica_checks(per_rank, step == 0 ? "init" : final_phase ? "final" : "step");
       result.divergence.push_back(check::step_divergence(step, checks));
@@ -432,7 +506,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     // The forward's outputs, from step 0 (the forward of step s + 1, on the weights after s steps).
     for (int step = 0; spec.expect.outputs && step < std::max(spec.steps, 1); ++step) {
       const std::string phase = fmt::format("outputs{}", step);
-      const auto per_rank = read_ranks(out, spec.world_size, phase);
+      const auto per_rank = ranks_of(step, phase);
       if (spec.expect.reference) compare(per_rank, phase, step, *spec.expect.outputs);
       if (spec.expect.global_model) unsharded(per_rank, phase, step, *spec.expect.outputs);
     }
@@ -442,6 +516,8 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     }
     result.reference_compared = spec.expect.reference.has_value();
     result.global_model_checked = spec.expect.global_model.has_value();
+    result.resumed_compared = spec.resume.has_value();
+    result.resumed_world_size = spec.resume ? resumed_run.world_size : 0;
     if (spec.expect.initial_state) {
       result.init_from =
           check::compare_with_checkpoint(assemble_full(read_ranks(out, spec.world_size, "init")), user_weights);
@@ -456,7 +532,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     write_report(result);
     return result;
   }
-  result.timings.total_s = launched.seconds;
+  result.timings.total_s = launched_seconds;
   result.expectation = check::evaluate_expectation(spec.expect, result);
   result.verdict = result.expectation.held ? check::Verdict::kPass : check::Verdict::kFail;
   write_report(result);

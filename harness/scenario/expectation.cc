@@ -8,7 +8,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
                               const std::set<std::string>& table_names) {
   r.check_keys(node, path,
                {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state",
-                "max_broadcast_seconds", "error", "loop"});
+                "resumed", "max_broadcast_seconds", "error", "loop"});
   Expectation e;
   if (node["replicas"]) {
     e.replicas = r.choice(node["replicas"], path + ".replicas", {"equal", "diverge"}) == "equal"
@@ -48,6 +48,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     return t;
   };
   if (YAML::Node g = node["global_model"]) e.global_model = tolerance(g, path + ".global_model");
+  if (YAML::Node g = node["resumed"]) e.resumed = tolerance(g, path + ".resumed");
   if (YAML::Node g = node["outputs"]) {
     if (g.IsMap() && g["match"]) r.fail(g["match"], path + ".outputs.match", "outputs take rtol and atol only");
     e.outputs = tolerance(g, path + ".outputs");
@@ -124,6 +125,10 @@ std::string Expectation::describe() const {
   if (global_model) {
     text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
                         global_model->rtol, global_model->atol);
+  }
+  if (resumed) {
+    text += fmt::format("; the resumed run {} the uninterrupted one (rtol {}, atol {})",
+                        resumed->match ? "matches" : "differs from", resumed->rtol, resumed->atol);
   }
   if (outputs) text += fmt::format("; outputs compared (rtol {}, atol {})", outputs->rtol, outputs->atol);
   if (initial_state)

@@ -446,10 +446,27 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
   });
   field("resume", [&](Node resume) {
-    r.check_keys(resume, "resume", {"after_step", "sharding"});
+    r.check_keys(resume, "resume", {"after_step", "sharding", "world_size"});
     ResumeSpec spec;
     spec.after_step =
         static_cast<int>(r.integer(r.required(resume, "resume", "after_step"), "resume.after_step", 1, run.steps));
+    spec.world_size = run.world_size;
+    if (YAML::Node ws = resume["world_size"]) {
+      spec.world_size = static_cast<int>(r.integer(ws, "resume.world_size", 1, 64));
+      if (!run.on_torchrec() && spec.world_size != run.world_size) {
+        r.fail(ws, "resume.world_size",
+               fmt::format("the reference resumes on its own {} ranks; another world size is resumed on a release "
+                           "(system: torchrec==X.Y.Z)",
+                           run.world_size));
+      }
+      const int64_t global = run.batch_size * run.world_size;
+      if (global % spec.world_size != 0) {
+        r.fail(ws, "resume.world_size",
+               fmt::format("{} ranks cannot split the global batch of {} (batch_size {} x world_size {}) evenly; the "
+                           "resumed run trains on the same global batches",
+                           spec.world_size, global, run.batch_size, run.world_size));
+      }
+    }
     if (YAML::Node sharding = resume["sharding"]) {
       r.require_map(sharding, "resume.sharding");
       for (const auto& kv : sharding) {
@@ -458,7 +475,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
           r.fail(kv.first, "resume.sharding." + table,
                  fmt::format("no table '{}' (tables: {})", table, fmt::join(names, ", ")));
         }
-        spec.constraints[table] = parse_constraints(r, kv.second, "resume.sharding." + table, run.world_size);
+        spec.constraints[table] = parse_constraints(r, kv.second, "resume.sharding." + table, spec.world_size);
       }
     }
     run.resume = spec;

@@ -97,6 +97,10 @@ struct Expectation {
   // `initial_state: from`: before any step, every tensor init.from holds is bitwise what the
   // model holds (true); `not_from`: some tensor is not (false: the user's weights were lost).
   std::optional<bool> initial_state;
+  // Release cells with `resume`: the resumed run, from the state it loaded (the step it resumes
+  // after) to the last step, against the run that was never interrupted, every tensor within
+  // this tolerance (match) or not.
+  std::optional<Tolerance> resumed;
   // TorchRec cells: run the reference DMP on the same work, start TorchRec from its initial
   // weights, and compare every tensor after every step within this tolerance.
   std::optional<Tolerance> reference;
@@ -142,8 +146,14 @@ struct Reproduces {
 // Mid-run checkpoint and resume: after `after_step` steps the full state is taken (as a
 // checkpoint would hold it), the model is rebuilt under `constraints` (another plan) and
 // training continues from the state.
+//
+// On a release cell the state is saved through torch.distributed.checkpoint (the model's and the
+// optimizers' state_dict) and loaded by a fresh set of `world_size` ranks under the new plan,
+// which train the remaining steps on the same global batches; the reference resumes in place, on
+// the run's own ranks (world_size is the run's).
 struct ResumeSpec {
   int after_step = 0;
+  int world_size = 0;
   std::map<std::string, dmp::ShardingConstraints> constraints;  // replace the tables' own
 };
 

@@ -27,7 +27,13 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
       r.fail(root[key], key, fmt::format("not available on {} ({}); run it on the reference", run.system.name(), why));
     };
     if (run.backend != "gloo") refuse("backend", "TorchRec cells run on CPU with Gloo");
-    if (run.resume) refuse("resume", "mid-run resume is reference-only");
+    if (run.resume &&
+        (run.torchrec_loop != "plain" || run.torchrec_epochs != 1 || !run.torchrec_batches_per_rank.empty())) {
+      refuse("resume", "a release resumes from its checkpoint in the plain loop of one epoch; drop torchrec.loop, "
+                       "epochs and batches_per_rank");
+    }
+    if (run.resume && !run.init.from.empty())
+      refuse("resume", "a release cell resumes from its own checkpoint, not init.from");
     if (!run.faults.empty()) refuse("faults", "faults are injected by the reference's ranks");
     if (run.fingerprint) refuse("fingerprint", "collective fingerprints are the reference's");
     if (run.steps % run.torchrec_epochs != 0) {
@@ -61,6 +67,12 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
 }
 
 void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run) {
+  if (run.expect.resumed && (!run.on_torchrec() || !run.resume)) {
+    r.fail(node["resumed"], path + ".resumed",
+           fmt::format(
+               "compares a release's resumed run with its uninterrupted one; run '{}' {}", run.name,
+               run.on_torchrec() ? "has no resume" : "runs on the reference (its resume is judged by global_model)"));
+  }
   if ((run.expect.loop_batches || run.expect.next_after_exhausted) && !run.on_torchrec()) {
     r.fail(node["loop"], path + ".loop",
            fmt::format("counts what a release's training loop asked of its data; run '{}' runs on the reference "

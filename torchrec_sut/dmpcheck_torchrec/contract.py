@@ -62,9 +62,17 @@ class DenseOptimizer:
 
 @dataclasses.dataclass
 class Start:
-    kind: str  # seed | reference | user_weights
-    state: str  # the exchange file of whole tensors to load (empty for seed)
+    kind: str  # seed | reference | user_weights | checkpoint (a resumed run)
+    state: str  # the exchange file of whole tensors to load, or the checkpoint's directory (empty for seed)
     load: str  # after_wrap | before_wrap
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """After step after_step (0: never), save the model's and optimizers' state_dict through
+    torch.distributed.checkpoint into dir, then train on."""
+    after_step: int
+    dir: str
 
 
 @dataclasses.dataclass
@@ -84,6 +92,8 @@ class RunSpec:
     batches_per_rank: List[int]  # per rank, batches per epoch; empty: steps / epochs on every rank
     seeds: List[int]  # per rank: torch.manual_seed before the model exists
     start: Start
+    first_step: int  # steps trained before this run (a resumed run writes step<first_step> as loaded)
+    checkpoint: Checkpoint
     tables: List[Table]
     dense_layers: List[int]
     sparse_optimizer: SparseOptimizer

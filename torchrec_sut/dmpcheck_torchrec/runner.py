@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from dmpcheck_torchrec import contract, dump, loops, optim, oracle
+from dmpcheck_torchrec import checkpoint, contract, dump, loops, optim, oracle
 from dmpcheck_torchrec.models import LAST_OUTPUTS, build_model, output_pieces
 from dmpcheck_torchrec.optim import Unsupported  # noqa: F401  (rank.py reports it by name)
 from dmpcheck_torchrec.planning import build_planner, plan_of
@@ -38,7 +38,7 @@ def _start(spec, rank, notes):
     # The init mode as a TorchRec user applies it: one torch.manual_seed before the model exists
     # (the seed per rank comes from dmpcheck, which applies its one rule for seeded/unseeded).
     torch.manual_seed(spec.seeds[rank])
-    before_wrap = spec.start.kind != "seed" and spec.start.load == "before_wrap"
+    before_wrap = spec.start.kind in ("reference", "user_weights") and spec.start.load == "before_wrap"
     model = build_model(spec, "cpu" if before_wrap else "meta")
     if before_wrap:
         # The user's weights put into the unsharded model, which is then wrapped (TorchRec #1165).
@@ -77,7 +77,7 @@ def run(spec, exchange, out_dir, rank, import_s):
     table_dims = {t.name: (t.rows, t.dim) for t in spec.tables}
 
     sharded = DistributedModelParallel(model, plan=plan, sharders=sharders, device=torch.device("cpu"))
-    if spec.start.kind != "seed" and spec.start.load == "after_wrap":
+    if spec.start.kind in ("reference", "user_weights") and spec.start.load == "after_wrap":
         loaded = load_initial(sharded, spec.start.state)
         notes.append(f"init.from's weights were loaded into the sharded model after the wrap ({len(loaded)} tensors)"
                      if spec.start.kind == "user_weights" else
@@ -85,9 +85,14 @@ def run(spec, exchange, out_dir, rank, import_s):
     dense_opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(sharded.named_parameters())),
                                       optim.dense_optimizer_factory(spec.dense_optimizer))
     optimizer = CombinedOptimizer([sharded.fused_optimizer, dense_opt])
+    if spec.start.kind == "checkpoint":  # a resumed run: the state as the earlier run saved it
+        notes.append(checkpoint.load(sharded, optimizer, spec.start.state))
     init_s = time.perf_counter() - t0
 
-    dump.write_phase(out_dir, rank, "init", state_pieces(sharded, dense_opt, types, table_dims))
+    # A resumed run's first phase is the state it loaded, at the step it resumes after.
+    first = spec.first_step
+    dump.write_phase(out_dir, rank, f"step{first}" if first else "init",
+                     state_pieces(sharded, dense_opt, types, table_dims))
     losses = []
     t1 = time.perf_counter()
     if spec.outputs and spec.steps == 0:  # the forward alone: the outputs at step 0
@@ -95,12 +100,12 @@ def run(spec, exchange, out_dir, rank, import_s):
             sharded(dump.load_batch(exchange, 1, rank))
         dump.write_phase(out_dir, rank, "outputs0", output_pieces(rank, world, spec.batch_size))
     pipeline = loops.pipeline(spec.loop, sharded, optimizer)
-    per_epoch = spec.steps // spec.epochs
-    executed, after_exhausted, step = [], 0, 0
+    per_epoch = (spec.steps - first) // spec.epochs
+    executed, after_exhausted, step = [], 0, first
     for epoch in range(spec.epochs):
         mine = spec.batches_per_rank[rank] if spec.batches_per_rank else per_epoch
-        data = loops.DataIterator(exchange, rank, range(epoch * per_epoch + 1, epoch * per_epoch + 1 + mine),
-                                  as_batch=pipeline is not None)
+        begin = first + epoch * per_epoch + 1
+        data = loops.DataIterator(exchange, rank, range(begin, begin + mine), as_batch=pipeline is not None)
         done = 0
         while True:
             try:
@@ -112,6 +117,13 @@ def run(spec, exchange, out_dir, rank, import_s):
                 dump.write_phase(out_dir, rank, f"outputs{step - 1}", output_pieces(rank, world, spec.batch_size))
             losses.append(loss)
             dump.write_phase(out_dir, rank, f"step{step}", state_pieces(sharded, dense_opt, types, table_dims))
+            if step == spec.checkpoint.after_step:
+                t_save = time.perf_counter()
+                checkpoint.save(sharded, optimizer, spec.checkpoint.dir)
+                if rank == 0:
+                    notes.append(f"saved the model's and the optimizers' state_dict through "
+                                 f"torch.distributed.checkpoint after step {step} "
+                                 f"({time.perf_counter() - t_save:.2f} s), then trained on uninterrupted")
             print(f"step {step}/{spec.steps} loss {losses[-1]:.6f}", flush=True)
         executed.append(done)
         after_exhausted += data.after_exhausted

@@ -672,3 +672,36 @@ torchrec: {loop: train_pipeline_sparse_dist, batches_per_rank: [2, 1]}
     r = json.load(open(tmp_path / "reports" / "uneven" / "default.json"))
     assert r["verdict"] == "error" and r["failure"]["rank"] in (0, 1), r["failure"]
     assert r["failure"]["kind"] == "crashed" and "op.preamble.length <= op.nbytes" in r["failure"]["message"], r["failure"]
+
+
+def test_a_checkpoint_resumes_on_another_world_size_under_another_plan(tmp_path):
+    """resume on a release cell: saved through torch.distributed.checkpoint at world size 2 with
+    both tables table_wise, loaded by three fresh ranks with table_0 row_wise, two more steps on the
+    same global batches.  From the step it resumed after on, every tensor of the resumed run is
+    held against the uninterrupted run and against the release's unsharded model; a resumed run
+    that had not loaded the fused optimizer's state would leave both at step 3."""
+    need("1.9.2")
+    example = os.path.join(ROOT, "scenarios", "examples", "release_checkpoint_reshard.yaml")
+    p = dmpcheck("run", example, "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "reports" / "release_checkpoint_reshard" / "default.json"))
+    assert r["verdict"] == "pass" and r["resumed_compared"] and r["resumed_world_size"] == 3, r["expectation"]
+    names = {g["name"] for g in r["resumed"]}
+    assert {"ebc.embedding_bags.table_0.weight", "ebc.embedding_bags.table_0.momentum1",
+            "dense.0.weight.exp_avg"} <= names, names
+    assert all(g["within_tolerance"] for g in r["resumed"] + r["global_model"])
+    assert any(g["step"] == 4 for g in r["global_model"]) and len(r["losses"]) == 4, r["losses"]
+    notes = "\n".join(r["system"]["notes"])
+    assert "resumed on 3 ranks under the release's plan table_0 row_wise, table_1 table_wise" in notes, notes
+    # The same checkpoint loaded without the fused optimizer's state: the check sees it at once.
+    broken = tmp_path / "broken"
+    shutil.copytree(os.path.join(ROOT, "torchrec_sut"), broken, ignore=shutil.ignore_patterns("__pycache__"))
+    path = broken / "dmpcheck_torchrec" / "checkpoint.py"
+    text = path.read_text()
+    path.write_text(text.replace('if f"optim.state.{param}.{n}" in saved', 'if n in ("exp_avg", "exp_avg_sq", "step")'))
+    p = dmpcheck("run", example, "--quiet", "--out", str(tmp_path / "broken-reports"),
+                 env={"DMPCHECK_TORCHREC_SUT": str(broken)})
+    assert p.returncode == 1, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "broken-reports" / "release_checkpoint_reshard" / "default.json"))
+    out = {g["name"] for g in r["resumed"] if not g["within_tolerance"]}
+    assert {"ebc.embedding_bags.table_0.momentum1", "ebc.embedding_bags.table_0.weight"} <= out, out

@@ -29,6 +29,15 @@ TEST_P(Regressions, ReproduceTheBugAndShowTheFix) {
   // The bug's profile and the fix's; a report confirmed on releases only, without a profile that
   // models it, has the reference's cell of what the user asked for.
   const bool profiled = s.reproduces && !s.reproduces->bug_profile.empty();
+  // A report the reference cannot express at all (a checkpoint resumed on another world size) is
+  // its release cells alone; they run in torchrec_sut/tests, and one release shows the bug.
+  if (!s.runs.empty() && std::all_of(s.runs.begin(), s.runs.end(), [](const auto& r) { return r.on_torchrec(); })) {
+    EXPECT_TRUE(outcome.results.empty());
+    ASSERT_TRUE(s.reproduces.has_value());
+    EXPECT_TRUE(std::any_of(s.reproduces->releases.begin(), s.reproduces->releases.end(),
+                            [](const auto& kv) { return kv.second == "bug"; }));
+    return;
+  }
   ASSERT_GE(outcome.results.size(), profiled ? 2u : 1u);
   int passed = 0;
   for (const auto& r : outcome.results) {

@@ -233,6 +233,31 @@ TEST(ScenarioLoaderSystem, TheTrainingLoopOfAReleaseCellAndWhatItMustDo) {
                          "loop.batch", "batches"));
 }
 
+TEST(ScenarioLoaderSystem, AReleaseResumesOnAnotherWorldSizeAndIsHeldAgainstTheUninterruptedRun) {
+  const std::string release = std::string(kMinimal) + "steps: 3\nsystem: torchrec==1.9.2\n";
+  const Scenario s =
+      load_scenario_text(release + "resume: {after_step: 1, world_size: 4, sharding: {t1: {types: [row_wise]}}}\n"
+                                   "expect:\n  - resumed: {match: false, rtol: 0, atol: 1e-7}\n",
+                         "s.yaml");
+  ASSERT_TRUE(s.runs.at(0).resume.has_value());
+  EXPECT_EQ(s.runs[0].resume->world_size, 4);
+  EXPECT_EQ(s.runs[0].resume->after_step, 1);
+  ASSERT_TRUE(s.runs[0].expect.resumed.has_value());
+  EXPECT_FALSE(s.runs[0].expect.resumed->match);
+  EXPECT_EQ(s.runs[0].expect.resumed->atol, 1e-7);
+  // Without world_size a release resumes on the run's own ranks.
+  EXPECT_EQ(load_scenario_text(release + "resume: {after_step: 2}\n", "s.yaml").runs.at(0).resume->world_size, 2);
+  EXPECT_TRUE(fails_with(release + "resume: {after_step: 1, world_size: 3}\n", "resume.world_size",
+                         "3 ranks cannot split the global batch of 16 (batch_size 8 x world_size 2) evenly"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "steps: 3\nresume: {after_step: 1, world_size: 4}\n",
+                         "resume.world_size", "the reference resumes on its own 2 ranks"));
+  EXPECT_TRUE(fails_with(release + "torchrec: {epochs: 3}\nresume: {after_step: 1}\n", "resume",
+                         "in the plain loop of one epoch"));
+  EXPECT_TRUE(fails_with(release + "expect:\n  - resumed: true\n", "resumed", "has no resume"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "steps: 3\nresume: {after_step: 1}\nexpect:\n  - resumed: true\n",
+                         "resumed", "its resume is judged by global_model"));
+}
+
 TEST(ScenarioLoaderSystem, AReleaseCellIsHeldAgainstItsOwnUnshardedModel) {
   // global_model on a release cell: the release's own modules, unsharded (it used to be refused).
   const Scenario s = load_scenario_text(
