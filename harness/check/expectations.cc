@@ -98,13 +98,29 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
         }
       }
     }
+    if (!expect.loop_batches_per_epoch.empty() && l.batches != expect.loop_batches_per_epoch) {
+      out.failures.push_back(fmt::format("rank {} executed [{}] batch(es) in its epochs, expected [{}]", l.rank,
+                                         fmt::join(l.batches, ", "), fmt::join(expect.loop_batches_per_epoch, ", ")));
+    }
+    if (expect.loop_eval_batches) {
+      for (size_t e = 0; e < l.eval_batches.size(); ++e) {
+        if (l.eval_batches[e] != *expect.loop_eval_batches) {
+          out.failures.push_back(
+              fmt::format("rank {} executed {} batch(es) in the eval pass after epoch {}, expected {}", l.rank,
+                          l.eval_batches[e], e + 1, *expect.loop_eval_batches));
+        }
+      }
+      if (l.eval_batches.empty()) out.failures.push_back(fmt::format("rank {} ran no eval pass", l.rank));
+    }
     if (expect.next_after_exhausted && l.next_after_exhausted != *expect.next_after_exhausted) {
       out.failures.push_back(
           fmt::format("rank {} asked its exhausted data iterator for a batch {} time(s), expected {}", l.rank,
                       l.next_after_exhausted, *expect.next_after_exhausted));
     }
   }
-  if ((expect.loop_batches || expect.next_after_exhausted) && result.loops.empty()) {
+  if ((expect.loop_batches || !expect.loop_batches_per_epoch.empty() || expect.next_after_exhausted ||
+       expect.loop_eval_batches) &&
+      result.loops.empty()) {
     out.failures.push_back("no rank reported its training loop");
   }
   if (expect.initial_state) {

@@ -153,8 +153,9 @@ struct SystemUnderTest {
 // What one rank's training loop did on a release (`torchrec: {loop, epochs}`).
 struct RankLoop {
   int rank = 0;
-  std::vector<int64_t> batches;      // executed, per epoch
-  int64_t next_after_exhausted = 0;  // next() asked of its data iterator after it was exhausted
+  std::vector<int64_t> batches;       // executed, per epoch
+  int64_t next_after_exhausted = 0;   // next() asked of its data iterator after it was exhausted
+  std::vector<int64_t> eval_batches;  // executed, per eval pass (one after every epoch)
 };
 
 struct RunResult {

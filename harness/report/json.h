@@ -51,7 +51,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(StepDivergence, step, tensors_di
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ReferenceDiff, name, step, max_abs_diff, max_rel_diff,
                                                 elements_differing, numel, within_tolerance, note)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SystemUnderTest, name, torchrec, torch, fbgemm_gpu, simulated, notes)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankLoop, rank, batches, next_after_exhausted)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankLoop, rank, batches, next_after_exhausted, eval_batches)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunResult, scenario, scenario_file, run, slug, cell, profile, switches,
                                                 init_mode, system, environment, plan, replicas, divergence,
                                                 global_model_checked, global_model, reference_compared, reference,

@@ -84,6 +84,8 @@ struct RunSpec {
   std::string loop;                       // plain | train_pipeline_sparse_dist (TorchRec's TrainPipelineSparseDist)
   int epochs = 1;                         // passes over the steps' batches, each over a fresh data iterator
   std::vector<int64_t> batches_per_rank;  // per rank, batches per epoch; empty: steps / epochs each
+  std::vector<int64_t> eval_batches;      // per rank, batches of the eval pass after every epoch; empty: none
+  std::string data_iterator;              // fresh (a new iterator per pass) | persistent (one, re-armed)
   std::vector<uint64_t> seeds;            // per rank: torch.manual_seed before the model exists
   Start start;
   // The steps trained before this run (a resumed run, start.kind "checkpoint"): it writes the
@@ -121,6 +123,7 @@ struct RankLoop {
   int rank = 0;
   std::vector<int64_t> batches;
   int64_t next_after_exhausted = 0;
+  std::vector<int64_t> eval_batches;  // per eval pass (one after every epoch)
 };
 
 // out/meta.json, written by rank 0 after the last step.
@@ -184,13 +187,14 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Start, kind, state, load)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Checkpoint, after_step, dir)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_size, local_world_size, steps,
                                                 batch_size, timeout_s, sharder, module, outputs, unsharded, loop,
-                                                epochs, batches_per_rank, seeds, start, first_step, checkpoint, tables,
-                                                dense_layers, sparse_optimizer, dense_optimizer)
+                                                epochs, batches_per_rank, eval_batches, data_iterator, seeds, start,
+                                                first_step, checkpoint, tables, dense_layers, sparse_optimizer,
+                                                dense_optimizer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardRow, rank, row_offset, rows, col_offset, cols)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanRow, table, sharding, compute_kernel, ranks, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Versions, torchrec, torch, fbgemm_gpu)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Timings, import_s, init_s, plan_s, train_s)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankLoop, rank, batches, next_after_exhausted)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankLoop, rank, batches, next_after_exhausted, eval_batches)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunMeta, schema_version, versions, plan, losses, notes, timings, loops)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanAnswer, schema_version, versions, plan, notes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Piece, name, sharding, replicated, full_sizes, row_offset, col_offset,

@@ -98,6 +98,10 @@ contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start st
   out.loop = spec.torchrec_loop;
   out.epochs = spec.torchrec_epochs;
   out.batches_per_rank = spec.torchrec_batches_per_rank;
+  // One count for every rank, spelled out per rank.
+  out.eval_batches = spec.torchrec_eval_batches;
+  out.data_iterator = spec.torchrec_data_iterator;
+  if (out.eval_batches.size() == 1) out.eval_batches.assign(spec.world_size, out.eval_batches.front());
   for (int r = 0; r < spec.world_size; ++r) out.seeds.push_back(spec.init.seed_of_rank(r));
   start.load = spec.init.load_before_wrap ? "before_wrap" : "after_wrap";
   out.start = std::move(start);
@@ -432,17 +436,36 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       for (const auto& n : second.notes) result.system.notes.push_back("resumed run: " + n);
     }
     result.loop = spec.torchrec_loop;
-    for (const auto& l : meta.loops) result.loops.push_back({l.rank, l.batches, l.next_after_exhausted});
-    if (spec.torchrec_loop != "plain" || spec.torchrec_epochs > 1) {
+    for (const auto& l : meta.loops)
+      result.loops.push_back({l.rank, l.batches, l.next_after_exhausted, l.eval_batches});
+    if (spec.torchrec_loop != "plain" || spec.torchrec_epochs > 1 || !spec.torchrec_eval_batches.empty()) {
       std::vector<std::string> ranks;
       for (const auto& l : meta.loops) {
-        ranks.push_back(fmt::format("rank {}: [{}]{}", l.rank, fmt::join(l.batches, ", "),
-                                    l.next_after_exhausted
-                                        ? fmt::format(", next() on its exhausted iterator {}x", l.next_after_exhausted)
-                                        : ""));
+        ranks.push_back(fmt::format(
+            "rank {}: [{}]{}{}", l.rank, fmt::join(l.batches, ", "),
+            l.eval_batches.empty() ? "" : fmt::format(", eval [{}]", fmt::join(l.eval_batches, ", ")),
+            l.next_after_exhausted ? fmt::format(", next() on its exhausted iterator {}x", l.next_after_exhausted)
+                                   : ""));
       }
       result.system.notes.push_back(fmt::format("loop {}, {} epoch(s); batches executed per epoch: {}",
                                                 spec.torchrec_loop, spec.torchrec_epochs, fmt::join(ranks, "; ")));
+    }
+    // A loop that stopped early (its pipeline saw no more data) trained fewer steps than the
+    // scenario has: the cell is judged on the steps every rank trained, and says so.
+    int steps = spec.steps;
+    if (!meta.loops.empty() && !spec.resume) {
+      int64_t least = spec.steps;
+      for (const auto& l : meta.loops) {
+        int64_t trained = 0;
+        for (const auto b : l.batches) trained += b;
+        least = std::min(least, trained);
+      }
+      if (least < spec.steps) {
+        steps = static_cast<int>(least);
+        result.system.notes.push_back(
+            fmt::format("the loop trained {} of the scenario's {} steps: the cell is judged on those {}", steps,
+                        spec.steps, steps));
+      }
     }
     result.timings.init_s = meta.timings.import_s + meta.timings.init_s;
     result.timings.train_s = meta.timings.train_s;
@@ -471,7 +494,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
                                     {tol.rtol, tol.atol});
     };
     std::vector<std::vector<ExchangePiece>> last;
-    for (int step = 0; step <= spec.steps; ++step) {
+    for (int step = 0; step <= steps; ++step) {
       const std::string phase = step == 0 ? "init" : fmt::format("step{}", step);
       auto per_rank = ranks_of(step, phase);
       if (spec.resume && step >= resumed_after) {  // against the run that was never interrupted
@@ -494,7 +517,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
           result.resumed.push_back(lost);
         }
       }
-      const bool final_phase = step == spec.steps;
+      const bool final_phase = step == steps;
       const auto checks = replica_checks(per_rank, step == 0 ? "init" : final_phase ? "final" : "step");
       result.divergence.push_back(check::step_divergence(step, checks));
       if (step == 0) result.replicas = checks;
@@ -504,13 +527,13 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       if (final_phase) last = std::move(per_rank);
     }
     // The forward's outputs, from step 0 (the forward of step s + 1, on the weights after s steps).
-    for (int step = 0; spec.expect.outputs && step < std::max(spec.steps, 1); ++step) {
+    for (int step = 0; spec.expect.outputs && step < std::max(steps, 1); ++step) {
       const std::string phase = fmt::format("outputs{}", step);
       const auto per_rank = ranks_of(step, phase);
       if (spec.expect.reference) compare(per_rank, phase, step, *spec.expect.outputs);
       if (spec.expect.global_model) unsharded(per_rank, phase, step, *spec.expect.outputs);
     }
-    if (spec.steps == 0) {  // nothing trained: the final state is the initial one
+    if (steps == 0) {  // nothing trained: the final state is the initial one
       const auto again = replica_checks(last, "final");
       result.replicas.insert(result.replicas.end(), again.begin(), again.end());
     }

@@ -99,8 +99,20 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     e.max_broadcast_seconds = r.number(node["max_broadcast_seconds"], path + ".max_broadcast_seconds", 0.0);
   }
   if (YAML::Node loop = node["loop"]) {
-    r.check_keys(loop, path + ".loop", {"batches", "next_after_exhausted"});
-    if (loop["batches"]) e.loop_batches = r.integer(loop["batches"], path + ".loop.batches", 0, 1000000);
+    r.check_keys(loop, path + ".loop", {"batches", "next_after_exhausted", "eval_batches"});
+    if (YAML::Node batches = loop["batches"]) {
+      // One count for every epoch, or one per epoch.
+      if (batches.IsSequence()) {
+        for (size_t i = 0; i < batches.size(); ++i) {
+          e.loop_batches_per_epoch.push_back(
+              r.integer(batches[i], fmt::format("{}.loop.batches[{}]", path, i), 0, 1000000));
+        }
+      } else {
+        e.loop_batches = r.integer(batches, path + ".loop.batches", 0, 1000000);
+      }
+    }
+    if (loop["eval_batches"])
+      e.loop_eval_batches = r.integer(loop["eval_batches"], path + ".loop.eval_batches", 0, 1000000);
     if (loop["next_after_exhausted"]) {
       e.next_after_exhausted = r.integer(loop["next_after_exhausted"], path + ".loop.next_after_exhausted", 0, 1000000);
     }
@@ -142,6 +154,9 @@ std::string Expectation::describe() const {
   }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
   if (loop_batches) text += fmt::format("; every rank executes {} batch(es) per epoch", *loop_batches);
+  if (!loop_batches_per_epoch.empty())
+    text += fmt::format("; every rank executes [{}] batch(es) in its epochs", fmt::join(loop_batches_per_epoch, ", "));
+  if (loop_eval_batches) text += fmt::format("; every rank executes {} batch(es) per eval pass", *loop_eval_batches);
   if (next_after_exhausted)
     text += fmt::format("; asks its exhausted data iterator {} more time(s)", *next_after_exhausted);
   if (error) text = fmt::format("the run fails with {}", error->describe());

@@ -175,7 +175,25 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));
   });
   field("torchrec", [&](Node torchrec) {
-    r.check_keys(torchrec, "torchrec", {"sharder", "module", "loop", "epochs", "batches_per_rank"});
+    r.check_keys(torchrec, "torchrec",
+                 {"sharder", "module", "loop", "epochs", "batches_per_rank", "eval_batches", "data_iterator"});
+    if (torchrec["data_iterator"]) {
+      run.torchrec_data_iterator =
+          r.choice(torchrec["data_iterator"], "torchrec.data_iterator", {"fresh", "persistent"});
+    }
+    if (YAML::Node eval = torchrec["eval_batches"]) {
+      // One count for every rank, or one per rank.
+      if (eval.IsScalar()) {
+        run.torchrec_eval_batches.push_back(r.integer(eval, "torchrec.eval_batches", 0, 1000000));
+      } else {
+        if (!eval.IsSequence())
+          r.expected(eval, "torchrec.eval_batches", "a batch count, or a list of them, one per rank");
+        for (size_t i = 0; i < eval.size(); ++i) {
+          run.torchrec_eval_batches.push_back(
+              r.integer(eval[i], fmt::format("torchrec.eval_batches[{}]", i), 0, 1000000));
+        }
+      }
+    }
     if (YAML::Node counts = torchrec["batches_per_rank"]) {
       if (!counts.IsSequence()) r.expected(counts, "torchrec.batches_per_rank", "a list of batch counts, one per rank");
       for (size_t i = 0; i < counts.size(); ++i) {

@@ -124,7 +124,11 @@ struct Expectation {
   // batches in each epoch, and asked its data iterator for a batch exactly `next_after_exhausted`
   // times after the iterator had said it was exhausted (TorchRec #1778: a DataLoader may hang there).
   std::optional<int64_t> loop_batches;
+  // `loop: {batches: [N1, N2, ...]}`: every rank executed exactly these per epoch (one per epoch).
+  std::vector<int64_t> loop_batches_per_epoch;
   std::optional<int64_t> next_after_exhausted;
+  // `loop: {eval_batches}`: every rank executed exactly this many batches in each eval pass.
+  std::optional<int64_t> loop_eval_batches;
   std::string describe() const;
 };
 
@@ -212,6 +216,16 @@ struct RunSpec {
   // peer is still in an all-to-all: on Gloo one of the two is aborted at once on the collective
   // mismatch, and the cell fails naming it.  `torchrec: {batches_per_rank: [...]}`.
   std::vector<int64_t> torchrec_batches_per_rank;
+  // After every epoch an eval pass: the model in eval mode (model.eval()), the same loop (the
+  // pipeline's progress() or a forward under no_grad) over this many of the epoch's batches, then
+  // back to training; one count for every rank or one per rank (empty: no eval).  A pass that
+  // trained would leave the unsharded model (global_model), which trains on train steps only.
+  // `torchrec: {eval_batches: N | [N0, N1, ...]}`.
+  std::vector<int64_t> torchrec_eval_batches;
+  // The data iterator of each pass: "fresh" (a new one, as iter(DataLoader) gives by default) or
+  // "persistent" (one object re-armed for every pass, as iter(DataLoader) gives with
+  // persistent_workers=True; TorchRec #2327).  `torchrec: {data_iterator: ...}`.
+  std::string torchrec_data_iterator = "fresh";
   bool on_torchrec() const { return system.is_release(); }
   int world_size = 2;
   std::string backend = "gloo";

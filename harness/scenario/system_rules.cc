@@ -50,6 +50,17 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
                          "epoch (steps / epochs)",
                          counts.size(), most, run.world_size, per_epoch));
     }
+    const auto& eval = run.torchrec_eval_batches;
+    const int64_t most_eval = eval.empty() ? 0 : *std::max_element(eval.begin(), eval.end());
+    if (!eval.empty() &&
+        ((eval.size() != 1 && static_cast<int>(eval.size()) != run.world_size) || most_eval > per_epoch)) {
+      r.fail(root["torchrec"]["eval_batches"], "torchrec.eval_batches",
+             fmt::format(
+                 "has {} count(s) up to {}; expected one, or one per rank ({}), each at most the {} batch(es) of an "
+                 "epoch (an eval pass reads the epoch's own batches)",
+                 eval.size(), most_eval, run.world_size, per_epoch));
+    }
+    if (run.resume && !eval.empty()) refuse("resume", "a release resumes in the plain loop, without eval passes");
     for (const auto& [table, c] : run.constraints) {
       if (!c.ranks.empty()) {
         refuse("tables", fmt::format("table '{}' pins its shards to ranks, and TorchRec's ParameterConstraints has "
@@ -73,7 +84,9 @@ void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::
                "compares a release's resumed run with its uninterrupted one; run '{}' {}", run.name,
                run.on_torchrec() ? "has no resume" : "runs on the reference (its resume is judged by global_model)"));
   }
-  if ((run.expect.loop_batches || run.expect.next_after_exhausted) && !run.on_torchrec()) {
+  if ((run.expect.loop_batches || !run.expect.loop_batches_per_epoch.empty() || run.expect.next_after_exhausted ||
+       run.expect.loop_eval_batches) &&
+      !run.on_torchrec()) {
     r.fail(node["loop"], path + ".loop",
            fmt::format("counts what a release's training loop asked of its data; run '{}' runs on the reference "
                        "(select release cells with 'when: {{system: torchrec==X.Y.Z}}')",

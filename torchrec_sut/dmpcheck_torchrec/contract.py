@@ -90,6 +90,8 @@ class RunSpec:
     loop: str  # plain | train_pipeline_sparse_dist
     epochs: int  # passes over the steps' batches, each over a fresh data iterator
     batches_per_rank: List[int]  # per rank, batches per epoch; empty: steps / epochs on every rank
+    eval_batches: List[int]  # per rank, batches of the eval pass after every epoch; empty: no eval
+    data_iterator: str  # fresh (a new iterator per pass) | persistent (one object, re-armed per pass)
     seeds: List[int]  # per rank: torch.manual_seed before the model exists
     start: Start
     first_step: int  # steps trained before this run (a resumed run writes step<first_step> as loaded)
@@ -139,6 +141,7 @@ class RankLoop:
     rank: int
     batches: List[int]
     next_after_exhausted: int
+    eval_batches: List[int]  # per eval pass (one after every epoch)
 
 
 @dataclasses.dataclass

@@ -16,6 +16,12 @@ class DataIterator:
         self._exhausted = False
         self.after_exhausted = 0
 
+    def rearm(self, steps):
+        """This same object made to hand out `steps` next, as a DataLoader with persistent_workers
+        hands back its one iterator, reset, from every iter(loader)."""
+        self._steps, self._exhausted = iter(steps), False
+        return self
+
     def __iter__(self):
         return self
 
@@ -49,6 +55,28 @@ def pipeline(kind, model, optimizer):
     # The pipeline feeds the model a Batch and expects (losses, output) back.
     model.module.pipelined = True
     return TrainPipelineSparseDist(model, optimizer, torch.device("cpu"), execute_all_batches=True)
+
+
+def evaluate(pipeline, model, data):
+    """One eval pass over `data`, as users run one between epochs: the model in eval mode, the same
+    loop under no_grad (the pipeline's progress(), which skips backward and the optimizer step when
+    the model is not training; the plain loop's forward) until StopIteration, then training mode
+    again.  Returns the batches it executed."""
+    model.eval()
+    done = 0
+    try:
+        while True:
+            try:
+                with torch.no_grad():  # as an eval loop is written (TorchRec #2670's among them)
+                    if pipeline is not None:
+                        pipeline.progress(data)
+                    else:
+                        model(next(data))
+            except StopIteration:
+                return done
+            done += 1
+    finally:
+        model.train()
 
 
 def train_one(pipeline, model, optimizer, data):

@@ -101,11 +101,23 @@ def run(spec, exchange, out_dir, rank, import_s):
         dump.write_phase(out_dir, rank, "outputs0", output_pieces(rank, world, spec.batch_size))
     pipeline = loops.pipeline(spec.loop, sharded, optimizer)
     per_epoch = (spec.steps - first) // spec.epochs
-    executed, after_exhausted, step = [], 0, first
+    executed, evaluated, after_exhausted, step = [], [], 0, first
+    persistent = None  # the one iterator of data_iterator: persistent, re-armed for every pass
+
+    def iterator(steps):
+        nonlocal persistent
+        if spec.data_iterator != "persistent":
+            return loops.DataIterator(exchange, rank, steps, as_batch=pipeline is not None)
+        if persistent is None:
+            persistent = loops.DataIterator(exchange, rank, steps, as_batch=pipeline is not None)
+            return persistent
+        return persistent.rearm(steps)
+
     for epoch in range(spec.epochs):
         mine = spec.batches_per_rank[rank] if spec.batches_per_rank else per_epoch
         begin = first + epoch * per_epoch + 1
-        data = loops.DataIterator(exchange, rank, range(begin, begin + mine), as_batch=pipeline is not None)
+        data = iterator(range(begin, begin + mine))
+        counted = data.after_exhausted
         done = 0
         while True:
             try:
@@ -126,7 +138,13 @@ def run(spec, exchange, out_dir, rank, import_s):
                                  f"({time.perf_counter() - t_save:.2f} s), then trained on uninterrupted")
             print(f"step {step}/{spec.steps} loss {losses[-1]:.6f}", flush=True)
         executed.append(done)
-        after_exhausted += data.after_exhausted
+        after_exhausted += data.after_exhausted - counted
+        if spec.eval_batches:  # the eval pass after the epoch, over the epoch's first batches
+            data = iterator(range(begin, begin + spec.eval_batches[rank]))
+            counted = data.after_exhausted
+            evaluated.append(loops.evaluate(pipeline, sharded, data))
+            after_exhausted += data.after_exhausted - counted
+            print(f"eval after epoch {epoch + 1}: {evaluated[-1]} batch(es)", flush=True)
     train_s = time.perf_counter() - t1
     for t in spec.tables:
         if t.data_type != "fp32" and LAST_OUTPUTS:
@@ -139,7 +157,7 @@ def run(spec, exchange, out_dir, rank, import_s):
         notes.append(f"weight_decay_mode {spec.sparse_optimizer.weight_decay_mode} handed to FBGEMM's fused "
                      f"{spec.sparse_optimizer.type} through TorchRec's optimizer kwargs; its kernels hold "
                      f"{', '.join(optim.fused_weight_decay_modes(sharded)) or 'none'}")
-    record = contract.RankLoop(rank, executed, after_exhausted)
+    record = contract.RankLoop(rank, executed, after_exhausted, evaluated)
     records = [None] * world
     dist.all_gather_object(records, contract.to_dict(record))  # also: every rank's phases are on disk
     if rank == 0:

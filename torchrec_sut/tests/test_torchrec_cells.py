@@ -705,3 +705,43 @@ def test_a_checkpoint_resumes_on_another_world_size_under_another_plan(tmp_path)
     r = json.load(open(tmp_path / "broken-reports" / "release_checkpoint_reshard" / "default.json"))
     out = {g["name"] for g in r["resumed"] if not g["within_tolerance"]}
     assert {"ebc.embedding_bags.table_0.momentum1", "ebc.embedding_bags.table_0.weight"} <= out, out
+
+
+def test_eval_passes_between_epochs_train_nothing_and_uneven_ones_end_naming_the_rank(tmp_path):
+    """torchrec: {eval_batches}: after every epoch an eval pass over the same pipeline (model.eval(),
+    progress() under no_grad until StopIteration, then model.train()), as users validate between
+    epochs (TorchRec #2670's loop).  Both epochs and both eval passes execute every batch, and the
+    training still equals the unsharded model's (an eval pass that trained would leave it).  With
+    uneven eval counts per rank the cell ends at once as a named rank's crash, not a hang."""
+    need("1.9.2")
+    text = """version: 1
+name: evalpass
+system: torchrec==1.9.2
+world_size: 2
+steps: 4
+timeout_s: 60
+batch_size: 4
+init: {mode: seeded, seed: 26}
+data: {seed: 2670, ids_per_bag: [1, 3]}
+tables:
+  - {name: t0, rows: 24, dim: 8, features: [f0], sharding: {types: [table_wise]}}
+  - {name: t1, rows: 16, dim: 8, features: [f1], sharding: {types: [column_wise]}}
+dense: {layers: [1]}
+torchrec: {loop: train_pipeline_sparse_dist, epochs: 2, eval_batches: EVAL}
+expect:
+  - global_model: {rtol: 1.0e-5, atol: 1.0e-6}
+    loop: {batches: 2, eval_batches: 2, next_after_exhausted: 0}
+"""
+    scenario = tmp_path / "eval.yaml"
+    scenario.write_text(text.replace("EVAL", "2"))
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"), timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "reports" / "evalpass" / "default.json"))
+    assert [l["eval_batches"] for l in r["loops"]] == [[2, 2], [2, 2]], r["loops"]
+    assert any(g["step"] == 4 for g in r["global_model"]), r["global_model"]
+    scenario.write_text(text.replace("EVAL", "[2, 1]"))
+    started = time.monotonic()
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "uneven"), timeout=300)
+    assert p.returncode == 3 and time.monotonic() - started < 60, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "uneven" / "evalpass" / "default.json"))
+    assert r["failure"]["rank"] in (0, 1) and "collective mismatch" in r["failure"]["message"], r["failure"]

@@ -225,6 +225,35 @@ TEST(ScenarioLoaderSystem, TheTrainingLoopOfAReleaseCellAndWhatItMustDo) {
   EXPECT_TRUE(
       fails_with(std::string(kMinimal) + "steps: 2\nsystem: torchrec==1.9.2\ntorchrec: {batches_per_rank: [3, 1]}\n",
                  "each at most the 2 batch(es) of an epoch"));
+  const Scenario eval = load_scenario_text(std::string(kMinimal) + "steps: 4\nsystem: torchrec==1.9.2\n"
+                                                                   "torchrec: {epochs: 2, eval_batches: [2, 1]}\n"
+                                                                   "expect:\n  - loop: {eval_batches: 2}\n",
+                                           "s.yaml");
+  EXPECT_EQ(eval.runs.at(0).torchrec_eval_batches, (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(eval.runs[0].expect.loop_eval_batches, 2);
+  EXPECT_EQ(load_scenario_text(
+                std::string(kMinimal) + "steps: 2\nsystem: torchrec==1.9.2\ntorchrec: {eval_batches: 1}\n", "s.yaml")
+                .runs.at(0)
+                .torchrec_eval_batches,
+            (std::vector<int64_t>{1}));
+  EXPECT_TRUE(
+      fails_with(std::string(kMinimal) + "steps: 2\nsystem: torchrec==1.9.2\ntorchrec: {eval_batches: [1, 1, 1]}\n",
+                 "torchrec.eval_batches", "expected one, or one per rank (2)"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "steps: 2\nsystem: torchrec==1.9.2\ntorchrec: {eval_batches: 3}\n",
+                         "each at most the 2 batch(es) of an epoch"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "expect:\n  - loop: {eval_batches: 1}\n",
+                         "counts what a release's training loop asked of its data"));
+  const Scenario persistent =
+      load_scenario_text(std::string(kMinimal) + "steps: 4\nsystem: torchrec==1.9.2\n"
+                                                 "torchrec: {epochs: 2, data_iterator: persistent}\n"
+                                                 "expect:\n  - loop: {batches: [2, 0]}\n",
+                         "s.yaml");
+  EXPECT_EQ(persistent.runs.at(0).torchrec_data_iterator, "persistent");
+  EXPECT_EQ(persistent.runs[0].expect.loop_batches_per_epoch, (std::vector<int64_t>{2, 0}));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "torchrec: {data_iterator: shared}\n", "torchrec.data_iterator",
+                         "persistent"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "expect:\n  - loop: {batches: [1]}\n",
+                         "counts what a release's training loop asked of its data"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "torchrec: {loop: pipelined}\n", "torchrec.loop",
                          "train_pipeline_sparse_dist"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "expect:\n  - loop: {batches: 1}\n",
