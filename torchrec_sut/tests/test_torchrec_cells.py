@@ -77,7 +77,9 @@ def test_seed_on_real_releases(tmp_path):
 def test_the_regression_library_on_real_releases(tmp_path):
     """Every release cell of scenarios/regressions/ holds: what each release showed, checked again."""
     need("0.6.0", "1.9.2")
-    p = dmpcheck("suite", os.path.join(ROOT, "scenarios", "regressions"), "--filter", "system=torchrec", "--out", str(tmp_path))
+    # About 60 release cells of 10-25 s each on 2 cores: the deadline is there for a hang.
+    p = dmpcheck("suite", os.path.join(ROOT, "scenarios", "regressions"), "--filter", "system=torchrec", "--out", str(tmp_path),
+                 timeout=1800)
     assert p.returncode == 0, p.stdout + p.stderr
     counted = re.search(r"dmpcheck suite: (\d+) of (\d+) run\(s\) met their expectations", p.stdout)
     assert counted and counted.group(1) == counted.group(2) and int(counted.group(2)) >= 45, p.stdout
