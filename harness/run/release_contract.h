@@ -82,7 +82,7 @@ struct RunSpec {
   // order), after the sharded run: out/unsharded/step<S> (and outputs<S>), whole tensors.
   bool unsharded = false;
   std::string loop;                       // plain | train_pipeline_sparse_dist (TorchRec's TrainPipelineSparseDist)
-  int epochs = 1;                         // passes over the steps' batches, each over a fresh data iterator
+  int epochs = 1;                         // passes over the steps' batches (data_iterator says over which iterator)
   std::vector<int64_t> batches_per_rank;  // per rank, batches per epoch; empty: steps / epochs each
   std::vector<int64_t> eval_batches;      // per rank, batches of the eval pass after every epoch; empty: none
   std::string data_iterator;              // fresh (a new iterator per pass) | persistent (one, re-armed)

@@ -451,21 +451,37 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
                                                 spec.torchrec_loop, spec.torchrec_epochs, fmt::join(ranks, "; ")));
     }
     // A loop that stopped early (its pipeline saw no more data) trained fewer steps than the
-    // scenario has: the cell is judged on the steps every rank trained, and says so.
+    // scenario has.  Only where the expectation names exactly that shortfall (loop.batches per
+    // epoch, a run of full epochs then nothing) is the cell judged on the steps it trained, with a
+    // note; any other shortfall is this cell's error, never a pass on fewer steps.
     int steps = spec.steps;
-    if (!meta.loops.empty() && !spec.resume) {
-      int64_t least = spec.steps;
-      for (const auto& l : meta.loops) {
-        int64_t trained = 0;
-        for (const auto b : l.batches) trained += b;
-        least = std::min(least, trained);
-      }
-      if (least < spec.steps) {
-        steps = static_cast<int>(least);
-        result.system.notes.push_back(
-            fmt::format("the loop trained {} of the scenario's {} steps: the cell is judged on those {}", steps,
-                        spec.steps, steps));
-      }
+    const auto& expected = spec.expect.loop_batches_per_epoch;
+    int64_t expected_steps = 0;
+    bool prefix = !expected.empty();
+    for (size_t e = 0; e < expected.size(); ++e) {
+      expected_steps += expected[e];
+      const int64_t full = spec.steps / spec.torchrec_epochs;
+      if (e > 0 && expected[e] != 0 && expected[e - 1] != full) prefix = false;
+    }
+    int64_t least = spec.steps;
+    std::vector<std::string> trained_by;
+    for (const auto& l : meta.loops) {
+      int64_t trained = 0;
+      for (const auto b : l.batches) trained += b;
+      least = std::min(least, trained);
+      trained_by.push_back(fmt::format("rank {}: [{}]", l.rank, fmt::join(l.batches, ", ")));
+    }
+    if (least < spec.steps && !spec.resume) {
+      bool as_expected = prefix && expected_steps > 0 && expected_steps < spec.steps;
+      for (const auto& l : meta.loops) as_expected = as_expected && l.batches == expected;
+      DMP_CHECK(as_expected, ErrorKind::kRankFailed,
+                "the loop trained {} of the scenario's {} steps (batches per epoch: {}); a loop expected to stop "
+                "early names its batches per epoch in loop.batches",
+                least, spec.steps, fmt::join(trained_by, "; "));
+      steps = static_cast<int>(expected_steps);
+      result.system.notes.push_back(fmt::format(
+          "the loop trained {} of the scenario's {} steps, as loop.batches expects: the cell is judged on those {}",
+          steps, spec.steps, steps));
     }
     result.timings.init_s = meta.timings.import_s + meta.timings.init_s;
     result.timings.train_s = meta.timings.train_s;

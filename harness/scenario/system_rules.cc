@@ -26,14 +26,18 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
     auto refuse = [&](const char* key, const std::string& why) {
       r.fail(root[key], key, fmt::format("not available on {} ({}); run it on the reference", run.system.name(), why));
     };
+    // What a release can do, but not in this combination.
+    auto refuse_with = [&](const char* key, const std::string& why) {
+      r.fail(root[key], key, fmt::format("not available on {}: {}", run.system.name(), why));
+    };
     if (run.backend != "gloo") refuse("backend", "TorchRec cells run on CPU with Gloo");
     if (run.resume &&
         (run.torchrec_loop != "plain" || run.torchrec_epochs != 1 || !run.torchrec_batches_per_rank.empty())) {
-      refuse("resume", "a release resumes from its checkpoint in the plain loop of one epoch; drop torchrec.loop, "
-                       "epochs and batches_per_rank");
+      refuse_with("resume", "a release resumes from its checkpoint in the plain loop of one epoch; drop torchrec.loop, "
+                            "epochs and batches_per_rank");
     }
     if (run.resume && !run.init.from.empty())
-      refuse("resume", "a release cell resumes from its own checkpoint, not init.from");
+      refuse_with("resume", "a release cell resumes from its own checkpoint, not init.from");
     if (!run.faults.empty()) refuse("faults", "faults are injected by the reference's ranks");
     if (run.fingerprint) refuse("fingerprint", "collective fingerprints are the reference's");
     if (run.steps % run.torchrec_epochs != 0) {
@@ -60,7 +64,14 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
                  "epoch (an eval pass reads the epoch's own batches)",
                  eval.size(), most_eval, run.world_size, per_epoch));
     }
-    if (run.resume && !eval.empty()) refuse("resume", "a release resumes in the plain loop, without eval passes");
+    if (run.resume && !eval.empty()) refuse_with("resume", "a release resumes in the plain loop, without eval passes");
+    for (const auto& [table, c] : run.resume ? run.resume->constraints : decltype(run.constraints){}) {
+      if (!c.ranks.empty()) {
+        refuse_with("resume", fmt::format("resume.sharding pins table '{}' to ranks, and TorchRec's "
+                                          "ParameterConstraints has no field for that",
+                                          table));
+      }
+    }
     for (const auto& [table, c] : run.constraints) {
       if (!c.ranks.empty()) {
         refuse("tables", fmt::format("table '{}' pins its shards to ranks, and TorchRec's ParameterConstraints has "
@@ -78,6 +89,23 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
 }
 
 void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run) {
+  if ((run.expect.loop_batches || !run.expect.loop_batches_per_epoch.empty() || run.expect.next_after_exhausted ||
+       run.expect.loop_eval_batches) &&
+      run.on_torchrec() && run.resume) {
+    r.fail(
+        node["loop"], path + ".loop",
+        fmt::format("counts the loop of one run; run '{}' resumes in a second one (judge it with resumed)", run.name));
+  }
+  if (run.expect.loop_eval_batches && run.on_torchrec() && run.torchrec_eval_batches.empty()) {
+    r.fail(node["loop"], path + ".loop.eval_batches",
+           fmt::format("counts eval passes; run '{}' has none (torchrec.eval_batches)", run.name));
+  }
+  if (!run.expect.loop_batches_per_epoch.empty() &&
+      static_cast<int>(run.expect.loop_batches_per_epoch.size()) != run.torchrec_epochs) {
+    r.fail(node["loop"], path + ".loop.batches",
+           fmt::format("lists {} count(s); expected one per epoch ({}) of run '{}'",
+                       run.expect.loop_batches_per_epoch.size(), run.torchrec_epochs, run.name));
+  }
   if (run.expect.resumed && (!run.on_torchrec() || !run.resume)) {
     r.fail(node["resumed"], path + ".resumed",
            fmt::format(

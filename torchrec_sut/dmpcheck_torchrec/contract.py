@@ -88,7 +88,7 @@ class RunSpec:
     outputs: bool
     unsharded: bool  # rank 0 also trains the modules unsharded (out/unsharded/), after the sharded run
     loop: str  # plain | train_pipeline_sparse_dist
-    epochs: int  # passes over the steps' batches, each over a fresh data iterator
+    epochs: int  # passes over the steps' batches (data_iterator says over which iterator)
     batches_per_rank: List[int]  # per rank, batches per epoch; empty: steps / epochs on every rank
     eval_batches: List[int]  # per rank, batches of the eval pass after every epoch; empty: no eval
     data_iterator: str  # fresh (a new iterator per pass) | persistent (one object, re-armed per pass)

@@ -250,6 +250,11 @@ TEST(ScenarioLoaderSystem, TheTrainingLoopOfAReleaseCellAndWhatItMustDo) {
                          "s.yaml");
   EXPECT_EQ(persistent.runs.at(0).torchrec_data_iterator, "persistent");
   EXPECT_EQ(persistent.runs[0].expect.loop_batches_per_epoch, (std::vector<int64_t>{2, 0}));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "steps: 4\nsystem: torchrec==1.9.2\ntorchrec: {epochs: 2}\n"
+                                                 "expect:\n  - loop: {batches: [2, 2, 0]}\n",
+                         "loop.batches", "expected one per epoch (2)"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1.9.2\nexpect:\n  - loop: {eval_batches: 1}\n",
+                         "loop.eval_batches", "has none"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "torchrec: {data_iterator: shared}\n", "torchrec.data_iterator",
                          "persistent"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "expect:\n  - loop: {batches: [1]}\n",
@@ -283,6 +288,10 @@ TEST(ScenarioLoaderSystem, AReleaseResumesOnAnotherWorldSizeAndIsHeldAgainstTheU
   EXPECT_TRUE(fails_with(release + "torchrec: {epochs: 3}\nresume: {after_step: 1}\n", "resume",
                          "in the plain loop of one epoch"));
   EXPECT_TRUE(fails_with(release + "expect:\n  - resumed: true\n", "resumed", "has no resume"));
+  EXPECT_TRUE(fails_with(release + "resume: {after_step: 1, sharding: {t0: {types: [table_wise], ranks: [1]}}}\n",
+                         "resume.sharding pins table 't0' to ranks"));
+  EXPECT_TRUE(
+      fails_with(release + "resume: {after_step: 1}\nexpect:\n  - loop: {batches: 3}\n", "counts the loop of one run"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "steps: 3\nresume: {after_step: 1}\nexpect:\n  - resumed: true\n",
                          "resumed", "its resume is judged by global_model"));
 }
