@@ -15,6 +15,34 @@ std::string describe_difference(const TensorCheck& c) {
                      fmt::join(c.differing_ranks, ","), c.max_abs_diff, c.elements_differing, c.numel);
 }
 
+// The words of one tolerance comparison's failures (the unsharded model's, the resumed run's).
+struct ToleranceWords {
+  std::string not_run;              // the comparison did not run
+  std::string subject;              // after a tensor's name: whose tensor it is ("" or " of the resumed run")
+  std::string other;                // what it is compared with
+  std::string expected_difference;  // `match: false` met by every tensor within tolerance
+};
+
+// Per-tensor checks against a tolerance: with `match`, every tensor out of it is a failure;
+// without, every tensor within it is one.
+void judge_tolerance(std::vector<std::string>& failures, const scenario::Tolerance& tol, bool compared,
+                     const std::vector<GlobalModelCheck>& checks, const ToleranceWords& words) {
+  if (!compared) {
+    failures.push_back(words.not_run);
+  } else if (tol.match) {
+    for (const auto& g : checks) {
+      if (g.within_tolerance) continue;
+      failures.push_back(
+          g.comparable ? fmt::format("{}{} differs from {} at step {}: max |diff| {:.3g} exceeds rtol {} / atol {}",
+                                     g.name, words.subject, words.other, g.step, g.max_abs_diff, tol.rtol, tol.atol)
+                       : fmt::format("{} cannot be compared with {}: {}", g.name, words.other, g.note));
+    }
+  } else if (std::all_of(checks.begin(), checks.end(), [](const GlobalModelCheck& g) { return g.within_tolerance; })) {
+    failures.push_back(
+        fmt::format("{}, but every tensor is within rtol {} / atol {}", words.expected_difference, tol.rtol, tol.atol));
+  }
+}
+
 }  // namespace
 
 ExpectationResult evaluate_expectation(const scenario::Expectation& expect, const RunResult& result) {
@@ -47,47 +75,14 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     }
   }
   if (expect.global_model) {
-    const auto& tol = *expect.global_model;
-    if (!result.global_model_checked) {
-      out.failures.push_back("the unsharded-model comparison did not run");
-    } else if (tol.match) {
-      for (const auto& g : result.global_model) {
-        if (g.within_tolerance) continue;
-        out.failures.push_back(
-            g.comparable
-                ? fmt::format(
-                      "{} differs from the unsharded model at step {}: max |diff| {:.3g} exceeds rtol {} / atol {}",
-                      g.name, g.step, g.max_abs_diff, tol.rtol, tol.atol)
-                : fmt::format("{} cannot be compared with the unsharded model: {}", g.name, g.note));
-      }
-    } else if (std::all_of(result.global_model.begin(), result.global_model.end(),
-                           [](const GlobalModelCheck& g) { return g.within_tolerance; })) {
-      out.failures.push_back(
-          fmt::format("expected to differ from the unsharded model, but every tensor is within rtol {} / atol {}",
-                      tol.rtol, tol.atol));
-    }
+    judge_tolerance(out.failures, *expect.global_model, result.global_model_checked, result.global_model,
+                    {"the unsharded-model comparison did not run", "", "the unsharded model",
+                     "expected to differ from the unsharded model"});
   }
   if (expect.resumed) {
-    const auto& tol = *expect.resumed;
-    if (!result.resumed_compared) {
-      out.failures.push_back("the resumed run was not compared with the uninterrupted one");
-    } else if (tol.match) {
-      for (const auto& g : result.resumed) {
-        if (g.within_tolerance) continue;
-        out.failures.push_back(
-            g.comparable
-                ? fmt::format("{} of the resumed run differs from the uninterrupted run at step {}: max |diff| "
-                              "{:.3g} exceeds rtol {} / atol {}",
-                              g.name, g.step, g.max_abs_diff, tol.rtol, tol.atol)
-                : fmt::format("{} cannot be compared with the uninterrupted run: {}", g.name, g.note));
-      }
-    } else if (std::all_of(result.resumed.begin(), result.resumed.end(),
-                           [](const GlobalModelCheck& g) { return g.within_tolerance; })) {
-      out.failures.push_back(
-          fmt::format("expected the resumed run to differ from the uninterrupted one, but every tensor is within rtol "
-                      "{} / atol {}",
-                      tol.rtol, tol.atol));
-    }
+    judge_tolerance(out.failures, *expect.resumed, result.resumed_compared, result.resumed,
+                    {"the resumed run was not compared with the uninterrupted one", " of the resumed run",
+                     "the uninterrupted run", "expected the resumed run to differ from the uninterrupted one"});
   }
   for (const auto& l : result.loops) {
     if (expect.loop_batches) {
