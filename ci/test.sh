@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Set up, build, and run every test through CTest: unit, multi-process, Python, install, and the
-# real TorchRec releases under test (their environments, 0.6.0 and 1.9.2, are installed first;
-# a missing one fails the torchrec tests here instead of skipping them).
+# real TorchRec releases under test (their environments, 0.6.0 and 1.9.2, are installed first, and
+# 0.7.0, which the commit bisection's test runs TorchRec's commits over; a missing one fails the
+# torchrec tests here instead of skipping them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
 # The release environments download while the build compiles (network vs. CPU).
-bash ci/torchrec-env.sh 0.6.0 1.9.2 > "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log" 2>&1 &
+bash ci/torchrec-env.sh 0.6.0 1.9.2 0.7.0 > "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log" 2>&1 &
 env_pid=$!
 build_status=0
 bash ci/build.sh || build_status=$?

@@ -1,5 +1,6 @@
 // dmpcheck: run, validate and join TorchRec-style DMP correctness scenarios.
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -231,6 +232,12 @@ int main(int argc, char** argv) {
   RunFlags flags;
   auto* run_cmd = app.add_subcommand("run", "Run scenario files: spawn the ranks, train, compare replicas, judge");
   run_cmd->add_option("scenario", run_files, "Scenario YAML file(s)")->required()->check(CLI::ExistingFile);
+  // Where `system: torchrec@<rev>` finds its commit (run, suite and bisect take it).
+  std::string torchrec_repo;
+  static constexpr const char* kTorchRecRepoHelp =
+      "TorchRec's git repository for torchrec@<rev> systems: a local clone (used in place), or a URL or bundle "
+      "(cloned once into the environments' cache); default $DMPCHECK_TORCHREC_REPO";
+  run_cmd->add_option("--torchrec-repo", torchrec_repo, kTorchRecRepoHelp);
   run_cmd->add_option("--out", flags.run.out_dir, "Report directory (reports/<scenario>/<run>.json)")
       ->capture_default_str();
   run_cmd->add_flag("--quiet", flags.quiet,
@@ -269,6 +276,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   suite_cmd->add_option("--out", suite.out_root, "Reports go to <out>/<timestamp>/")->capture_default_str();
   suite_cmd->add_option("--budget", suite.budget_s, "Seconds a run may take in all before its ranks are killed");
+  suite_cmd->add_option("--torchrec-repo", torchrec_repo, kTorchRecRepoHelp);
   std::string suite_ranks = "fork";
   suite_cmd
       ->add_option("--ranks", suite_ranks,
@@ -361,12 +369,22 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   bisect_cmd
       ->add_option("--releases", releases.releases,
-                   "Releases in order, comma-separated (e.g. 0.6.0,0.7.0,0.8.0,1.9.2); "
-                   "install them with bash ci/torchrec-env.sh")
-      ->delimiter(',')
-      ->required();
+                   "Releases oldest first, comma-separated (e.g. 0.6.0,0.7.0,0.8.0,1.9.2; default: every release "
+                   "in torchrec_sut/pins.tsv); one not installed is skipped, never the answer (install with bash "
+                   "ci/torchrec-env.sh)")
+      ->delimiter(',');
+  bisect_cmd->add_flag("--commits", releases.commits,
+                       "Then bisect the commits between the two releases' tags (first parents), each commit's "
+                       "source over the older release's environment, and name the first that differs (needs "
+                       "--torchrec-repo)");
+  bisect_cmd->add_option("--commit-range", releases.commit_range,
+                         "Bisect only these commits, OLD..NEW (e.g. cc482f8~8..cc482f8), no releases");
+  bisect_cmd->add_option("--over", releases.over,
+                         "The release whose environment the commits run over (default: the older release; with "
+                         "--commit-range, the release OLD descends from)");
   bisect_cmd->add_option("--out", releases.out_dir, "Report directory (<out>/bisect-<release>/...)")
       ->capture_default_str();
+  bisect_cmd->add_option("--torchrec-repo", torchrec_repo, kTorchRecRepoHelp);
   auto* fidelity_cmd = app.add_subcommand(
       "fidelity",
       "Measure the reference DMP against TorchRec releases (fidelity scenarios, `expect: reference`) and write "
@@ -388,6 +406,7 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("--out", worker.out_dir, "Report directory (rank 0)")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
+  if (!torchrec_repo.empty()) ::setenv("DMPCHECK_TORCHREC_REPO", torchrec_repo.c_str(), 1);
   if (!*worker_cmd) run::install_interrupt_handlers();  // ranks die with their launcher anyway
   // A long command interrupted (Ctrl-C, SIGTERM) says so in its status, whatever it returned.
   auto finish = [](int code) { return run::interrupt_requested() ? 130 : code; };

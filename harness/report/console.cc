@@ -24,7 +24,9 @@ std::string render_run_table(const check::RunResult& r) {
                                 r.environment.threads_per_rank);
   if (r.verdict == check::Verdict::kSkipped) return out + fmt::format("   skipped: {}\n", r.skip_reason);
   if (r.failure) {
-    out += fmt::format("   rank {} failed ({}): {}\n", r.failure->rank, r.failure->cause, r.failure->message);
+    out += r.failure->rank < 0
+               ? fmt::format("   {}: {}\n", r.failure->cause, r.failure->message)
+               : fmt::format("   rank {} failed ({}): {}\n", r.failure->rank, r.failure->cause, r.failure->message);
     for (const auto& line : r.failure->last_lines) out += fmt::format("   | {}\n", line);
     return out;
   }
@@ -140,7 +142,10 @@ std::string render_verdict_line(const check::RunResult& r) {
   const std::string head = fmt::format("VERDICT {} [{}]:", r.scenario, r.run);
   if (r.verdict == check::Verdict::kSkipped) return fmt::format("{} SKIPPED - {}", head, r.skip_reason);
   if (r.failure) {
-    const std::string what = fmt::format("rank {} {}: {}", r.failure->rank, r.failure->cause, r.failure->message);
+    // rank -1: the cell failed before any rank started (an interpreter that cannot import TorchRec).
+    const std::string what = r.failure->rank < 0
+                                 ? fmt::format("{}: {}", r.failure->cause, r.failure->message)
+                                 : fmt::format("rank {} {}: {}", r.failure->rank, r.failure->cause, r.failure->message);
     if (r.verdict == check::Verdict::kPass)
       return fmt::format("{} PASS (failed as expected) - {}; expected: {}", head, what, r.expectation.description);
     if (r.verdict == check::Verdict::kFail)

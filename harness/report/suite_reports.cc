@@ -77,6 +77,7 @@ std::string diverged_summary(const check::RunResult& r) {
 std::string failure_text(const check::RunResult& r) {
   if (r.verdict == check::Verdict::kSkipped) return fmt::format("skipped: {}", r.skip_reason);
   if (r.failure) {
+    if (r.failure->rank < 0) return fmt::format("{} ({}): {}", r.failure->cause, r.failure->kind, r.failure->message);
     return fmt::format("rank {} {} ({}): {}", r.failure->rank, r.failure->cause, r.failure->kind, r.failure->message);
   }
   return fmt::format("{}", fmt::join(r.expectation.failures, "; "));

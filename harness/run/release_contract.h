@@ -111,6 +111,7 @@ struct PlanRow {
 
 struct Versions {
   std::string torchrec, torch, fbgemm_gpu;  // as the release's own import reported them
+  std::string torchrec_source;              // the folder the imported torchrec package is in
 };
 
 struct Timings {
@@ -143,6 +144,13 @@ struct PlanAnswer {
   Versions versions;
   std::vector<PlanRow> plan;
   std::vector<std::string> notes;
+};
+
+// `python -m dmpcheck_torchrec.probe`'s answer: what an interpreter of the user's imports.
+struct ProbeAnswer {
+  int schema_version = kSchemaVersion;
+  Versions versions;
+  std::string python;  // its version, "3.11.2"
 };
 
 // One phase of one rank's tensors: <phase>.json, beside <phase>.bin (the float32 bytes).
@@ -192,11 +200,12 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_s
                                                 dense_optimizer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardRow, rank, row_offset, rows, col_offset, cols)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanRow, table, sharding, compute_kernel, ranks, shards)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Versions, torchrec, torch, fbgemm_gpu)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Versions, torchrec, torch, fbgemm_gpu, torchrec_source)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Timings, import_s, init_s, plan_s, train_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankLoop, rank, batches, next_after_exhausted, eval_batches)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunMeta, schema_version, versions, plan, losses, notes, timings, loops)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanAnswer, schema_version, versions, plan, notes)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProbeAnswer, schema_version, versions, python)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Piece, name, sharding, replicated, full_sizes, row_offset, col_offset,
                                                 sizes, offset)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Phase, schema_version, phase, tensors)

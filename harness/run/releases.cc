@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -17,6 +19,7 @@
 #include "report/json.h"
 #include "run/launcher.h"
 #include "run/scenario_runner.h"
+#include "run/torchrec_systems.h"
 #include "scenario/scenario.h"
 
 namespace dmpcheck::run {
@@ -70,59 +73,300 @@ ScenarioRunOptions cell_options(const ReleaseOptions& options, const std::string
 
 }  // namespace
 
-int bisect_releases(const ReleaseOptions& options) {
-  DMP_CHECK(options.scenario_files.size() == 1, ErrorKind::kInvalidInput, "bisect takes one scenario file");
-  DMP_CHECK(options.releases.size() >= 2, ErrorKind::kInvalidInput,
-            "bisect needs at least two releases (--releases A,B,...)");
-  std::ostream& out = *options.out;
-  // Validate every release's version first: a typo in the last one should not cost the others.
-  std::vector<scenario::Scenario> per_release;
-  for (const auto& release : options.releases) {
-    per_release.push_back(scenario::load_scenario_file(options.scenario_files[0],
-                                                       {{"system", scenario::System::release(release).name()}}));
-  }
-  std::vector<std::string> installed;                    // releases that ran
-  std::map<std::string, std::vector<std::string>> seen;  // release -> observation per cell
-  std::vector<std::string> labels;
-  for (size_t k = 0; k < options.releases.size() && !interrupt_requested(); ++k) {
-    const std::string& release = options.releases[k];
-    labels.clear();
-    const auto cells = distinct_cells(per_release[k], &labels);
-    std::vector<std::string> obs;
-    bool skipped = false;
+namespace {
+
+// One point of a bisection: a release or a commit, as the system the scenario's cells run on.
+struct Point {
+  std::string label;   // "torchrec 0.7.0", "cc482f8a 2024-04-10 Broadcast DP tables when init"
+  std::string system;  // its text form, put in place of the scenario's `system`
+  std::string name;    // what the verdict line calls it: "0.8.0", "cc482f8a"
+};
+
+// What a point showed: one observation per distinct cell, or that it could not run.
+struct Seen {
+  bool visited = false, ran = false, error = false, import_failed = false;
+  std::vector<std::string> obs;
+};
+
+// The search itself, over points ordered oldest first.  Among commits, one whose error is neither
+// end's behaviour (it did not import over the environment, say) decides nothing and is skipped
+// like `git bisect skip`.
+class Bisection {
+ public:
+  Bisection(const ReleaseOptions& options, std::vector<Point> points, std::string sub, bool commits)
+      : options_(options), points_(std::move(points)), seen_(points_.size()), sub_(std::move(sub)), commits_(commits) {}
+
+  const Seen& visit(size_t i) {
+    Seen& s = seen_[i];
+    if (s.visited) return s;
+    s.visited = true;
+    const scenario::Scenario scenario =
+        scenario::load_scenario_file(options_.scenario_files[0], {{"system", points_[i].system}});
+    labels_.clear();
+    const auto cells = distinct_cells(scenario, &labels_);
     const auto start = std::chrono::steady_clock::now();
-    for (size_t c = 0; c < cells.size(); ++c) {
-      const check::RunResult r = run_cell(per_release[k], cells[c], cell_options(options, "bisect-" + release));
+    bool skipped = false;
+    for (size_t c = 0; c < cells.size() && !interrupt_requested(); ++c) {
+      const check::RunResult r = run_cell(scenario, cells[c], cell_options(options_, sub_));
       skipped = skipped || r.verdict == check::Verdict::kSkipped;
-      obs.push_back(observation(r));
+      s.error = s.error || r.failure.has_value();
+      s.import_failed = s.import_failed || (r.failure && r.failure->kind == FailureKind::kImport);
+      s.obs.push_back(observation(r));
     }
+    // A commit whose source does not import over the environment did not run: it is no behaviour.
+    s.ran = !skipped && s.obs.size() == cells.size() && !(commits_ && s.import_failed);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    out << fmt::format("torchrec {} ({:.1f} s):\n", release, seconds);
-    for (size_t c = 0; c < cells.size(); ++c) out << fmt::format("  [{}] {}\n", labels[c], obs[c]);
-    if (skipped) continue;
-    installed.push_back(release);
-    seen[release] = obs;
+    *options_.out << fmt::format("{} ({:.1f} s){}:\n", points_[i].label, seconds, skipped ? ", not tested" : "");
+    for (size_t c = 0; c < s.obs.size(); ++c) *options_.out << fmt::format("  [{}] {}\n", labels_[c], s.obs[c]);
+    *options_.out << std::flush;
+    return s;
   }
-  if (installed.empty()) {
-    out << "bisect: no release could run (install them with bash ci/torchrec-env.sh "
-        << fmt::format("{}", fmt::join(options.releases, " ")) << ")\n";
+
+  // Runs the search.  Returns false when the old end cannot run.  A release not installed at an
+  // end costs nothing, so the next one inward is tried.  Among commits, the newer ones may need
+  // more than the environment has (an fbgemm function of the next release): where the new end does
+  // not import, the commits that do not are taken to be the newest ones, and the search looks for
+  // the first commit that runs and behaves differently, or else for the first that does not import.
+  bool run() {
+    lo_ = 0;
+    hi_ = points_.size() - 1;
+    while (lo_ < hi_ && !visit(lo_).ran && !commits_) untested_.push_back(lo_++);
+    if (lo_ >= hi_ || !seen_[lo_].ran) return false;
+    while (hi_ > lo_ && !visit(hi_).ran && !commits_) untested_.push_back(hi_--);
+    if (lo_ >= hi_) return false;
+    hi_behaves_ = seen_[hi_].ran;
+    if (hi_behaves_ && seen_[lo_].obs == seen_[hi_].obs) return true;
+    std::vector<bool> skipped(points_.size(), false);
+    for (;;) {
+      if (interrupt_requested()) return true;
+      // The untried point nearest the middle of what is left.
+      std::optional<size_t> mid;
+      const double middle = (static_cast<double>(lo_) + static_cast<double>(hi_)) / 2;
+      for (size_t i = lo_ + 1; i < hi_; ++i) {
+        if (skipped[i]) continue;
+        if (!mid || std::abs(static_cast<double>(i) - middle) < std::abs(static_cast<double>(*mid) - middle)) mid = i;
+      }
+      if (!mid) break;
+      const Seen& s = visit(*mid);
+      if (!s.ran && commits_ && !hi_behaves_) {
+        hi_ = *mid;  // the commits that do not import begin here or earlier
+        continue;
+      }
+      const bool decides =
+          s.ran && (!commits_ || !s.error || s.obs == seen_[lo_].obs || (hi_behaves_ && s.obs == seen_[hi_].obs));
+      if (!decides) {
+        skipped[*mid] = true;
+        untested_.push_back(*mid);
+        continue;
+      }
+      if (s.obs == seen_[lo_].obs) {
+        lo_ = *mid;
+      } else {
+        hi_ = *mid;
+        hi_behaves_ = true;
+      }
+    }
+    return true;
+  }
+
+  // Whether `hi` ran and showed a behaviour (else it is the first commit that did not import).
+  bool hi_behaves() const { return hi_behaves_; }
+  size_t lo() const { return lo_; }
+  size_t hi() const { return hi_; }
+  bool same_at_both_ends() const { return hi_behaves_ && seen_[lo_].obs == seen_[hi_].obs; }
+  const Seen& seen(size_t i) const { return seen_[i]; }
+  const std::vector<std::string>& labels() const { return labels_; }
+  size_t visited() const {
+    return static_cast<size_t>(std::count_if(seen_.begin(), seen_.end(), [](const Seen& s) { return s.visited; }));
+  }
+  // The points strictly between lo and hi that were tried and could not decide.
+  std::vector<size_t> untested_between() const {
+    std::vector<size_t> out;
+    for (size_t i : untested_)
+      if (i > lo_ && i < hi_) out.push_back(i);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::vector<size_t> untested() const { return untested_; }
+  const Point& point(size_t i) const { return points_[i]; }
+
+  // The cells whose observation differs between lo and hi, one line each.
+  void print_difference(std::ostream& out) const {
+    for (size_t c = 0; c < labels_.size() && c < seen_[lo_].obs.size() && c < seen_[hi_].obs.size(); ++c) {
+      if (seen_[lo_].obs[c] == seen_[hi_].obs[c]) continue;
+      out << fmt::format("  [{}] {}: {}  ->  {}: {}\n", labels_[c], points_[lo_].name, seen_[lo_].obs[c],
+                         points_[hi_].name, seen_[hi_].obs[c]);
+    }
+  }
+
+ private:
+  const ReleaseOptions& options_;
+  std::vector<Point> points_;
+  std::vector<Seen> seen_;
+  std::string sub_;
+  bool commits_;
+  std::vector<std::string> labels_;
+  std::vector<size_t> untested_;
+  size_t lo_ = 0, hi_ = 0;
+  bool hi_behaves_ = true;
+};
+
+std::string steps_for(size_t n) {
+  size_t steps = 0;
+  while ((size_t{1} << steps) < n) ++steps;
+  return fmt::format("about {} step{}", steps, steps == 1 ? "" : "s");
+}
+
+// The commits between `old_rev` (excluded) and `new_rev` along first parents, each its source over
+// the `over` release's environment, bisected like the releases.
+int bisect_commits(const ReleaseOptions& options, const TorchRecRepository& repo, const std::string& old_rev,
+                   const std::string& new_rev, const std::string& over) {
+  std::ostream& out = *options.out;
+  const Commit old_end = repo.resolve(old_rev);
+  const std::vector<Commit> commits = repo.first_parent_range(old_end.hash, new_rev);
+  DMP_CHECK(!commits.empty(), ErrorKind::kInvalidInput, "bisect: no commits between {} and {}", old_rev, new_rev);
+  // The old end, then every commit after it: point i > 0 is commits[i - 1].
+  std::vector<Point> points;
+  auto add = [&](const Commit& c) {
+    points.push_back({fmt::format("commit {} {} {}", c.short_hash(), c.date, c.subject),
+                      scenario::System::commit(c.hash, over).name(), c.short_hash()});
+  };
+  add(old_end);
+  for (const Commit& c : commits) add(c);
+  out << fmt::format("bisect: {} commits from {} to {} along first parents, each its source over the torchrec {} "
+                     "environment; {}\n",
+                     commits.size(), old_end.short_hash(), commits.back().short_hash(), over,
+                     steps_for(commits.size() + 1))
+      << std::flush;
+  Bisection b(options, points, "bisect-commits", true);
+  if (!b.run()) {
+    out << fmt::format("bisect: {} could not run over the torchrec {} environment (see above); name another with "
+                       "--over\n",
+                       b.point(0).name, over);
     return 3;
   }
-  for (size_t k = 1; k < installed.size(); ++k) {
-    if (seen[installed[k]] == seen[installed[k - 1]]) continue;
-    out << fmt::format(
-        "bisect: the behaviour changes between torchrec {} and {}: as {} through {}, different from {} on\n",
-        installed[k - 1], installed[k], installed.front(), installed[k - 1], installed[k]);
-    for (size_t c = 0; c < labels.size(); ++c) {
-      if (seen[installed[k]][c] == seen[installed[k - 1]][c]) continue;
-      out << fmt::format("  [{}] {}: {}  ->  {}: {}\n", labels[c], installed[k - 1], seen[installed[k - 1]][c],
-                         installed[k], seen[installed[k]][c]);
-    }
-    out << fmt::format("first release that behaves differently: {}\n", installed[k]);
-    return 0;
+  if (!b.hi_behaves()) {
+    out << fmt::format("bisect: every commit that runs over the torchrec {} environment behaves as {}, through {}; "
+                       "from {} on the commits do not import over it{}\n",
+                       over, b.point(0).name, b.point(b.lo()).name, b.point(b.hi()).name,
+                       b.hi() - b.lo() > 1 ? " (some between could not be tested)" : "");
+    out << fmt::format("first commit that does not import over torchrec {}: {} \"{}\" ({}); try the commits from "
+                       "there over a newer release's environment (--commit-range {}..{} --over X.Y.Z)\n",
+                       over, b.point(b.hi()).name, commits[b.hi() - 1].subject, commits[b.hi() - 1].date,
+                       b.point(b.lo()).name, commits.back().short_hash());
+    return 4;
   }
-  out << fmt::format("bisect: every installed release behaves the same ({})\n", fmt::join(installed, ", "));
-  return 1;
+  if (b.same_at_both_ends()) {
+    out << fmt::format("bisect: {} and {} behave the same over the torchrec {} environment: the change is not in "
+                       "TorchRec's source between them but in what an environment brings (torch, fbgemm)\n",
+                       b.point(b.lo()).name, b.point(b.hi()).name, over);
+    return 1;
+  }
+  const auto untested = b.untested_between();
+  if (b.hi() - b.lo() > 1) {
+    std::vector<std::string> names;
+    for (size_t i : untested) names.push_back(b.point(i).name);
+    out << fmt::format("bisect: the behaviour changes between commits {} and {}; the {} between could not be tested "
+                       "over torchrec {} ({})\n",
+                       b.point(b.lo()).name, b.point(b.hi()).name, names.size(), over, fmt::join(names, ", "));
+    b.print_difference(out);
+    return 4;
+  }
+  const Commit& first = commits[b.hi() - 1];
+  out << fmt::format("bisect: {} commits run; the last that behaves as {}: {}\n", b.visited(), b.point(0).name,
+                     b.point(b.lo()).label.substr(7));
+  b.print_difference(out);
+  out << fmt::format("first commit that behaves differently: {} \"{}\" ({})\n", first.hash.substr(0, 8), first.subject,
+                     first.date);
+  return 0;
+}
+
+}  // namespace
+
+int bisect_releases(const ReleaseOptions& options) {
+  DMP_CHECK(options.scenario_files.size() == 1, ErrorKind::kInvalidInput, "bisect takes one scenario file");
+  std::ostream& out = *options.out;
+  // Every system's text first: a typo should not cost the runs before it.
+  if (!options.over.empty()) {
+    DMP_CHECK(scenario::System::is_version(options.over), ErrorKind::kInvalidInput,
+              "--over {}: expected a release as X.Y.Z", options.over);
+  }
+  if (!options.commit_range.empty()) {
+    const auto dots = options.commit_range.find("..");
+    DMP_CHECK(dots != std::string::npos && dots > 0 && dots + 2 < options.commit_range.size() &&
+                  options.commit_range.find("..", dots + 2) == std::string::npos,
+              ErrorKind::kInvalidInput, "--commit-range {}: expected OLD..NEW (e.g. cc482f8~8..cc482f8)",
+              options.commit_range);
+    const TorchRecRepository repo = TorchRecRepository::open();
+    const std::string old_rev = options.commit_range.substr(0, dots);
+    const std::string new_rev = options.commit_range.substr(dots + 2);
+    std::string over = options.over;
+    if (over.empty()) {
+      std::string why;
+      over = repo.base_release(repo.resolve(old_rev), pinned_releases(), &why);
+      DMP_CHECK(!over.empty(), ErrorKind::kInvalidInput, "--commit-range: {}; name the environment with --over", why);
+    }
+    return bisect_commits(options, repo, old_rev, repo.resolve(new_rev).hash, over);
+  }
+  std::vector<std::string> releases = options.releases.empty() ? pinned_releases() : options.releases;
+  for (const auto& r : releases) {
+    DMP_CHECK(scenario::System::is_version(r), ErrorKind::kInvalidInput, "--releases: '{}' is not a release X.Y.Z", r);
+  }
+  DMP_CHECK(std::is_sorted(releases.begin(), releases.end(), version_less) &&
+                std::adjacent_find(releases.begin(), releases.end()) == releases.end(),
+            ErrorKind::kInvalidInput, "--releases {}: give them oldest first, each once", fmt::join(releases, ","));
+  DMP_CHECK(releases.size() >= 2, ErrorKind::kInvalidInput, "bisect needs at least two releases (--releases A,B,...)");
+  // The scenario loads with every release as its system (its own errors surface before anything runs).
+  (void)scenario::load_scenario_file(options.scenario_files[0],
+                                     {{"system", scenario::System::release(releases.front()).name()}});
+  std::vector<Point> points;
+  for (const auto& r : releases) points.push_back({"torchrec " + r, scenario::System::release(r).name(), r});
+  out << fmt::format("bisect: {} releases from {} to {}; {}\n", releases.size(), releases.front(), releases.back(),
+                     steps_for(releases.size()))
+      << std::flush;
+  Bisection b(options, points, "bisect", false);
+  const bool ran = b.run();
+  auto install_hint = [&](const std::vector<size_t>& which) {
+    std::vector<std::string> names;
+    for (size_t i : which) names.push_back(releases[i]);
+    std::sort(names.begin(), names.end(), version_less);
+    return fmt::format("{} (install: bash ci/torchrec-env.sh {})", fmt::join(names, ", "), fmt::join(names, " "));
+  };
+  if (!ran) {
+    out << "bisect: fewer than two releases could run; not tested: " << install_hint(b.untested()) << "\n";
+    return 3;
+  }
+  if (b.same_at_both_ends()) {
+    out << fmt::format("bisect: torchrec {} and {} behave the same (a bisection looks for one change between its "
+                       "ends; run the releases between with `dmpcheck run` to see more)\n",
+                       releases[b.lo()], releases[b.hi()]);
+    return 1;
+  }
+  const auto untested = b.untested_between();
+  if (b.hi() - b.lo() > 1) {
+    out << fmt::format("bisect: the behaviour changes between torchrec {} and {}; not tested between them: {}\n",
+                       releases[b.lo()], releases[b.hi()], install_hint(untested));
+    b.print_difference(out);
+    return 4;
+  }
+  out << fmt::format("bisect: the behaviour changes between torchrec {} and {}: as {} through {}, different from {} "
+                     "on\n",
+                     releases[b.lo()], releases[b.hi()], releases[b.lo()], releases[b.lo()], releases[b.hi()]);
+  b.print_difference(out);
+  out << fmt::format("first release that behaves differently: {}\n", releases[b.hi()]);
+  if (!options.commits) return 0;
+
+  // On to the commits between the two releases' tags, over the older release's environment.
+  const TorchRecRepository repo = TorchRecRepository::open();
+  const std::string older = releases[b.lo()], newer = releases[b.hi()];
+  const auto older_tag = repo.release_tag(older), newer_tag = repo.release_tag(newer);
+  DMP_CHECK(older_tag && newer_tag, ErrorKind::kInvalidInput,
+            "--commits: TorchRec's repository {} has no tag v{} (give the commits with --commit-range OLD..NEW)",
+            repo.path(), older_tag ? newer : older);
+  const std::string fork = repo.merge_base(*older_tag, *newer_tag);
+  const std::string over = options.over.empty() ? older : options.over;
+  out << fmt::format("bisect: on to the commits: from {}'s branch point to {}\n", *older_tag, *newer_tag);
+  return bisect_commits(options, repo, fork, repo.resolve(*newer_tag).hash, over);
 }
 
 int measure_fidelity(const ReleaseOptions& options) {

@@ -1,5 +1,5 @@
-// Commands across TorchRec releases: `dmpcheck bisect` (the first release whose behaviour on a
-// scenario differs) and `dmpcheck fidelity` (the reference against each release, as Markdown).
+// Commands across TorchRec releases: `dmpcheck bisect` (the first release, and commit, whose
+// behaviour on a scenario differs) and `dmpcheck fidelity` (the reference against each release, as Markdown).
 #pragma once
 
 #include <ostream>
@@ -10,17 +10,27 @@ namespace dmpcheck::run {
 
 struct ReleaseOptions {
   std::vector<std::string> scenario_files;
-  std::vector<std::string> releases;  // "0.6.0", ...
+  std::vector<std::string> releases;  // "0.6.0", ...; bisect: empty means every pinned release
   std::string worker_executable;
   std::string out_dir = "reports";
   std::string output;  // fidelity: the Markdown file to write
+  // bisect: go on from the two adjacent releases where the behaviour changes to the commits between
+  // their tags, or bisect only the commits of `commit_range` ("OLD..NEW"), each commit's source over
+  // the environment of `over` (default: the older release; with a range, the release OLD descends from).
+  bool commits = false;
+  std::string commit_range;
+  std::string over;
   std::ostream* out = nullptr;
 };
 
-// Runs every cell of the scenario on each release (the scenario's `system` replaced) and prints
-// what each showed: replicas equal, which diverge, or the error.  Exit: 0 when the behaviour
-// changes between two installed releases (the first such release is printed), 1 when it never
-// does, 2 bad input, 3 when no release could run.
+// A binary search for the first release (then, with `commits`, the first commit) whose behaviour
+// on the scenario differs from the oldest's: the two ends first, then the middle of what is left,
+// running only what it visits (every distinct cell of the scenario, its `system` replaced).  A
+// point that cannot run (a release not installed, a commit that does not import) is never the
+// answer: it is skipped like `git bisect skip`, and where skipped points leave the answer wider
+// than one step the result says between which two it lies and which points were not tested.
+// Exit: 0 the first point that differs is named; 1 both ends behave the same; 2 bad input; 3 an
+// end could not run; 4 the change lies among points that could not be tested.
 int bisect_releases(const ReleaseOptions& options);
 
 // Runs the fidelity scenarios (cells with `expect: reference`) on each release and writes the

@@ -29,20 +29,12 @@
 #include "run/rank_run.h"
 #include "run/release_contract.h"
 #include "run/tensor_exchange.h"
-
-#ifndef DMPCHECK_SOURCE_DIR
-#define DMPCHECK_SOURCE_DIR "."
-#endif
+#include "run/torchrec_systems.h"
 
 namespace dmpcheck::run {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
-}
 
 // A loopback port free right now, for the release's own rendezvous (torch.distributed's TCPStore
 // on rank 0): the Debian libtorch's store and a torch 2.x client do not speak to each other.
@@ -202,74 +194,6 @@ std::vector<check::ReferenceDiff> compare_with_reference(const std::map<std::str
   return out;
 }
 
-struct TorchRecEnvironment {
-  std::string version;                      // "0.6.0"
-  std::string dir;                          // the venv
-  std::string python;                       // <dir>/bin/python
-  std::string torchrec, torch, fbgemm_gpu;  // as its own import reported them (dmpcheck-ready.json)
-};
-
-// $DMPCHECK_TORCHREC_ENVS, else $XDG_CACHE_HOME/dmpcheck/torchrec, else ~/.cache/dmpcheck/torchrec.
-std::string torchrec_environments_root() {
-  const std::string cache = env_or("XDG_CACHE_HOME", env_or("HOME", "/root") + "/.cache");
-  return env_or("DMPCHECK_TORCHREC_ENVS", cache + "/dmpcheck/torchrec");
-}
-
-// The TorchRec rank program: $DMPCHECK_TORCHREC_SUT, else the source tree this was built from,
-// else where `pip install` put it (<prefix>/share/dmpcheck/torchrec_sut, beside <prefix>/bin).
-std::string torchrec_sut_dir() {
-  if (const char* set = std::getenv("DMPCHECK_TORCHREC_SUT")) return set;
-  std::string source = std::string(DMPCHECK_SOURCE_DIR) + "/torchrec_sut";
-  if (std::filesystem::exists(source)) return source;
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const auto installed = exe.parent_path().parent_path() / "share" / "dmpcheck" / "torchrec_sut";
-    if (std::filesystem::exists(installed)) return installed.string();
-  }
-  return source;
-}
-
-// The ready environment of a release, or nullopt with `why_not` saying how to install it.
-std::optional<TorchRecEnvironment> find_torchrec_environment(const std::string& version, std::string& why_not) {
-  TorchRecEnvironment env;
-  env.version = version;
-  env.dir = torchrec_environments_root() + "/torchrec-" + version;
-  env.python = env.dir + "/bin/python";
-  const std::string ready = env.dir + "/dmpcheck-ready.json";
-  if (!fs::exists(ready) || !fs::exists(env.python)) {
-    why_not =
-        fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir, version);
-    return std::nullopt;
-  }
-  try {
-    const nlohmann::json j = contract::read_json(ready);
-    env.torchrec = j.value("torchrec", "");
-    env.torch = j.value("torch", "");
-    env.fbgemm_gpu = j.value("fbgemm_gpu", "");
-  } catch (const Error& e) {
-    why_not = fmt::format("{} is unreadable ({}): run `bash ci/torchrec-env.sh {}` again", ready, e.what(), version);
-    return std::nullopt;
-  }
-  return env;
-}
-
-// A launch of the rank program (or the planner) under a release's interpreter: the one place
-// its environment is set (this tree's torchrec_sut on PYTHONPATH, nothing from the user's site,
-// output unbuffered so each line is echoed as it comes, the releases' warnings off).
-LaunchRequest release_launch(const TorchRecEnvironment& env, std::vector<std::string> arguments,
-                             const std::string& error_dir) {
-  LaunchRequest request;
-  request.executable = env.python;
-  request.arguments = std::move(arguments);
-  request.master_port = free_loopback_port();
-  request.error_dir = error_dir;
-  request.environment = {{"PYTHONPATH", torchrec_sut_dir()}, {"PYTHONNOUSERSITE", "1"},
-                         {"PYTHONDONTWRITEBYTECODE", "1"},   {"PYTHONUNBUFFERED", "1"},
-                         {"PYTHONWARNINGS", "ignore"},       {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
-  return request;
-}
-
 }  // namespace
 
 check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t index,
@@ -282,7 +206,16 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     }
   };
   std::string why_not;
-  const auto env = find_torchrec_environment(spec.system.version, why_not);
+  std::optional<TorchRecEnvironment> env;
+  try {
+    env = resolve_environment(spec.system, why_not);
+  } catch (const Error& e) {
+    // An interpreter that cannot import TorchRec, a commit the repository lacks: this cell's error.
+    result.verdict = check::Verdict::kError;
+    result.failure = check::RankFailure{-1, check::FailureKind::kTorchRec, "no rank started", e.what(), {}};
+    write_report(result);
+    return result;
+  }
   if (!env) {
     result.verdict = check::Verdict::kSkipped;
     result.skip_reason = why_not;
@@ -292,7 +225,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   const int cores = available_cores();
   result.environment = {"torch " + env->torch,        "gloo", hostname(), git_revision(), spec.world_size, cores,
                         threads_per_rank(spec, cores)};
-  result.system.torchrec = env->torchrec;
+  result.system.torchrec = env->describe();
   result.system.torch = env->torch;
   result.system.fbgemm_gpu = env->fbgemm_gpu;
   const std::string sut = torchrec_sut_dir();
@@ -318,9 +251,11 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     ref_options.write_reports = false;
     ReferenceHalf half{reference_dir, spec.expect.reference_profile, !spec.expect.reference_draws_own_init, plan};
     if (half.profile == dmp::kReleaseProfile) {
-      half.profile = dmp::profile_for_release(spec.system.version);
+      // A commit is modelled as the release it runs over; an interpreter as the torchrec it imports.
+      const std::string modelled = !env->base_release.empty() ? env->base_release : env->torchrec;
+      half.profile = dmp::profile_for_release(modelled);
       DMP_CHECK(!half.profile.empty(), ErrorKind::kInvalidScenario, "{}: no behaviour profile models torchrec {}",
-                scenario.name, spec.system.version);
+                scenario.name, modelled);
     }
     ref_options.reference_half = half;
     const check::RunResult ref = run_cell(scenario, index, ref_options);
@@ -359,7 +294,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   // One launch of the rank program over `exchange_dir` (spec.json, batches/) on `run`'s ranks.
   auto launch_ranks = [&](const scenario::RunSpec& run, const std::string& exchange_dir, const std::string& label,
                           double& seconds) -> std::optional<check::RunResult> {
-    LaunchRequest request = release_launch(*env, {"-m", "dmpcheck_torchrec.rank", exchange_dir}, exchange_dir + "/out");
+    LaunchRequest request =
+        torchrec_launch(*env, {"-m", "dmpcheck_torchrec.rank", exchange_dir}, exchange_dir + "/out");
+    request.master_port = free_loopback_port();
     request.world_size = run.world_size;
     request.local_world_size = run.local_world_size;
     request.threads_per_rank = threads_per_rank(run, available_cores());
@@ -412,7 +349,16 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     if (spec.expect.reference && spec.expect.reference_draws_own_init) {
       if (auto failed = run_reference_half(release_plan(spec, meta.plan).serialize())) return *failed;
     }
-    result.system.torchrec = meta.versions.torchrec;
+    // A commit's cell must have imported the commit's source, not the release's own package.
+    if (!env->source_dir.empty()) {
+      std::error_code ec;
+      const auto wanted = fs::weakly_canonical(env->source_dir + "/torchrec", ec);
+      const auto got = fs::weakly_canonical(meta.versions.torchrec_source, ec);
+      DMP_CHECK(wanted == got, ErrorKind::kRankFailed,
+                "{}: the ranks imported torchrec from {}, not from the commit's source {}", spec.system.name(),
+                meta.versions.torchrec_source, wanted.string());
+    }
+    result.system.torchrec = env->source_dir.empty() ? meta.versions.torchrec : env->describe();
     result.system.torch = meta.versions.torch;
     result.system.fbgemm_gpu = meta.versions.fbgemm_gpu;
     result.system.notes.insert(result.system.notes.end(), meta.notes.begin(), meta.notes.end());
@@ -580,13 +526,14 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
 
 dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std::string& version, std::string* label) {
   std::string why_not;
-  const auto env = find_torchrec_environment(version, why_not);
+  const auto env = resolve_environment(scenario::System::release(version), why_not);
   DMP_CHECK(env.has_value(), ErrorKind::kInvalidInput, "{}", why_not);
   PrivateDir exchange("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
   report::write_text_file_atomically(exchange.path() + "/spec.json", nlohmann::json(release_spec(spec, {})).dump(2));
-  LaunchRequest request = release_launch(
+  LaunchRequest request = torchrec_launch(
       *env, {"-m", "dmpcheck_torchrec.plan", exchange.path() + "/spec.json", exchange.path() + "/plan.json"},
       exchange.path() + "/out");
+  request.master_port = free_loopback_port();
   request.world_size = 1;
   request.budget = std::chrono::seconds(120);
   const LaunchOutcome launched = launch(request);

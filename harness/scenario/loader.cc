@@ -55,7 +55,10 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
         const std::string key = kv.first.as<std::string>();
         const std::string field = "reproduces.releases." + key;
         const auto system = System::parse(key);
-        if (!system || !system->is_release()) r.expected(kv.first, field, "a release key as 'torchrec==X.Y.Z'");
+        // A release, or a commit where the report's change lies between two releases (TorchRec #1886).
+        if (!system || !(system->is_release() || system->kind == System::Kind::kCommit)) {
+          r.expected(kv.first, field, "a release key as 'torchrec==X.Y.Z' or a commit as 'torchrec@<rev>'");
+        }
         const std::string value = r.string(kv.second, field);
         if (value != "bug" && value != "fixed" && value != "absent" && value.rfind("not runnable: ", 0) != 0 &&
             value.rfind("not reproduced: ", 0) != 0) {

@@ -226,7 +226,7 @@ struct RunSpec {
   // "persistent" (one object re-armed for every pass, as iter(DataLoader) gives with
   // persistent_workers=True; TorchRec #2327).  `torchrec: {data_iterator: ...}`.
   std::string torchrec_data_iterator = "fresh";
-  bool on_torchrec() const { return system.is_release(); }
+  bool on_torchrec() const { return system.runs_torchrec(); }
   int world_size = 2;
   std::string backend = "gloo";
   int steps = 1;

@@ -125,6 +125,7 @@ class Versions:
     torchrec: str
     torch: str
     fbgemm_gpu: str
+    torchrec_source: str  # the folder the imported torchrec package is in
 
 
 @dataclasses.dataclass
@@ -161,6 +162,14 @@ class PlanAnswer:
     versions: Versions
     plan: List[PlanRow]
     notes: List[str]
+
+
+@dataclasses.dataclass
+class ProbeAnswer:
+    """`python -m dmpcheck_torchrec.probe`'s answer: what an interpreter of the user's imports."""
+    schema_version: int
+    versions: Versions
+    python: str
 
 
 @dataclasses.dataclass

@@ -30,7 +30,12 @@ def versions():
         except PackageNotFoundError:
             return ""
 
-    return contract.Versions(of("torchrec"), torch.__version__, of("fbgemm-gpu-cpu") or of("fbgemm-gpu"))
+    import torchrec
+
+    # Where the imported package is: the release's site-packages, or a commit's source put first
+    # on PYTHONPATH (dmpcheck checks that it is the commit it asked for).
+    source = os.path.dirname(os.path.abspath(torchrec.__file__))
+    return contract.Versions(of("torchrec"), torch.__version__, of("fbgemm-gpu-cpu") or of("fbgemm-gpu"), source)
 
 
 def _start(spec, rank, notes):

@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.join(ROOT, "torchrec_sut"))
 from dmpcheck_torchrec import contract  # noqa: E402
 
 DOCUMENTS = {"run_spec.json": contract.RunSpec, "run_meta.json": contract.RunMeta,
-             "plan_answer.json": contract.PlanAnswer, "phase.json": contract.Phase,
+             "plan_answer.json": contract.PlanAnswer, "probe_answer.json": contract.ProbeAnswer,
+             "phase.json": contract.Phase,
              "batch.json": contract.Batch, "rank_error.json": contract.RankError}
 
 
@@ -45,7 +46,11 @@ def test_an_unknown_field_at_any_depth_is_an_error_naming_it(name, tmp_path):
         contract.parse(DOCUMENTS[name], top, name)
     nested = fixture(name)
     key = {"run_spec.json": "tables", "run_meta.json": "plan", "plan_answer.json": "plan", "phase.json": "tensors",
-           "batch.json": None, "rank_error.json": None}[name]
+           "batch.json": None, "rank_error.json": None, "probe_answer.json": None}[name]
+    if name == "probe_answer.json":
+        nested["versions"]["extra"] = 1
+        with pytest.raises(contract.ContractError, match=r"unknown field 'versions\.extra'"):
+            contract.parse(DOCUMENTS[name], nested, name)
     if key:
         nested[key][-1]["extra"] = 1
         with pytest.raises(contract.ContractError, match=rf"unknown field '{key}\[{len(nested[key]) - 1}\]\.extra'"):

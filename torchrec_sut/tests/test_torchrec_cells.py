@@ -747,3 +747,73 @@ expect:
     assert p.returncode == 3 and time.monotonic() - started < 60, p.stdout + p.stderr
     r = json.load(open(tmp_path / "uneven" / "evalpass" / "default.json"))
     assert r["failure"]["rank"] in (0, 1) and "collective mismatch" in r["failure"]["message"], r["failure"]
+
+
+def seed_on(systems, expect, modes=("unseeded",)):
+    """The seed scenario's text with its matrix replaced: `systems` x init `modes`, and `expect`."""
+    text = open(SEED).read()
+    text = re.sub(r"(?ms)^reproduces:.*?\n\n", "", text)
+    text = re.sub(r"(?ms)^matrix:.*", "", text)
+    return text + "matrix:\n  init.mode: [%s]\n  system: [%s]\nexpect:\n%s" % (
+        ", ".join(modes), ", ".join(json.dumps(s) for s in systems), expect)
+
+
+def test_a_users_interpreter_is_a_system_and_one_that_cannot_import_torchrec_is_named(tmp_path):
+    """`system: python:/path`: a venv made here whose site-packages reach 1.9.2's runs the seed like
+    the release; a bare venv is an error naming the import that failed, before any rank starts."""
+    need("1.9.2")
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for venv in (good, bad):
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    release_site = glob.glob(os.path.join(ENVS, "torchrec-1.9.2", "lib", "python3*", "site-packages"))[0]
+    good_site = glob.glob(str(good / "lib" / "python3*" / "site-packages"))[0]
+    with open(os.path.join(good_site, "release.pth"), "w") as f:
+        f.write(release_site + "\n")
+    scenario = tmp_path / "seed.yaml"
+    scenario.write_text(seed_on(["python:%s/bin/python" % good, "python:%s/bin/python" % bad], "  - replicas: equal\n"))
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 3, p.stdout + p.stderr
+    good_line = [l for l in p.stdout.splitlines() if l.startswith("VERDICT") and str(good) in l][0]
+    assert "PASS - all replicated tensors equal" in good_line and "on real torchrec 1.9.2 (torch 2.14.1" in good_line
+    bad_line = [l for l in p.stdout.splitlines() if l.startswith("VERDICT") and str(bad) in l][0]
+    assert ("ERROR - no rank started: python:%s/bin/python cannot run TorchRec cells, which need torch, fbgemm_gpu "
+            "and torchrec to import there: import torch failed: ModuleNotFoundError: No module named 'torch'" % bad
+            in bad_line), bad_line
+    report = json.load(open(glob.glob(str(tmp_path / "reports" / "*" / "*good*.json"))[0]))
+    assert report["system"]["name"] == "python:%s/bin/python" % good
+    assert report["system"]["torchrec"] == "1.9.2" and report["system"]["simulated"] is False
+
+
+def torchrec_repo():
+    """TorchRec's repository for commit systems: $DMPCHECK_TORCHREC_REPO, else the clone beside the checkout."""
+    given = os.environ.get("DMPCHECK_TORCHREC_REPO")
+    bundle = os.path.join(ROOT, "..", "shared", "torchrec.bundle")
+    if given:
+        return given
+    if os.path.exists(bundle):
+        return os.path.abspath(bundle)
+    pytest.skip("no TorchRec repository: set DMPCHECK_TORCHREC_REPO (a clone, a URL or a bundle)")
+
+
+def test_bisect_over_commits_names_the_fix_and_runs_each_commits_own_source(tmp_path):
+    """The seed's fix, cc482f8 "Broadcast DP tables when init", found among the commits just before
+    it, each commit's source over a release's environment; the report of a commit cell says which
+    commit it ran, and a commit the repository lacks is named."""
+    need("0.7.0")
+    repo = torchrec_repo()
+    envs = {"DMPCHECK_TORCHREC_REPO": repo}
+    scenario = tmp_path / "seed.yaml"
+    scenario.write_text(seed_on(["torchrec==0.7.0"], "  - replicas: equal\n"))
+    p = dmpcheck("bisect", str(scenario), "--commit-range", "cc482f8~3..cc482f8", "--out", str(tmp_path / "bisect"),
+                 env=envs)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "each its source over the torchrec 0.7.0 environment" in p.stdout
+    assert 'first commit that behaves differently: cc482f8a "Broadcast DP tables when init" (2024-04-10)' in p.stdout
+    assert re.search(r"\[init.mode=unseeded\] 9b1f395b: replicas DIVERGE on 4 tensor\(s\).*->  cc482f8a: replicas "
+                     r"equal", p.stdout), p.stdout
+    report = json.load(open(glob.glob(str(tmp_path / "bisect" / "bisect-commits" / "*" / "*.json"))[0]))
+    assert re.match(r"[0-9a-f]{8} \(.*; its source over the torchrec 0.7.0 environment\)", report["system"]["torchrec"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(seed_on(["torchrec@0000000"], "  - replicas: equal\n"))
+    p = dmpcheck("run", str(bad), "--quiet", "--out", str(tmp_path / "run"), env=envs)
+    assert "TorchRec's repository" in p.stdout and "has no commit '0000000'" in p.stdout, p.stdout + p.stderr

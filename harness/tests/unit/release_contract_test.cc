@@ -23,6 +23,7 @@ TEST(ReleaseContract, EveryDocumentReadsIntoItsStructAndWritesBackIdentical) {
   EXPECT_TRUE(round_trip(RunSpec{}, "run_spec.json"));
   EXPECT_TRUE(round_trip(RunMeta{}, "run_meta.json"));
   EXPECT_TRUE(round_trip(PlanAnswer{}, "plan_answer.json"));
+  EXPECT_TRUE(round_trip(ProbeAnswer{}, "probe_answer.json"));
   EXPECT_TRUE(round_trip(Phase{}, "phase.json"));
   EXPECT_TRUE(round_trip(Batch{}, "batch.json"));
   EXPECT_TRUE(round_trip(RankError{}, "rank_error.json"));
@@ -35,6 +36,8 @@ TEST(ReleaseContract, EveryDocumentReadsIntoItsStructAndWritesBackIdentical) {
   const auto meta = read_document<RunMeta>(fixture("run_meta.json"), "meta");
   EXPECT_EQ(meta.plan.at(1).shards.at(1).rows, -1);
   EXPECT_EQ(meta.timings.train_s, 0.125);
+  EXPECT_EQ(meta.versions.torchrec_source, "/root/.cache/dmpcheck/torchrec/commits/cc482f8a/torchrec");
+  EXPECT_EQ(read_document<ProbeAnswer>(fixture("probe_answer.json"), "probe").python, "3.11.2");
 }
 
 TEST(ReleaseContract, AnUnknownOrMissingFieldAtAnyDepthIsARankFailureNamingIt) {

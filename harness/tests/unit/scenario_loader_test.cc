@@ -319,11 +319,52 @@ TEST(ScenarioLoaderSystem, WhatAReleaseCellCannotRunIsRefusedAtLoad) {
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1.9\n", "field 'system': expected"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1..9.2\n", "field 'system': expected"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec-1.9.2\n",
-                         "field 'system': expected 'reference' or a TorchRec release as 'torchrec==X.Y.Z'"));
+                         "field 'system': expected 'reference', a TorchRec release as 'torchrec==X.Y.Z'"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec==1.9.2\nbackend: nccl\n",
                          "field 'backend': not available on torchrec==1.9.2 (TorchRec cells run on CPU with Gloo)"));
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "expect:\n  - reference: true\n",
                          "compares a TorchRec release with the reference"));
+}
+
+// The user's interpreter and a TorchRec commit are systems like a release: one text form each,
+// read back to the same value, and every release rule applies to them (they run the same program).
+TEST(ScenarioLoaderSystem, AnInterpreterAndACommitAreSystemsWithTheReleasesRules) {
+  const auto python = System::parse("python:/opt/venv/bin/python");
+  ASSERT_TRUE(python.has_value());
+  EXPECT_EQ(python->kind, System::Kind::kPython);
+  EXPECT_EQ(python->version, "/opt/venv/bin/python");
+  EXPECT_EQ(python->name(), "python:/opt/venv/bin/python");
+  const auto commit = System::parse("torchrec@cc482f8~1");
+  ASSERT_TRUE(commit.has_value());
+  EXPECT_EQ(commit->kind, System::Kind::kCommit);
+  EXPECT_EQ(commit->version, "cc482f8~1");
+  EXPECT_TRUE(commit->over.empty());
+  const auto over = System::parse("torchrec@release/v0.7.0 over 0.7.0");
+  ASSERT_TRUE(over.has_value());
+  EXPECT_EQ(over->version, "release/v0.7.0");
+  EXPECT_EQ(over->over, "0.7.0");
+  EXPECT_EQ(over->name(), "torchrec@release/v0.7.0 over 0.7.0");
+  EXPECT_NE(*over, *System::parse("torchrec@release/v0.7.0"));
+  for (const char* bad : {"python:", "torchrec@", "torchrec@-p", "torchrec@a..b", "torchrec@a b",
+                          "torchrec@cc482f8 over 0.7", "torchrec@cc482f8 over "}) {
+    EXPECT_FALSE(System::parse(bad).has_value()) << bad;
+  }
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec@cc482f8 over 0.7\n",
+                         "field 'system': expected 'reference', a TorchRec release as 'torchrec==X.Y.Z'"));
+  const Scenario s = load_scenario_text(
+      std::string(kMinimal) + "matrix:\n  system: [\"python:/opt/venv/bin/python\", torchrec@cc482f8]\n", "s.yaml");
+  ASSERT_EQ(s.runs.size(), 2u);
+  EXPECT_TRUE(s.runs[0].on_torchrec());
+  EXPECT_TRUE(s.runs[1].on_torchrec());
+  EXPECT_EQ(s.runs[1].name, "system=torchrec@cc482f8");
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec@cc482f8\nbackend: nccl\n",
+                         "field 'backend': not available on torchrec@cc482f8 (TorchRec cells run on CPU with Gloo)"));
+  // A report whose change lies between two releases is confirmed at commits.
+  EXPECT_TRUE(fails_with(
+      std::string(kMinimal) + "reproduces: {url: u, releases: {torchrec@c589d380: bug}}\nsystem: torchrec==1.9.2\n",
+      "says 'bug' but no run of the scenario runs on torchrec@c589d380"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "reproduces: {url: u, releases: {\"python:/x\": bug}}\n",
+                         "a release key as 'torchrec==X.Y.Z' or a commit as 'torchrec@<rev>'"));
 }
 
 TEST(ScenarioLoaderSystem, ReleasesSaidToShowABugNeedACell) {

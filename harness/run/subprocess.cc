@@ -1,0 +1,82 @@
+#include "run/subprocess.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+extern char** environ;
+
+namespace dmpcheck::run {
+
+Captured capture(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
+                 std::chrono::seconds deadline) {
+  DMP_CHECK(!argv.empty(), ErrorKind::kInternal, "capture: no program");
+  // The child's environment: ours, with `environment`'s entries in place of any of the same name.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos && environment.count(entry.substr(0, eq)) != 0) continue;
+    env_strings.push_back(entry);
+  }
+  for (const auto& [k, v] : environment) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  int fds[2];
+  DMP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, ErrorKind::kInternal, "pipe2: {}", std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (spawned != 0) {
+    ::close(fds[0]);
+    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot start {}: {}", argv[0], std::strerror(spawned)));
+  }
+  Captured out;
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  char buffer[4096];
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      out.timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // end of output: the child (and anything it left running) closed it
+    out.output.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  out.exit_code = WIFEXITED(status) && !out.timed_out ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+}  // namespace dmpcheck::run

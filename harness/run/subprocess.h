@@ -1,0 +1,25 @@
+// A short child program run to completion with its output captured: git in TorchRec's repository,
+// an interpreter asked what it imports.  Not for ranks (run/launcher.h starts those).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dmpcheck::run {
+
+struct Captured {
+  int exit_code = -1;  // the exit status; -1 when it did not exit by itself (killed at the deadline, a signal)
+  bool timed_out = false;
+  std::string output;  // stdout and stderr together, as they came
+  bool ok() const { return exit_code == 0; }
+};
+
+// Runs argv (argv[0] looked up on PATH when it has no '/') with `environment` added to this
+// process's, and waits for it, at most `deadline` (then SIGKILL).  Throws Error(kInvalidInput)
+// when the program cannot be started at all.
+Captured capture(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {},
+                 std::chrono::seconds deadline = std::chrono::seconds(120));
+
+}  // namespace dmpcheck::run

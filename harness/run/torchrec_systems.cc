@@ -1,0 +1,338 @@
+#include "run/torchrec_systems.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/digest.h"
+#include "common/error.h"
+#include "run/release_contract.h"
+#include "run/subprocess.h"
+
+#ifndef DMPCHECK_SOURCE_DIR
+#define DMPCHECK_SOURCE_DIR "."
+#endif
+
+namespace dmpcheck::run {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// The last `n` lines of a program's output: where Python puts the exception.
+std::string last_lines(const std::string& output, size_t n) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  std::string out;
+  for (size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i) out += "\n  | " + lines[i];
+  return out;
+}
+
+// The environment every torchrec_sut module runs with: the rank program (and a commit's source
+// before it) on PYTHONPATH, nothing from the user's site, output unbuffered so each line is echoed
+// as it comes, the releases' warnings off.
+std::map<std::string, std::string> python_environment(const std::string& source_dir) {
+  const std::string path = source_dir.empty() ? torchrec_sut_dir() : source_dir + ":" + torchrec_sut_dir();
+  return {{"PYTHONPATH", path},      {"PYTHONNOUSERSITE", "1"},    {"PYTHONDONTWRITEBYTECODE", "1"},
+          {"PYTHONUNBUFFERED", "1"}, {"PYTHONWARNINGS", "ignore"}, {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
+}
+
+std::optional<TorchRecEnvironment> release_environment(const std::string& version, std::string& why_not) {
+  TorchRecEnvironment env;
+  env.dir = torchrec_environments_root() + "/torchrec-" + version;
+  env.python = env.dir + "/bin/python";
+  const std::string ready = env.dir + "/dmpcheck-ready.json";
+  if (!fs::exists(ready) || !fs::exists(env.python)) {
+    why_not =
+        fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir, version);
+    return std::nullopt;
+  }
+  try {
+    const nlohmann::json j = contract::read_json(ready);
+    env.torchrec = j.value("torchrec", "");
+    env.torch = j.value("torch", "");
+    env.fbgemm_gpu = j.value("fbgemm_gpu", "");
+  } catch (const Error& e) {
+    why_not = fmt::format("{} is unreadable ({}): run `bash ci/torchrec-env.sh {}` again", ready, e.what(), version);
+    return std::nullopt;
+  }
+  return env;
+}
+
+// A user's interpreter, asked once per process what it imports (`python -m dmpcheck_torchrec.probe`).
+TorchRecEnvironment interpreter_environment(const std::string& python) {
+  static std::mutex mutex;
+  static std::map<std::string, TorchRecEnvironment> probed;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = probed.find(python); it != probed.end()) return it->second;
+  const std::string name = "python:" + python;
+  DMP_CHECK(fs::exists(python), ErrorKind::kInvalidInput, "{}: there is no interpreter at {}", name, python);
+  DMP_CHECK(::access(python.c_str(), X_OK) == 0, ErrorKind::kInvalidInput, "{}: {} is not executable", name, python);
+  char dir_template[] = "/tmp/dmpcheck-probe-XXXXXX";
+  DMP_CHECK(::mkdtemp(dir_template) != nullptr, ErrorKind::kInternal, "mkdtemp failed");
+  const std::string answer_path = std::string(dir_template) + "/probe.json";
+  const Captured c = capture({python, "-m", "dmpcheck_torchrec.probe", answer_path}, python_environment(""),
+                             std::chrono::seconds(300));
+  std::error_code ec;
+  TorchRecEnvironment env;
+  env.python = python;
+  if (c.ok()) {
+    try {
+      const auto answer = contract::read_document_file<contract::ProbeAnswer>(answer_path);
+      env.torchrec = answer.versions.torchrec;
+      env.torch = answer.versions.torch;
+      env.fbgemm_gpu = answer.versions.fbgemm_gpu;
+    } catch (const Error& e) {
+      fs::remove_all(dir_template, ec);
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{}: its answer to the probe is unreadable: {}", name, e.what()));
+    }
+  }
+  fs::remove_all(dir_template, ec);
+  if (!c.ok()) {
+    // The probe's own line names the import that failed; anything else (Python's own failure) as it came.
+    const auto said = c.output.rfind("import ");
+    const bool named = said != std::string::npos && c.output.find(" failed: ", said) != std::string::npos;
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("{} cannot run TorchRec cells, which need torch, fbgemm_gpu and torchrec to import there: "
+                            "{}",
+                            name,
+                            c.timed_out ? std::string("its imports took longer than 300 s")
+                            : named     ? trim(c.output.substr(said))
+                                    : fmt::format("`{} -m dmpcheck_torchrec.probe` exited {}:{}", python, c.exit_code,
+                                                  last_lines(c.output, 6))));
+  }
+  probed[python] = env;
+  return env;
+}
+
+}  // namespace
+
+std::string TorchRecEnvironment::describe() const {
+  if (commit.empty()) return torchrec;
+  return fmt::format("{} ({}; its source over the torchrec {} environment)", commit.substr(0, 8), subject,
+                     base_release);
+}
+
+std::string torchrec_environments_root() {
+  const std::string cache = env_or("XDG_CACHE_HOME", env_or("HOME", "/root") + "/.cache");
+  return env_or("DMPCHECK_TORCHREC_ENVS", cache + "/dmpcheck/torchrec");
+}
+
+std::string torchrec_sut_dir() {
+  if (const char* set = std::getenv("DMPCHECK_TORCHREC_SUT")) return set;
+  std::string source = std::string(DMPCHECK_SOURCE_DIR) + "/torchrec_sut";
+  if (fs::exists(source)) return source;
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path().parent_path() / "share" / "dmpcheck" / "torchrec_sut";
+    if (fs::exists(installed)) return installed.string();
+  }
+  return source;
+}
+
+bool version_less(const std::string& a, const std::string& b) {
+  auto numbers = [](const std::string& v) {
+    std::vector<long> out;
+    std::istringstream in(v);
+    for (std::string part; std::getline(in, part, '.');) out.push_back(std::strtol(part.c_str(), nullptr, 10));
+    return out;
+  };
+  return numbers(a) < numbers(b);
+}
+
+std::vector<std::string> pinned_releases() {
+  const std::string path = torchrec_sut_dir() + "/pins.tsv";
+  std::ifstream in(path);
+  DMP_CHECK(in.good(), ErrorKind::kInvalidInput, "the pin table {} is missing", path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string version = line.substr(0, line.find('\t'));
+    if (scenario::System::is_version(version)) out.push_back(version);
+  }
+  std::sort(out.begin(), out.end(), version_less);
+  return out;
+}
+
+std::optional<TorchRecEnvironment> resolve_environment(const scenario::System& system, std::string& why_not) {
+  switch (system.kind) {
+    case scenario::System::Kind::kRelease: return release_environment(system.version, why_not);
+    case scenario::System::Kind::kPython: return interpreter_environment(system.version);
+    case scenario::System::Kind::kCommit: {
+      const TorchRecRepository repo = TorchRecRepository::open();
+      const Commit commit = repo.resolve(system.version);
+      std::string why;
+      const std::string base = !system.over.empty() ? system.over : repo.base_release(commit, pinned_releases(), &why);
+      DMP_CHECK(!base.empty(), ErrorKind::kInvalidInput, "{}: {}", system.name(), why);
+      auto env = release_environment(base, why_not);
+      if (!env) {
+        why_not =
+            fmt::format("{} runs its source over the torchrec {} environment, and {}", system.name(), base, why_not);
+        return std::nullopt;
+      }
+      env->source_dir = repo.source_tree(commit);
+      env->commit = commit.hash;
+      env->subject = commit.subject;
+      env->base_release = base;
+      return env;
+    }
+    case scenario::System::Kind::kReference: break;
+  }
+  throw_error(ErrorKind::kInternal, "resolve_environment: the reference has no TorchRec environment");
+}
+
+LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::string> arguments,
+                              const std::string& error_dir) {
+  LaunchRequest request;
+  request.executable = env.python;
+  request.arguments = std::move(arguments);
+  request.error_dir = error_dir;
+  request.environment = python_environment(env.source_dir);
+  return request;
+}
+
+// ---- TorchRec's repository ----
+
+TorchRecRepository TorchRecRepository::open() {
+  const std::string given = env_or("DMPCHECK_TORCHREC_REPO", "");
+  DMP_CHECK(!given.empty(), ErrorKind::kInvalidInput,
+            "a torchrec@<rev> system needs TorchRec's git repository: give --torchrec-repo PATH|URL (or set "
+            "DMPCHECK_TORCHREC_REPO), e.g. a clone of https://github.com/pytorch/torchrec");
+  // A local repository is used where it is; anything else (a URL, a bundle file) is cloned once.
+  if (fs::is_directory(given)) {
+    const Captured c = capture({"git", "-C", given, "rev-parse", "--git-dir"});
+    DMP_CHECK(c.ok(), ErrorKind::kInvalidInput, "--torchrec-repo {}: not a git repository ({})", given, trim(c.output));
+    return TorchRecRepository(given);
+  }
+  const std::string mirror = fmt::format("{}/repos/torchrec-{}.git", torchrec_environments_root(), [&] {
+    const auto h = sha256(given);
+    return to_hex(h.data(), h.size()).substr(0, 12);
+  }());
+  if (!fs::exists(mirror + "/HEAD")) {
+    fs::create_directories(fs::path(mirror).parent_path());
+    const std::string staging = fmt::format("{}.partial-{}", mirror, ::getpid());
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    fmt::print(stderr, "dmpcheck: cloning {} into {} (once)\n", given, mirror);
+    const Captured c = capture({"git", "clone", "--quiet", "--mirror", given, staging}, {}, std::chrono::seconds(1800));
+    if (!c.ok()) {
+      fs::remove_all(staging, ec);
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("--torchrec-repo {}: git clone failed:{}", given, last_lines(c.output, 4)));
+    }
+    fs::rename(staging, mirror, ec);  // another process may have finished first: theirs stays
+    if (ec) fs::remove_all(staging, ec);
+  }
+  return TorchRecRepository(mirror);
+}
+
+std::string TorchRecRepository::git(const std::vector<std::string>& args, const std::string& what) const {
+  std::vector<std::string> argv = {"git", "-C", path_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const Captured c = capture(argv);
+  DMP_CHECK(c.ok(), ErrorKind::kInvalidInput, "{} in TorchRec's repository {}: {}", what, path_, trim(c.output));
+  return trim(c.output);
+}
+
+Commit TorchRecRepository::resolve(const std::string& rev) const {
+  const Captured c = capture({"git", "-C", path_, "rev-parse", "--verify", "--quiet", rev + "^{commit}"});
+  DMP_CHECK(c.ok(), ErrorKind::kInvalidInput, "torchrec@{}: TorchRec's repository {} has no commit '{}'", rev, path_,
+            rev);
+  const std::string hash = trim(c.output);
+  const std::string line = git({"log", "-1", "--format=%cs%x09%s", hash}, "reading commit " + hash);
+  const auto tab = line.find('\t');
+  return {hash, line.substr(tab + 1), line.substr(0, tab)};
+}
+
+std::optional<std::string> TorchRecRepository::release_tag(const std::string& version) const {
+  const std::string tag = "v" + version;
+  const Captured c = capture({"git", "-C", path_, "rev-parse", "--verify", "--quiet", "refs/tags/" + tag});
+  if (!c.ok()) return std::nullopt;
+  return tag;
+}
+
+bool TorchRecRepository::is_ancestor(const std::string& ancestor, const std::string& descendant) const {
+  const Captured c = capture({"git", "-C", path_, "merge-base", "--is-ancestor", ancestor, descendant});
+  DMP_CHECK(c.exit_code == 0 || c.exit_code == 1, ErrorKind::kInvalidInput, "git merge-base in {}: {}", path_,
+            trim(c.output));
+  return c.exit_code == 0;
+}
+
+std::string TorchRecRepository::merge_base(const std::string& a, const std::string& b) const {
+  return git({"merge-base", a, b}, fmt::format("the merge base of {} and {}", a, b));
+}
+
+std::vector<Commit> TorchRecRepository::first_parent_range(const std::string& from, const std::string& to) const {
+  const std::string listing = git({"log", "--first-parent", "--reverse", "--format=%H%x09%cs%x09%s", from + ".." + to},
+                                  fmt::format("listing the commits {}..{}", from, to));
+  std::vector<Commit> out;
+  std::istringstream in(listing);
+  for (std::string line; std::getline(in, line);) {
+    const auto a = line.find('\t');
+    const auto b = line.find('\t', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    out.push_back({line.substr(0, a), line.substr(b + 1), line.substr(a + 1, b - a - 1)});
+  }
+  return out;
+}
+
+std::string TorchRecRepository::base_release(const Commit& commit, const std::vector<std::string>& pinned,
+                                             std::string* why) const {
+  for (size_t i = 0; i < pinned.size(); ++i) {
+    const auto tag = release_tag(pinned[i]);
+    if (!tag || !is_ancestor(commit.hash, *tag)) continue;
+    if (i == 0) {
+      *why = fmt::format("commit {} is already in torchrec {}, the oldest pinned release: no pinned environment is "
+                         "older than it",
+                         commit.short_hash(), pinned[i]);
+      return "";
+    }
+    return pinned[i - 1];
+  }
+  DMP_CHECK(!pinned.empty(), ErrorKind::kInvalidInput, "no release is pinned in torchrec_sut/pins.tsv");
+  return pinned.back();
+}
+
+std::string TorchRecRepository::source_tree(const Commit& commit) const {
+  std::string dir = fmt::format("{}/commits/{}", torchrec_environments_root(), commit.hash);
+  if (fs::exists(dir + "/torchrec/__init__.py")) return dir;
+  const std::string staging = fmt::format("{}.partial-{}", dir, ::getpid());
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging);
+  git({"archive", "--format=tar", "-o", staging + "/source.tar", commit.hash, "torchrec"},
+      "extracting the source of " + commit.short_hash());
+  const Captured untar = capture({"tar", "-xf", staging + "/source.tar", "-C", staging});
+  DMP_CHECK(untar.ok(), ErrorKind::kInternal, "tar failed on {}: {}", staging, trim(untar.output));
+  fs::remove(staging + "/source.tar", ec);
+  fs::rename(staging, dir, ec);  // another process may have finished first: theirs stays
+  if (ec) fs::remove_all(staging, ec);
+  DMP_CHECK(fs::exists(dir + "/torchrec/__init__.py"), ErrorKind::kInvalidInput,
+            "commit {} has no torchrec/__init__.py: is {} TorchRec's repository?", commit.short_hash(), path_);
+  return dir;
+}
+
+}  // namespace dmpcheck::run

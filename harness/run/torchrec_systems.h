@@ -1,0 +1,80 @@
+// What a TorchRec system runs under.  Every system but the reference runs the same rank program
+// (torchrec_sut/) under some Python: a pinned release's environment (ci/torchrec-env.sh), the
+// user's own interpreter (`python:/path`), or a TorchRec commit's source put first on PYTHONPATH
+// over the environment of the pinned release it descends from (`torchrec@<rev>`; TorchRec is pure
+// Python, so torch and fbgemm come from that release's pins).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "run/launcher.h"
+#include "scenario/system.h"
+
+namespace dmpcheck::run {
+
+struct TorchRecEnvironment {
+  std::string python;                       // the interpreter
+  std::string dir;                          // the release's venv; empty for a user's interpreter
+  std::string torchrec, torch, fbgemm_gpu;  // as its import reported them
+  // A commit: its source tree (first on PYTHONPATH), full hash, subject, and whose environment.
+  std::string source_dir, commit, subject, base_release;
+  // What the report says it ran: "1.9.2", "cc482f8a (Broadcast DP tables when init; its source over
+  // the torchrec 0.7.0 environment)", or the interpreter's own torchrec version.
+  std::string describe() const;
+};
+
+// The environment `system` (not the reference) runs under, or nullopt with `why_not` when it is not
+// installed yet (a release, or a commit's base release: the cell is skipped with the command that
+// installs it).  Throws Error(kInvalidInput) for what cannot work as given: an interpreter where
+// torch, fbgemm_gpu or torchrec does not import (naming which, with its error), a revision the
+// repository does not have, no repository to find it in.
+std::optional<TorchRecEnvironment> resolve_environment(const scenario::System& system, std::string& why_not);
+
+// A launch of a torchrec_sut module under `env` (the one place its environment is set).
+LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::string> arguments,
+                              const std::string& error_dir);
+
+// $DMPCHECK_TORCHREC_ENVS, else $XDG_CACHE_HOME/dmpcheck/torchrec, else ~/.cache/dmpcheck/torchrec.
+std::string torchrec_environments_root();
+// The rank program: $DMPCHECK_TORCHREC_SUT, else this source tree's, else the installed copy.
+std::string torchrec_sut_dir();
+// The releases torchrec_sut/pins.tsv pins, oldest first.
+std::vector<std::string> pinned_releases();
+// Versions ordered as numbers ("0.10.0" after "0.9.0").
+bool version_less(const std::string& a, const std::string& b);
+
+// TorchRec's git repository, where commits are found: $DMPCHECK_TORCHREC_REPO (set by
+// `--torchrec-repo`), a local clone used in place, or a URL or bundle cloned once into the cache.
+struct Commit {
+  std::string hash, subject, date;  // date: the committer's, YYYY-MM-DD
+  std::string short_hash() const { return hash.substr(0, 8); }
+};
+
+class TorchRecRepository {
+ public:
+  // Throws Error(kInvalidInput) naming --torchrec-repo when there is none, or git's words when it fails.
+  static TorchRecRepository open();
+  const std::string& path() const { return path_; }
+  Commit resolve(const std::string& rev) const;
+  // "v0.7.0" where the repository has that tag.
+  std::optional<std::string> release_tag(const std::string& version) const;
+  bool is_ancestor(const std::string& ancestor, const std::string& descendant) const;
+  std::string merge_base(const std::string& a, const std::string& b) const;
+  // The commits from `to` back along first parents to (not including) `from`, oldest first.
+  std::vector<Commit> first_parent_range(const std::string& from, const std::string& to) const;
+  // The pinned release whose environment a commit runs over: the one before the oldest pinned
+  // release whose tag contains it; with none containing it, the newest pinned release.  Empty,
+  // with `why`, when the commit is in the oldest pinned release already.
+  std::string base_release(const Commit& commit, const std::vector<std::string>& pinned, std::string* why) const;
+  // The commit's torchrec/ package, extracted once into the cache; the folder to put on PYTHONPATH.
+  std::string source_tree(const Commit& commit) const;
+
+ private:
+  explicit TorchRecRepository(std::string path) : path_(std::move(path)) {}
+  std::string git(const std::vector<std::string>& args, const std::string& what) const;
+  std::string path_;
+};
+
+}  // namespace dmpcheck::run
