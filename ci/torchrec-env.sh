@@ -10,13 +10,53 @@
 # it holds dmpcheck-ready.json (written last, after `import torch, fbgemm_gpu, torchrec` succeeded,
 # with the versions that import reported); a folder without it is a broken install and is rebuilt.
 # Running it again for a ready release does nothing.  About 5 GB and 1.5-2 minutes per release.
+#
+# The environments stay within a disk budget, $DMPCHECK_TORCHREC_BUDGET_GB (default 40): before a
+# release is created, the least recently used ready ones (dmpcheck touches dmpcheck-last-used in
+# an environment each time a cell runs on it) are removed until the new one fits, but never one
+# used in the last 10 minutes.  Two of these running at once for the same release take turns
+# (flock), so the second finds it ready instead of building it over the first.  dmpcheck runs this
+# itself where a release it needs is missing (`dmpcheck bisect`, or `run`/`suite` with --install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pins=torchrec_sut/pins.tsv
+pins=${DMPCHECK_TORCHREC_PINS:-torchrec_sut/pins.tsv}
 root=${DMPCHECK_TORCHREC_ENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/dmpcheck/torchrec}
 python=${DMPCHECK_TORCHREC_PYTHON:-/usr/bin/python3}
+budget_mb=$(( ${DMPCHECK_TORCHREC_BUDGET_GB:-40} * 1024 ))
+env_mb=6144  # what one environment takes, rounded up (measured: 5.0-5.6 GB)
+# (The test of the eviction sets both in MB: DMPCHECK_TORCHREC_BUDGET_MB, DMPCHECK_TORCHREC_ENV_MB.)
+budget_mb=${DMPCHECK_TORCHREC_BUDGET_MB:-$budget_mb}
+env_mb=${DMPCHECK_TORCHREC_ENV_MB:-$env_mb}
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+
+# Removes least recently used ready environments (not $1, none used in the last 10 minutes) until
+# the ones left and a new one fit in the budget.
+make_room() {
+  local keep=$1 used total victim
+  while :; do
+    total=0
+    for d in "$root"/torchrec-*/; do
+      [ -d "$d" ] || continue
+      total=$(( total + $(du -sm "$d" | cut -f1) ))
+    done
+    (( total + env_mb <= budget_mb )) && return 0
+    victim=""
+    for d in "$root"/torchrec-*/; do
+      d=${d%/}
+      [ -f "$d/dmpcheck-ready.json" ] && [ "$d" != "$root/torchrec-$keep" ] || continue
+      used=$d/dmpcheck-last-used; [ -f "$used" ] || used=$d/dmpcheck-ready.json
+      [ -n "$(find "$used" -mmin -10)" ] && continue
+      if [ -z "$victim" ] || [ "$used" -ot "$victim_used" ]; then victim=$d; victim_used=$used; fi
+    done
+    if [ -z "$victim" ]; then
+      echo "ci/torchrec-env.sh: the environments take ${total} MB of the ${budget_mb} MB budget and none can go (each was used in the last 10 minutes); creating torchrec $keep over budget" >&2
+      return 0
+    fi
+    echo "ci/torchrec-env.sh: removing the least recently used environment $victim to stay within ${budget_mb} MB (DMPCHECK_TORCHREC_BUDGET_GB)"
+    rm -rf "$victim"
+  done
+}
 releases() { grep -v '^#' "$pins" | awk -F'\t' 'NF>=3 {print $1}'; }
 
 if [ $# -eq 0 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then usage; exit 0; fi
@@ -54,6 +94,14 @@ for rel in "${wanted[@]}"; do
   if [ -f "$env_dir/dmpcheck-ready.json" ]; then
     echo "ci/torchrec-env.sh: torchrec $trec ready in $env_dir"; continue
   fi
+  # One creator per release at a time; whoever waited finds it ready.
+  exec {lock}>"$root/.torchrec-$trec.lock"
+  flock "$lock"
+  if [ -f "$env_dir/dmpcheck-ready.json" ]; then
+    echo "ci/torchrec-env.sh: torchrec $trec ready in $env_dir (made meanwhile by another process)"
+    exec {lock}>&-; continue
+  fi
+  make_room "$trec"
   start=$(date +%s)
   echo "ci/torchrec-env.sh: creating $env_dir (torch $torch, fbgemm-gpu-cpu $fbgemm, $others)"
   rm -rf "$env_dir"
@@ -64,7 +112,7 @@ for rel in "${wanted[@]}"; do
   if ! "${pip[@]}" install "torch==$torch" "fbgemm-gpu-cpu==$fbgemm" "${extra[@]}" ||
      ! "${pip[@]}" install --no-deps "torchrec==$trec"; then
     echo "ci/torchrec-env.sh: pip failed for torchrec $trec; $env_dir left without dmpcheck-ready.json (run again to retry)" >&2
-    status=1; continue
+    status=1; exec {lock}>&-; continue
   fi
   if ! OMP_NUM_THREADS=1 "$env_dir/bin/python" - "$env_dir/dmpcheck-ready.json.tmp" <<'PY'
 import json, sys, platform
@@ -77,9 +125,10 @@ print("  imported:", info)
 PY
   then
     echo "ci/torchrec-env.sh: torchrec $trec installed but does not import (see above); not marked ready" >&2
-    status=1; continue
+    status=1; exec {lock}>&-; continue
   fi
   mv "$env_dir/dmpcheck-ready.json.tmp" "$env_dir/dmpcheck-ready.json"
+  exec {lock}>&-
   echo "ci/torchrec-env.sh: torchrec $trec ready in $env_dir ($(( $(date +%s) - start )) s)"
 done
 exit $status

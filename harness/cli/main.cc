@@ -238,6 +238,11 @@ int main(int argc, char** argv) {
       "TorchRec's git repository for torchrec@<rev> systems: a local clone (used in place), or a URL or bundle "
       "(cloned once into the environments' cache); default $DMPCHECK_TORCHREC_REPO";
   run_cmd->add_option("--torchrec-repo", torchrec_repo, kTorchRecRepoHelp);
+  bool install_releases = false;
+  static constexpr const char* kInstallHelp =
+      "Install a TorchRec release a cell needs that is not installed (bash ci/torchrec-env.sh X, about 5 GB, within "
+      "$DMPCHECK_TORCHREC_BUDGET_GB) instead of skipping the cell";
+  run_cmd->add_flag("--install", install_releases, kInstallHelp);
   run_cmd->add_option("--out", flags.run.out_dir, "Report directory (reports/<scenario>/<run>.json)")
       ->capture_default_str();
   run_cmd->add_flag("--quiet", flags.quiet,
@@ -277,6 +282,7 @@ int main(int argc, char** argv) {
   suite_cmd->add_option("--out", suite.out_root, "Reports go to <out>/<timestamp>/")->capture_default_str();
   suite_cmd->add_option("--budget", suite.budget_s, "Seconds a run may take in all before its ranks are killed");
   suite_cmd->add_option("--torchrec-repo", torchrec_repo, kTorchRecRepoHelp);
+  suite_cmd->add_flag("--install", install_releases, kInstallHelp);
   std::string suite_ranks = "fork";
   suite_cmd
       ->add_option("--ranks", suite_ranks,
@@ -369,10 +375,15 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   bisect_cmd
       ->add_option("--releases", releases.releases,
-                   "Releases oldest first, comma-separated (e.g. 0.6.0,0.7.0,0.8.0,1.9.2; default: every release "
-                   "in torchrec_sut/pins.tsv); one not installed is skipped, never the answer (install with bash "
-                   "ci/torchrec-env.sh)")
+                   "Releases oldest first, comma-separated (e.g. 0.6.0,0.7.0,0.8.0,1.9.2), or a range of pinned "
+                   "ones (0.6.0..1.9.2; default: every release in torchrec_sut/pins.tsv); one that is not "
+                   "installed is installed when the search visits it, or with --no-install skipped, and is never "
+                   "the answer")
       ->delimiter(',');
+  bool no_install = false;
+  bisect_cmd->add_flag("--no-install", no_install,
+                       "Skip a release that is not installed instead of installing it (bash ci/torchrec-env.sh X, "
+                       "within $DMPCHECK_TORCHREC_BUDGET_GB, default 40, least recently used ones removed first)");
   bisect_cmd->add_flag("--commits", releases.commits,
                        "Then bisect the commits between the two releases' tags (first parents), each commit's "
                        "source over the older release's environment, and name the first that differs (needs "
@@ -407,6 +418,8 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (!torchrec_repo.empty()) ::setenv("DMPCHECK_TORCHREC_REPO", torchrec_repo.c_str(), 1);
+  // Where a missing release is installed (run/torchrec_systems.cc reads it): bisect by default.
+  if (install_releases || (*bisect_cmd && !no_install)) ::setenv("DMPCHECK_INSTALL_RELEASES", "1", 1);
   if (!*worker_cmd) run::install_interrupt_handlers();  // ranks die with their launcher anyway
   // A long command interrupted (Ctrl-C, SIGTERM) says so in its status, whatever it returned.
   auto finish = [](int code) { return run::interrupt_requested() ? 130 : code; };

@@ -309,6 +309,20 @@ int bisect_releases(const ReleaseOptions& options) {
     return bisect_commits(options, repo, old_rev, repo.resolve(new_rev).hash, over);
   }
   std::vector<std::string> releases = options.releases.empty() ? pinned_releases() : options.releases;
+  // A range of pinned releases, "A..B": every pinned one from A to B.
+  if (options.releases.size() == 1 && options.releases[0].find("..") != std::string::npos) {
+    const std::string& range = options.releases[0];
+    const std::string from = range.substr(0, range.find("..")), to = range.substr(range.find("..") + 2);
+    const auto pinned = pinned_releases();
+    for (const auto& end : {from, to}) {
+      DMP_CHECK(std::find(pinned.begin(), pinned.end(), end) != pinned.end(), ErrorKind::kInvalidInput,
+                "--releases {}: {} is not a pinned release (pinned: {})", range, end, fmt::join(pinned, ", "));
+    }
+    releases.clear();
+    for (const auto& r : pinned) {
+      if (!version_less(r, from) && !version_less(to, r)) releases.push_back(r);
+    }
+  }
   for (const auto& r : releases) {
     DMP_CHECK(scenario::System::is_version(r), ErrorKind::kInvalidInput, "--releases: '{}' is not a release X.Y.Z", r);
   }

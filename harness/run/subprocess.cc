@@ -1,6 +1,7 @@
 #include "run/subprocess.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include <fcntl.h>
@@ -77,6 +78,22 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   out.exit_code = WIFEXITED(status) && !out.timed_out ? WEXITSTATUS(status) : -1;
   return out;
+}
+
+int run_visible(const std::vector<std::string>& argv) {
+  DMP_CHECK(!argv.empty(), ErrorKind::kInternal, "run_visible: no program");
+  std::vector<std::string> argv_copy = argv;
+  std::vector<char*> args;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+  std::fflush(nullptr);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);
+  if (spawned != 0)
+    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot start {}: {}", argv[0], std::strerror(spawned)));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace dmpcheck::run

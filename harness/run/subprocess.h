@@ -22,4 +22,8 @@ struct Captured {
 Captured capture(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {},
                  std::chrono::seconds deadline = std::chrono::seconds(120));
 
+// Runs argv with this process's stdout and stderr (its progress shows as it comes) and returns its
+// exit status (-1: killed by a signal).  Throws Error(kInvalidInput) when it cannot be started.
+int run_visible(const std::vector<std::string>& argv);
+
 }  // namespace dmpcheck::run

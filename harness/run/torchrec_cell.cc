@@ -212,7 +212,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   } catch (const Error& e) {
     // An interpreter that cannot import TorchRec, a commit the repository lacks: this cell's error.
     result.verdict = check::Verdict::kError;
-    result.failure = check::RankFailure{-1, check::FailureKind::kTorchRec, "no rank started", e.what(), {}};
+    const auto kind = spec.system.kind == scenario::System::Kind::kPython ? check::FailureKind::kImport
+                                                                          : check::FailureKind::kInvalidInput;
+    result.failure = check::RankFailure{-1, kind, "no rank started", e.what(), {}};
     write_report(result);
     return result;
   }

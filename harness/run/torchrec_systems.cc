@@ -58,16 +58,34 @@ std::map<std::string, std::string> python_environment(const std::string& source_
           {"PYTHONUNBUFFERED", "1"}, {"PYTHONWARNINGS", "ignore"}, {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
 }
 
+// ci/torchrec-env.sh X (its own lock, budget and progress lines), its output shown as it comes.
+void install_release(const std::string& version) {
+  const std::string script =
+      env_or("DMPCHECK_TORCHREC_INSTALLER", std::string(DMPCHECK_SOURCE_DIR) + "/ci/torchrec-env.sh");
+  DMP_CHECK(fs::exists(script), ErrorKind::kInvalidInput,
+            "torchrec {} is not installed and the installer {} is not there (set DMPCHECK_TORCHREC_INSTALLER)", version,
+            script);
+  fmt::print(stderr, "dmpcheck: torchrec {} is not installed: installing it (bash {} {})\n", version, script, version);
+  run_visible({"bash", script, version});
+}
+
 std::optional<TorchRecEnvironment> release_environment(const std::string& version, std::string& why_not) {
   TorchRecEnvironment env;
   env.dir = torchrec_environments_root() + "/torchrec-" + version;
   env.python = env.dir + "/bin/python";
   const std::string ready = env.dir + "/dmpcheck-ready.json";
+  if ((!fs::exists(ready) || !fs::exists(env.python)) && env_or("DMPCHECK_INSTALL_RELEASES", "") == "1") {
+    static std::mutex installing;  // cells run side by side wait for one install
+    std::lock_guard<std::mutex> lock(installing);
+    if (!fs::exists(ready)) install_release(version);
+  }
   if (!fs::exists(ready) || !fs::exists(env.python)) {
     why_not =
         fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir, version);
     return std::nullopt;
   }
+  // For the installer's least-recently-used eviction (ci/torchrec-env.sh).
+  std::ofstream(env.dir + "/dmpcheck-last-used").put('\n');
   try {
     const nlohmann::json j = contract::read_json(ready);
     env.torchrec = j.value("torchrec", "");

@@ -96,13 +96,43 @@ def test_every_regression_says_what_each_release_showed():
 
 
 def test_bisect_names_the_release_that_changed(tmp_path):
-    need("0.6.0", "1.9.2")
-    releases = "0.6.0,0.7.0,0.8.0,1.9.2" if all(
-        os.path.exists(os.path.join(ENVS, "torchrec-" + r, "dmpcheck-ready.json")) for r in ("0.7.0", "0.8.0")) else "0.6.0,1.9.2"
-    p = dmpcheck("bisect", SEED, "--releases", releases, "--out", str(tmp_path))
-    assert p.returncode == 0, p.stdout + p.stderr
-    expected = "0.8.0" if "0.8.0" in releases else "1.9.2"
-    assert "first release that behaves differently: %s" % expected in p.stdout
+    """With --no-install a release that is not installed is skipped, never the answer: without 0.8.0
+    the change lies between 0.7.0 and 1.9.2 and the result says so (exit 4), with it 0.8.0."""
+    need("0.6.0", "0.7.0", "1.9.2")
+    p = dmpcheck("bisect", SEED, "--releases", "0.6.0,0.7.0,0.8.0,1.9.2", "--no-install", "--out", str(tmp_path))
+    if os.path.exists(os.path.join(ENVS, "torchrec-0.8.0", "dmpcheck-ready.json")):
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "first release that behaves differently: 0.8.0" in p.stdout
+    else:
+        assert p.returncode == 4, p.stdout + p.stderr
+        assert ("the behaviour changes between torchrec 0.7.0 and 1.9.2; not tested between them: 0.8.0 (install: "
+                "bash ci/torchrec-env.sh 0.8.0)") in p.stdout
+        assert "first release" not in p.stdout
+
+
+def test_bisect_installs_the_releases_it_visits_and_one_that_fails_is_never_the_answer(tmp_path):
+    """A release range: the pinned releases from 0.6.0 to 1.9.2, installed as the search visits them
+    (an installer standing in for ci/torchrec-env.sh links the real 0.7.0 and fails on 0.8.0)."""
+    need("0.6.0", "0.7.0", "1.9.2")
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    for r in ("0.6.0", "1.9.2"):
+        os.symlink(os.path.join(ENVS, "torchrec-" + r), envs / ("torchrec-" + r))
+    log = tmp_path / "installed.log"
+    fake = tmp_path / "install.sh"
+    fake.write_text("#!/bin/bash\necho \"$1\" >> %s\necho \"installing $1\"\n"
+                    "[ \"$1\" = 0.7.0 ] && ln -s %s/torchrec-0.7.0 %s/torchrec-0.7.0\n"
+                    "[ \"$1\" = 0.7.0 ]\n" % (log, ENVS, envs))
+    scenario = tmp_path / "seed.yaml"
+    scenario.write_text(seed_on(["torchrec==0.6.0"], "  - replicas: equal\n"))
+    p = dmpcheck("bisect", str(scenario), "--releases", "0.6.0..1.9.2", "--out", str(tmp_path / "bisect"),
+                 env={"DMPCHECK_TORCHREC_ENVS": str(envs), "DMPCHECK_TORCHREC_INSTALLER": str(fake)})
+    assert p.returncode == 4, p.stdout + p.stderr
+    assert "bisect: 4 releases from 0.6.0 to 1.9.2" in p.stdout
+    assert log.read_text().split() == ["0.7.0", "0.8.0"]  # each once, when visited
+    assert "dmpcheck: torchrec 0.7.0 is not installed: installing it" in p.stderr
+    assert re.search(r"torchrec 0.7.0 \(.* s\):\n  \[init.mode=unseeded\] replicas DIVERGE", p.stdout), p.stdout
+    assert ("the behaviour changes between torchrec 0.7.0 and 1.9.2; not tested between them: 0.8.0" in p.stdout)
 
 
 def test_side_by_side_comparison_reports_every_step(tmp_path):

@@ -1,0 +1,66 @@
+"""ci/torchrec-env.sh's disk budget and lock, on fake environments (no torch, no download).
+
+The installer removes the least recently used ready environments until a new one fits in
+DMPCHECK_TORCHREC_BUDGET_GB (here in MB), never one used in the last 10 minutes, and two
+installers of one release take turns on a lock, the second finding it ready.
+"""
+import fcntl
+import os
+import subprocess
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRIPT = os.path.join(ROOT, "ci", "torchrec-env.sh")
+
+
+def fake_env(root, release, hours_ago):
+    d = root / ("torchrec-" + release)
+    d.mkdir(parents=True)
+    (d / "payload").write_bytes(b"\0" * 1000 * 1024)  # du -sm: 1 MB with the folder
+    (d / "dmpcheck-ready.json").write_text('{"torchrec": "%s"}' % release)
+    used = d / "dmpcheck-last-used"
+    used.write_text("\n")
+    t = time.time() - hours_ago * 3600
+    os.utime(used, (t, t))
+    return d
+
+
+def installer(root, *args, **env):
+    e = dict(os.environ, DMPCHECK_TORCHREC_ENVS=str(root), PIP_NO_INDEX="1", **env)
+    return subprocess.Popen(["bash", SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
+
+
+def test_a_new_environment_makes_room_by_removing_the_least_recently_used(tmp_path):
+    oldest = fake_env(tmp_path, "0.6.0", 3)
+    older = fake_env(tmp_path, "0.7.0", 2)
+    recent = fake_env(tmp_path, "0.8.0", 0)
+    # 3 MB there, 2 MB to come, 4 MB allowed: one must go, the least recently used.
+    p = installer(tmp_path, "1.9.2", DMPCHECK_TORCHREC_BUDGET_MB="4", DMPCHECK_TORCHREC_ENV_MB="2")
+    out, _ = p.communicate(timeout=300)
+    assert "removing the least recently used environment %s to stay within 4 MB" % oldest in out, out
+    assert not oldest.exists() and older.exists() and recent.exists()
+    # (pip cannot reach an index here: the install itself fails, and says so.)
+    assert p.returncode == 1 and "pip failed for torchrec 1.9.2" in out, out
+    assert not (tmp_path / "torchrec-1.9.2" / "dmpcheck-ready.json").exists()
+
+
+def test_an_environment_used_in_the_last_ten_minutes_is_never_removed(tmp_path):
+    fake_env(tmp_path, "0.6.0", 0.1)
+    p = installer(tmp_path, "1.9.2", DMPCHECK_TORCHREC_BUDGET_MB="1", DMPCHECK_TORCHREC_ENV_MB="2")
+    out, _ = p.communicate(timeout=300)
+    assert "none can go (each was used in the last 10 minutes); creating torchrec 1.9.2 over budget" in out, out
+    assert (tmp_path / "torchrec-0.6.0" / "dmpcheck-ready.json").exists()
+
+
+def test_two_installers_of_one_release_take_turns_and_the_second_finds_it_ready(tmp_path):
+    lock = open(tmp_path / ".torchrec-1.9.2.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another installer is building 1.9.2
+    p = installer(tmp_path, "1.9.2")
+    time.sleep(2)
+    assert p.poll() is None, "the second installer did not wait for the first"
+    assert not (tmp_path / "torchrec-1.9.2").exists()
+    fake_env(tmp_path, "1.9.2", 0)  # the first one finishes
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, out
+    assert "torchrec 1.9.2 ready in %s (made meanwhile by another process)" % (tmp_path / "torchrec-1.9.2") in out
