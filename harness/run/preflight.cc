@@ -60,7 +60,11 @@ RunMemory estimate_run_memory(const scenario::RunSpec& spec) {
   RunMemory m;
   dmp::ShardingPlan plan;
   try {
-    plan = dmp::plan_sharding(scenario::planner_input(spec), spec.profile);
+    // A release plans itself (memory_per_rank is its planner's to apply, with its own estimate):
+    // the reference's plan here is only a proxy for how much memory its ranks take.
+    scenario::RunSpec planned = spec;
+    if (spec.on_torchrec()) planned.memory_per_rank = 0;
+    plan = dmp::plan_sharding(scenario::planner_input(planned), spec.profile);
   } catch (const Error& e) {
     throw_error(ErrorKind::kInvalidScenario, fmt::format("run '{}': the plan fails: {}", spec.name, e.what()));
   }

@@ -70,7 +70,8 @@ struct Checkpoint {
 struct RunSpec {
   int schema_version = kSchemaVersion;
   int world_size = 0;
-  int local_world_size = 0;  // ranks per host: the planner's topology
+  int local_world_size = 0;     // ranks per host: the planner's topology
+  int64_t memory_per_rank = 0;  // bytes the planner may use on a rank (its Topology's ddr_cap); 0: its default
   int steps = 0;
   int64_t batch_size = 0;  // per rank
   double timeout_s = 0;
@@ -193,8 +194,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SparseOptimizer, type, lr, eps, 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DenseOptimizer, type, lr, eps, beta1, beta2, momentum, weight_decay)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Start, kind, state, load)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Checkpoint, after_step, dir)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_size, local_world_size, steps,
-                                                batch_size, timeout_s, sharder, module, outputs, unsharded, loop,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_size, local_world_size, memory_per_rank,
+                                                steps, batch_size, timeout_s, sharder, module, outputs, unsharded, loop,
                                                 epochs, batches_per_rank, eval_batches, data_iterator, seeds, start,
                                                 first_step, checkpoint, tables, dense_layers, sparse_optimizer,
                                                 dense_optimizer)

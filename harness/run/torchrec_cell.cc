@@ -80,6 +80,7 @@ contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start st
   contract::RunSpec out;
   out.world_size = spec.world_size;
   out.local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+  out.memory_per_rank = spec.memory_per_rank;
   out.steps = spec.steps;
   out.batch_size = spec.batch_size;
   out.timeout_s = spec.timeout_s;

@@ -80,6 +80,7 @@ class RunSpec:
     schema_version: int
     world_size: int
     local_world_size: int
+    memory_per_rank: int  # bytes the planner may use on a rank (Topology's ddr_cap); 0: its default
     steps: int
     batch_size: int
     timeout_s: float
