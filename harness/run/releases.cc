@@ -352,8 +352,9 @@ int bisect_releases(const ReleaseOptions& options) {
   }
   if (b.same_at_both_ends()) {
     out << fmt::format("bisect: torchrec {} and {} behave the same (a bisection looks for one change between its "
-                       "ends; run the releases between with `dmpcheck run` to see more)\n",
-                       releases[b.lo()], releases[b.hi()]);
+                       "ends; run the releases between with `dmpcheck run` to see more){}\n",
+                       releases[b.lo()], releases[b.hi()],
+                       b.untested().empty() ? "" : "; not tested: " + install_hint(b.untested()));
     return 1;
   }
   const auto untested = b.untested_between();
