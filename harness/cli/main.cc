@@ -368,8 +368,11 @@ int main(int argc, char** argv) {
   run::ReleaseOptions releases;
   auto* bisect_cmd = app.add_subcommand(
       "bisect",
-      "Run a scenario's cells on each TorchRec release (its `system` replaced) and print the first release whose "
-      "behaviour differs (replicas equal, which diverge, or the error)");
+      "Binary-search the TorchRec releases (then, with --commits, the commits between two of them) for the first "
+      "whose behaviour on a scenario differs from the oldest's: its cells run on each point visited (its `system` "
+      "replaced), showing replicas equal, which diverge, or the error. Exit: 0 the first that differs is named, 1 "
+      "both ends behave the same, 2 bad input, 3 an end could not run, 4 the change lies among points that could "
+      "not be tested (named)");
   bisect_cmd->add_option("scenario", releases.scenario_files, "Scenario YAML file")
       ->required()
       ->check(CLI::ExistingFile);

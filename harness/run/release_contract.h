@@ -87,6 +87,7 @@ struct RunSpec {
   std::vector<int64_t> batches_per_rank;  // per rank, batches per epoch; empty: steps / epochs each
   std::vector<int64_t> eval_batches;      // per rank, batches of the eval pass after every epoch; empty: none
   std::string data_iterator;              // fresh (a new iterator per pass) | persistent (one, re-armed)
+  std::string is_weighted = "tables";     // the EBC's is_weighted: "tables" (whether they are), "true", "false"
   std::vector<uint64_t> seeds;            // per rank: torch.manual_seed before the model exists
   Start start;
   // The steps trained before this run (a resumed run, start.kind "checkpoint"): it writes the
@@ -196,9 +197,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Start, kind, state, load)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Checkpoint, after_step, dir)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_size, local_world_size, memory_per_rank,
                                                 steps, batch_size, timeout_s, sharder, module, outputs, unsharded, loop,
-                                                epochs, batches_per_rank, eval_batches, data_iterator, seeds, start,
-                                                first_step, checkpoint, tables, dense_layers, sparse_optimizer,
-                                                dense_optimizer)
+                                                epochs, batches_per_rank, eval_batches, data_iterator, is_weighted,
+                                                seeds, start, first_step, checkpoint, tables, dense_layers,
+                                                sparse_optimizer, dense_optimizer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardRow, rank, row_offset, rows, col_offset, cols)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanRow, table, sharding, compute_kernel, ranks, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Versions, torchrec, torch, fbgemm_gpu, torchrec_source)

@@ -175,8 +175,12 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));
   });
   field("torchrec", [&](Node torchrec) {
-    r.check_keys(torchrec, "torchrec",
-                 {"sharder", "module", "loop", "epochs", "batches_per_rank", "eval_batches", "data_iterator"});
+    r.check_keys(
+        torchrec, "torchrec",
+        {"sharder", "module", "loop", "epochs", "batches_per_rank", "eval_batches", "data_iterator", "is_weighted"});
+    if (torchrec["is_weighted"]) {
+      run.torchrec_is_weighted = r.choice(torchrec["is_weighted"], "torchrec.is_weighted", {"true", "false"}) == "true";
+    }
     if (torchrec["data_iterator"]) {
       run.torchrec_data_iterator =
           r.choice(torchrec["data_iterator"], "torchrec.data_iterator", {"fresh", "persistent"});

@@ -226,6 +226,12 @@ struct RunSpec {
   // "persistent" (one object re-armed for every pass, as iter(DataLoader) gives with
   // persistent_workers=True; TorchRec #2327).  `torchrec: {data_iterator: ...}`.
   std::string torchrec_data_iterator = "fresh";
+  // The EmbeddingBagCollection's is_weighted as the user passes it, where it disagrees with the
+  // data: false with weighted tables (their batches carry weights) builds the EBC unweighted, as
+  // a user who forgets the flag does (TorchEasyRec #648: the sharded lookup applies the weights,
+  // the unsharded EBC drops them).  Unset: whether the tables are weighted.
+  // `torchrec: {is_weighted: false}`.
+  std::optional<bool> torchrec_is_weighted;
   bool on_torchrec() const { return system.runs_torchrec(); }
   int world_size = 2;
   std::string backend = "gloo";

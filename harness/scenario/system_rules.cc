@@ -85,6 +85,12 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
       refuse("tables",
              "TorchRec's EmbeddingBagCollection is weighted or not as a whole; make every table weighted or none");
     }
+  } else if (run.torchrec_is_weighted) {
+    // The reference applies a weighted table's weights: is_weighted is the release's EBC flag.
+    r.fail(root["torchrec"]["is_weighted"], "torchrec.is_weighted",
+           fmt::format("is TorchRec's EmbeddingBagCollection flag; run '{}' runs on the reference, which applies a "
+                       "weighted table's weights (select release cells with 'when: {{system: torchrec==X.Y.Z}}')",
+                       run.name));
   }
 }
 

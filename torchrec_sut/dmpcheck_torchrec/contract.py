@@ -93,6 +93,7 @@ class RunSpec:
     batches_per_rank: List[int]  # per rank, batches per epoch; empty: steps / epochs on every rank
     eval_batches: List[int]  # per rank, batches of the eval pass after every epoch; empty: no eval
     data_iterator: str  # fresh (a new iterator per pass) | persistent (one object, re-armed per pass)
+    is_weighted: str  # the EBC's is_weighted: "tables" (whether they are weighted), "true", "false"
     seeds: List[int]  # per rank: torch.manual_seed before the model exists
     start: Start
     first_step: int  # steps trained before this run (a resumed run writes step<first_step> as loaded)

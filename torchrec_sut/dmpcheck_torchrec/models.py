@@ -157,7 +157,10 @@ def build_model(spec, device="meta"):
         for f in t.features:
             readers[f] = readers.get(f, 0) + 1
     features = [f if readers[f] == 1 else f"{f}@{t.name}" for t in spec.tables for f in t.features]
-    model = Model(tables, spec.dense_layers, features, all(weighted) and bool(weighted), device, sequence_tables)
+    # The EBC's is_weighted as the user passed it: by default whether the tables are; "false" with
+    # weighted tables is the user who forgot it (their batches still carry the weights).
+    is_weighted = {"tables": all(weighted) and bool(weighted), "true": True, "false": False}[spec.is_weighted]
+    model = Model(tables, spec.dense_layers, features, is_weighted, device, sequence_tables)
     opt_cls, opt_kwargs = optim.sparse_optimizer(spec.sparse_optimizer)
     for module in (model.ebc, model.ec):
         if module is not None:

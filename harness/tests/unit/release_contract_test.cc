@@ -32,6 +32,7 @@ TEST(ReleaseContract, EveryDocumentReadsIntoItsStructAndWritesBackIdentical) {
   EXPECT_EQ(spec.seeds, (std::vector<uint64_t>{7, 8}));
   EXPECT_EQ(spec.local_world_size, 1);
   EXPECT_EQ(spec.memory_per_rank, 3145728);
+  EXPECT_EQ(spec.is_weighted, "false");
   EXPECT_EQ(spec.sparse_optimizer.weight_decay_mode, "decoupled");
   EXPECT_EQ(spec.tables.at(1).constraints.column_shards, 2);
   const auto meta = read_document<RunMeta>(fixture("run_meta.json"), "meta");

@@ -359,6 +359,14 @@ TEST(ScenarioLoaderSystem, AnInterpreterAndACommitAreSystemsWithTheReleasesRules
   EXPECT_EQ(s.runs[1].name, "system=torchrec@cc482f8");
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "system: torchrec@cc482f8\nbackend: nccl\n",
                          "field 'backend': not available on torchrec@cc482f8 (TorchRec cells run on CPU with Gloo)"));
+  // The EBC's is_weighted flag is the release's; the reference applies a weighted table's weights.
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "torchrec: {is_weighted: false}\n",
+                         "field 'torchrec.is_weighted': is TorchRec's EmbeddingBagCollection flag"));
+  EXPECT_EQ(
+      load_scenario_text(std::string(kMinimal) + "system: torchrec==1.9.2\ntorchrec: {is_weighted: false}\n", "s.yaml")
+          .runs[0]
+          .torchrec_is_weighted,
+      std::optional<bool>(false));
   // A report whose change lies between two releases is confirmed at commits.
   EXPECT_TRUE(fails_with(
       std::string(kMinimal) + "reproduces: {url: u, releases: {torchrec@c589d380: bug}}\nsystem: torchrec==1.9.2\n",
