@@ -13,8 +13,8 @@
 #
 # The environments stay within a disk budget, $DMPCHECK_TORCHREC_BUDGET_GB (default 40): before a
 # release is created, the least recently used ready ones (dmpcheck touches dmpcheck-last-used in
-# an environment each time a cell runs on it) are removed until the new one fits, but never one
-# used in the last 10 minutes.  Two of these running at once for the same release take turns
+# an environment each time a cell runs on it) are removed until the new one fits, but never one a
+# running dmpcheck cell is using (it holds dmpcheck-in-use.lock).  Two of these running at once for the same release take turns
 # (flock), so the second finds it ready instead of building it over the first.  dmpcheck runs this
 # itself where a release it needs is missing (`dmpcheck bisect`, or `run`/`suite` with --install).
 set -euo pipefail
@@ -33,7 +33,7 @@ usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 # Removes least recently used ready environments (not $1, none used in the last 10 minutes) until
 # the ones left and a new one fit in the budget.
 make_room() {
-  local keep=$1 used total victim
+  local keep=$1 total d removed
   while :; do
     total=0
     for d in "$root"/torchrec-*/; do
@@ -41,20 +41,26 @@ make_room() {
       total=$(( total + $(du -sm "$d" | cut -f1) ))
     done
     (( total + env_mb <= budget_mb )) && return 0
-    victim=""
-    for d in "$root"/torchrec-*/; do
-      d=${d%/}
-      [ -f "$d/dmpcheck-ready.json" ] && [ "$d" != "$root/torchrec-$keep" ] || continue
-      used=$d/dmpcheck-last-used; [ -f "$used" ] || used=$d/dmpcheck-ready.json
-      [ -n "$(find "$used" -mmin -10)" ] && continue
-      if [ -z "$victim" ] || [ "$used" -ot "$victim_used" ]; then victim=$d; victim_used=$used; fi
-    done
-    if [ -z "$victim" ]; then
-      echo "ci/torchrec-env.sh: the environments take ${total} MB of the ${budget_mb} MB budget and none can go (each was used in the last 10 minutes); creating torchrec $keep over budget" >&2
+    # Ready environments, least recently used first (dmpcheck-last-used, else when it was made).
+    removed=""
+    while read -r d; do
+      [ -n "$d" ] || continue
+      # A dmpcheck cell running on it holds dmpcheck-in-use.lock shared: then it stays.  Held
+      # exclusively here while it is removed, so no cell starts on it half-removed.
+      if flock -n -x "$d/dmpcheck-in-use.lock" rm -rf "$d" 2>/dev/null; then
+        echo "ci/torchrec-env.sh: removed the least recently used environment $d to stay within ${budget_mb} MB (DMPCHECK_TORCHREC_BUDGET_GB)"
+        removed=$d; break
+      fi
+    done < <(for d in "$root"/torchrec-*/; do
+               d=${d%/}
+               [ -f "$d/dmpcheck-ready.json" ] && [ "$d" != "$root/torchrec-$keep" ] || continue
+               used=$d/dmpcheck-last-used; [ -f "$used" ] || used=$d/dmpcheck-ready.json
+               printf '%s\t%s\n' "$(stat -c %Y "$used")" "$d"
+             done | sort -n | cut -f2)
+    if [ -z "$removed" ]; then
+      echo "ci/torchrec-env.sh: the environments take ${total} MB of the ${budget_mb} MB budget and none can go (every other one is in use by a running dmpcheck); creating torchrec $keep over budget" >&2
       return 0
     fi
-    echo "ci/torchrec-env.sh: removing the least recently used environment $victim to stay within ${budget_mb} MB (DMPCHECK_TORCHREC_BUDGET_GB)"
-    rm -rf "$victim"
   done
 }
 releases() { grep -v '^#' "$pins" | awk -F'\t' 'NF>=3 {print $1}'; }

@@ -1,6 +1,7 @@
 #include "run/torchrec_systems.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,8 @@
 #include <mutex>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -79,9 +82,21 @@ std::optional<TorchRecEnvironment> release_environment(const std::string& versio
     std::lock_guard<std::mutex> lock(installing);
     if (!fs::exists(ready)) install_release(version);
   }
+  const std::string missing =
+      fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir, version);
   if (!fs::exists(ready) || !fs::exists(env.python)) {
-    why_not =
-        fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir, version);
+    why_not = missing;
+    return std::nullopt;
+  }
+  // Held while the cell runs, so the installer's eviction passes it by; taken after an eviction
+  // that held it exclusively, the environment may be gone: then it is missing.
+  const int fd = ::open((env.dir + "/dmpcheck-in-use.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {}
+    env.in_use = std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); });
+  }
+  if (!fs::exists(ready)) {
+    why_not = missing;
     return std::nullopt;
   }
   // For the installer's least-recently-used eviction (ci/torchrec-env.sh).

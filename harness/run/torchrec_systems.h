@@ -5,6 +5,7 @@
 // Python, so torch and fbgemm come from that release's pins).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@ struct TorchRecEnvironment {
   std::string torchrec, torch, fbgemm_gpu;  // as its import reported them
   // A commit: its source tree (first on PYTHONPATH), full hash, subject, and whose environment.
   std::string source_dir, commit, subject, base_release;
+  // A release's environment is held (dmpcheck-in-use.lock, shared) while any copy of this lives:
+  // the installer's least-recently-used eviction (ci/torchrec-env.sh) passes it by.
+  std::shared_ptr<void> in_use;
   // What the report says it ran: "1.9.2", "cc482f8a (Broadcast DP tables when init; its source over
   // the torchrec 0.7.0 environment)", or the interpreter's own torchrec version.
   std::string describe() const;

@@ -1,7 +1,7 @@
 """ci/torchrec-env.sh's disk budget and lock, on fake environments (no torch, no download).
 
 The installer removes the least recently used ready environments until a new one fits in
-DMPCHECK_TORCHREC_BUDGET_GB (here in MB), never one used in the last 10 minutes, and two
+DMPCHECK_TORCHREC_BUDGET_GB (here in MB), never one a running dmpcheck cell holds, and two
 installers of one release take turns on a lock, the second finding it ready.
 """
 import fcntl
@@ -37,19 +37,30 @@ def test_a_new_environment_makes_room_by_removing_the_least_recently_used(tmp_pa
     # 3 MB there, 2 MB to come, 4 MB allowed: one must go, the least recently used.
     p = installer(tmp_path, "1.9.2", DMPCHECK_TORCHREC_BUDGET_MB="4", DMPCHECK_TORCHREC_ENV_MB="2")
     out, _ = p.communicate(timeout=300)
-    assert "removing the least recently used environment %s to stay within 4 MB" % oldest in out, out
+    assert "removed the least recently used environment %s to stay within 4 MB" % oldest in out, out
     assert not oldest.exists() and older.exists() and recent.exists()
     # (pip cannot reach an index here: the install itself fails, and says so.)
     assert p.returncode == 1 and "pip failed for torchrec 1.9.2" in out, out
     assert not (tmp_path / "torchrec-1.9.2" / "dmpcheck-ready.json").exists()
 
 
-def test_an_environment_used_in_the_last_ten_minutes_is_never_removed(tmp_path):
-    fake_env(tmp_path, "0.6.0", 0.1)
+def test_an_environment_a_running_cell_holds_is_passed_by(tmp_path):
+    """dmpcheck holds dmpcheck-in-use.lock shared while a cell runs on an environment: the eviction
+    removes the next least recently used instead, and when every one is held, none."""
+    oldest = fake_env(tmp_path, "0.6.0", 3)
+    older = fake_env(tmp_path, "0.7.0", 2)
+    held = open(oldest / "dmpcheck-in-use.lock", "w")
+    fcntl.flock(held, fcntl.LOCK_SH)  # a cell is running on 0.6.0
+    p = installer(tmp_path, "1.9.2", DMPCHECK_TORCHREC_BUDGET_MB="3", DMPCHECK_TORCHREC_ENV_MB="2")
+    out, _ = p.communicate(timeout=300)
+    assert "removed the least recently used environment %s" % older in out, out
+    assert oldest.exists() and not older.exists()
+    fcntl.flock(held, fcntl.LOCK_UN)
+    fcntl.flock(held, fcntl.LOCK_SH)
     p = installer(tmp_path, "1.9.2", DMPCHECK_TORCHREC_BUDGET_MB="1", DMPCHECK_TORCHREC_ENV_MB="2")
     out, _ = p.communicate(timeout=300)
-    assert "none can go (each was used in the last 10 minutes); creating torchrec 1.9.2 over budget" in out, out
-    assert (tmp_path / "torchrec-0.6.0" / "dmpcheck-ready.json").exists()
+    assert "none can go (every other one is in use by a running dmpcheck); creating torchrec 1.9.2 over budget" in out
+    assert (oldest / "dmpcheck-ready.json").exists()
 
 
 def test_two_installers_of_one_release_take_turns_and_the_second_finds_it_ready(tmp_path):
