@@ -250,10 +250,13 @@ LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::s
 // ---- TorchRec's repository ----
 
 TorchRecRepository TorchRecRepository::open() {
-  const std::string given = env_or("DMPCHECK_TORCHREC_REPO", "");
+  std::string given = env_or("DMPCHECK_TORCHREC_REPO", "");
   DMP_CHECK(!given.empty(), ErrorKind::kInvalidInput,
             "a torchrec@<rev> system needs TorchRec's git repository: give --torchrec-repo PATH|URL (or set "
             "DMPCHECK_TORCHREC_REPO), e.g. a clone of https://github.com/pytorch/torchrec");
+  // A local path is named absolutely (its clone in the cache is the same from any directory).
+  std::error_code canonical_error;
+  if (const auto absolute = fs::canonical(given, canonical_error); !canonical_error) given = absolute.string();
   // A local repository is used where it is; anything else (a URL, a bundle file) is cloned once.
   if (fs::is_directory(given)) {
     const Captured c = capture({"git", "-C", given, "rev-parse", "--git-dir"});
