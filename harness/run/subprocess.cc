@@ -18,6 +18,17 @@
 extern char** environ;
 
 namespace dmpcheck::run {
+namespace {
+
+// argv as execve wants it: pointers into `storage`, which must outlive them, then a null.
+std::vector<char*> c_argv(std::vector<std::string>& storage) {
+  std::vector<char*> out;
+  for (auto& s : storage) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
 
 Captured capture(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
                  std::chrono::seconds deadline) {
@@ -31,12 +42,8 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
     env_strings.push_back(entry);
   }
   for (const auto& [k, v] : environment) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
   std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
+  std::vector<char*> envp = c_argv(env_strings), args = c_argv(argv_copy);
 
   int fds[2];
   DMP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, ErrorKind::kInternal, "pipe2: {}", std::strerror(errno));
@@ -83,9 +90,7 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
 int run_visible(const std::vector<std::string>& argv) {
   DMP_CHECK(!argv.empty(), ErrorKind::kInternal, "run_visible: no program");
   std::vector<std::string> argv_copy = argv;
-  std::vector<char*> args;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
+  std::vector<char*> args = c_argv(argv_copy);
   std::fflush(nullptr);
   pid_t pid = 0;
   const int spawned = ::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);

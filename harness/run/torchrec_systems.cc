@@ -18,6 +18,7 @@
 
 #include "common/digest.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "run/release_contract.h"
 #include "run/subprocess.h"
 
@@ -122,12 +123,10 @@ TorchRecEnvironment interpreter_environment(const std::string& python) {
   const std::string name = "python:" + python;
   DMP_CHECK(fs::exists(python), ErrorKind::kInvalidInput, "{}: there is no interpreter at {}", name, python);
   DMP_CHECK(::access(python.c_str(), X_OK) == 0, ErrorKind::kInvalidInput, "{}: {} is not executable", name, python);
-  char dir_template[] = "/tmp/dmpcheck-probe-XXXXXX";
-  DMP_CHECK(::mkdtemp(dir_template) != nullptr, ErrorKind::kInternal, "mkdtemp failed");
-  const std::string answer_path = std::string(dir_template) + "/probe.json";
+  const PrivateDir scratch("dmpcheck-probe");
+  const std::string answer_path = scratch.path() + "/probe.json";
   const Captured c = capture({python, "-m", "dmpcheck_torchrec.probe", answer_path}, python_environment(""),
                              std::chrono::seconds(300));
-  std::error_code ec;
   TorchRecEnvironment env;
   env.python = python;
   if (c.ok()) {
@@ -137,12 +136,10 @@ TorchRecEnvironment interpreter_environment(const std::string& python) {
       env.torch = answer.versions.torch;
       env.fbgemm_gpu = answer.versions.fbgemm_gpu;
     } catch (const Error& e) {
-      fs::remove_all(dir_template, ec);
       throw_error(ErrorKind::kInvalidInput,
                   fmt::format("{}: its answer to the probe is unreadable: {}", name, e.what()));
     }
   }
-  fs::remove_all(dir_template, ec);
   if (!c.ok()) {
     // The probe's own line names the import that failed; anything else (Python's own failure) as it came.
     const auto said = c.output.rfind("import ");
