@@ -6,7 +6,9 @@
 #   bash ci/torchrec-env.sh --list          # the pin table and which environments are ready
 #
 # Environments live outside the source tree, in $DMPCHECK_TORCHREC_ENVS (default
-# ~/.cache/dmpcheck/torchrec), one folder per release: torchrec-<version>/.  A folder is ready when
+# ~/.cache/dmpcheck/torchrec), one folder per release: torchrec-<version>/.  Files a new one has in
+# common with the ready ones (the same torch, numpy ...) become hard links to theirs
+# (ci/share-env-files.py; DMPCHECK_TORCHREC_SHARE=0 turns it off).  A folder is ready when
 # it holds dmpcheck-ready.json (written last, after `import torch, fbgemm_gpu, torchrec` succeeded,
 # with the versions that import reported); a folder without it is a broken install and is rebuilt.
 # Running it again for a ready release does nothing.  About 5 GB and 1.5-2 minutes per release.
@@ -28,18 +30,18 @@ env_mb=6144  # what one environment takes, rounded up (measured: 5.0-5.6 GB)
 budget_mb=${DMPCHECK_TORCHREC_BUDGET_MB:-$budget_mb}
 env_mb=${DMPCHECK_TORCHREC_ENV_MB:-$env_mb}
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 
 # Removes least recently used ready environments (not $1, none used in the last 10 minutes) until
 # the ones left and a new one fit in the budget.
 make_room() {
   local keep=$1 total d removed
   while :; do
+    # One du over them all: a file the environments share as hard links counts once.
     total=0
-    for d in "$root"/torchrec-*/; do
-      [ -d "$d" ] || continue
-      total=$(( total + $(du -sm "$d" | cut -f1) ))
-    done
+    if compgen -G "$root/torchrec-*/" >/dev/null; then
+      total=$(du -smc "$root"/torchrec-*/ | tail -n 1 | cut -f1)
+    fi
     (( total + env_mb <= budget_mb )) && return 0
     # Ready environments, least recently used first (dmpcheck-last-used, else when it was made).
     removed=""
@@ -132,6 +134,10 @@ PY
   then
     echo "ci/torchrec-env.sh: torchrec $trec installed but does not import (see above); not marked ready" >&2
     status=1; exec {lock}>&-; continue
+  fi
+  # Before it is ready, so that no cell runs on it while its files are replaced by links.
+  if [ "${DMPCHECK_TORCHREC_SHARE:-1}" = 1 ]; then
+    "$python" ci/share-env-files.py "$root" "torchrec-$trec" || echo "ci/torchrec-env.sh: sharing files failed (the environment works without it)" >&2
   fi
   mv "$env_dir/dmpcheck-ready.json.tmp" "$env_dir/dmpcheck-ready.json"
   exec {lock}>&-

@@ -410,6 +410,30 @@ int main(int argc, char** argv) {
   fidelity_cmd->add_option("--output", releases.output, "Markdown file to write")->required();
   fidelity_cmd->add_option("--out", releases.out_dir, "Report directory for the runs' JSON")->capture_default_str();
 
+  bool table_no_install = false;
+  auto* table_cmd = app.add_subcommand(
+      "releases",
+      "Run every scenario on every TorchRec release and write the table of what each showed (bug, fixed, absent, "
+      "the release's own error), judged by the expectations each scenario writes for the releases it names; only "
+      "pairs not measured before, or whose scenario changed, run (the measurements are kept in <output>.json). "
+      "Exit: 0 every pair measured, 4 some could not be");
+  table_cmd->add_option("paths", releases.scenario_files, "Scenario files or directories (searched for *.yaml)")
+      ->required()
+      ->check(CLI::ExistingPath);
+  table_cmd
+      ->add_option("--releases", releases.releases,
+                   "Releases oldest first, comma-separated, or a range of pinned ones (0.6.0..1.9.2); default: every "
+                   "release in torchrec_sut/pins.tsv")
+      ->delimiter(',');
+  table_cmd->add_option("--output", releases.output, "The Markdown table to write (its store: the same name, .json)")
+      ->required();
+  table_cmd->add_flag("--fresh", releases.fresh, "Measure every pair again (the store is started anew)");
+  table_cmd->add_flag("--no-install", table_no_install,
+                      "Skip a release that is not installed instead of installing it (within "
+                      "$DMPCHECK_TORCHREC_BUDGET_GB, least recently used environments removed first)");
+  table_cmd->add_option("--out", releases.out_dir, "Report directory (<out>/releases-<release>/...)")
+      ->capture_default_str();
+
   run::WorkerOptions worker;
   worker.bench = bench::bench_worker;
   auto* worker_cmd = app.add_subcommand(
@@ -421,8 +445,9 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (!torchrec_repo.empty()) ::setenv("DMPCHECK_TORCHREC_REPO", torchrec_repo.c_str(), 1);
-  // Where a missing release is installed (run/torchrec_systems.cc reads it): bisect by default.
-  if (install_releases || (*bisect_cmd && !no_install)) ::setenv("DMPCHECK_INSTALL_RELEASES", "1", 1);
+  // Where a missing release is installed (run/torchrec_systems.cc reads it): bisect and releases by default.
+  if (install_releases || (*bisect_cmd && !no_install) || (*table_cmd && !table_no_install))
+    ::setenv("DMPCHECK_INSTALL_RELEASES", "1", 1);
   if (!*worker_cmd) run::install_interrupt_handlers();  // ranks die with their launcher anyway
   // A long command interrupted (Ctrl-C, SIGTERM) says so in its status, whatever it returned.
   auto finish = [](int code) { return run::interrupt_requested() ? 130 : code; };
@@ -442,9 +467,10 @@ int main(int argc, char** argv) {
       bench.backend_given = bench_cmd->get_option("--backend")->count() > 0;
       return finish(command_bench(bench));
     }
-    if (*bisect_cmd || *fidelity_cmd) {
+    if (*bisect_cmd || *fidelity_cmd || *table_cmd) {
       releases.worker_executable = self_executable();
       releases.out = &std::cout;
+      if (*table_cmd) return finish(run::release_table(releases));
       return finish(*bisect_cmd ? run::bisect_releases(releases) : run::measure_fidelity(releases));
     }
     if (*validate_cmd) return command_validate(validate_files);

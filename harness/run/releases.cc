@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "report/console.h"
 #include "report/json.h"
+#include "run/behaviour.h"
 #include "run/launcher.h"
 #include "run/scenario_runner.h"
 #include "run/torchrec_systems.h"
@@ -52,17 +53,6 @@ std::vector<size_t> distinct_cells(const scenario::Scenario& s, std::vector<std:
   return out;
 }
 
-std::string observation(const check::RunResult& r) {
-  if (r.verdict == check::Verdict::kSkipped) return "skipped: " + r.skip_reason;
-  if (r.failure) return fmt::format("error ({}): {}", r.failure->kind, r.failure->message.substr(0, 160));
-  std::vector<std::string> diverged;
-  for (const auto& c : r.replicas) {
-    if (!c.equal && std::find(diverged.begin(), diverged.end(), c.name) == diverged.end()) diverged.push_back(c.name);
-  }
-  if (diverged.empty()) return "replicas equal";
-  return fmt::format("replicas DIVERGE on {} tensor(s): {}", diverged.size(), fmt::join(diverged, ", "));
-}
-
 ScenarioRunOptions cell_options(const ReleaseOptions& options, const std::string& sub) {
   ScenarioRunOptions o;
   o.worker_executable = options.worker_executable;
@@ -82,10 +72,11 @@ struct Point {
   std::string name;    // what the verdict line calls it: "0.8.0", "cc482f8a"
 };
 
-// What a point showed: one observation per distinct cell, or that it could not run.
+// What a point showed: one behaviour per distinct cell (its key, compared between points, and its
+// text, shown), or that it could not run.
 struct Seen {
   bool visited = false, ran = false, error = false, import_failed = false;
-  std::vector<std::string> obs;
+  std::vector<std::string> obs, texts;
 };
 
 // The search itself, over points ordered oldest first.  Among commits, one whose error is neither
@@ -94,7 +85,12 @@ struct Seen {
 class Bisection {
  public:
   Bisection(const ReleaseOptions& options, std::vector<Point> points, std::string sub, bool commits)
-      : options_(options), points_(std::move(points)), seen_(points_.size()), sub_(std::move(sub)), commits_(commits) {}
+      : options_(options),
+        original_(scenario::load_scenario_file(options.scenario_files[0])),
+        points_(std::move(points)),
+        seen_(points_.size()),
+        sub_(std::move(sub)),
+        commits_(commits) {}
 
   const Seen& visit(size_t i) {
     Seen& s = seen_[i];
@@ -102,22 +98,25 @@ class Bisection {
     s.visited = true;
     const scenario::Scenario scenario =
         scenario::load_scenario_file(options_.scenario_files[0], {{"system", points_[i].system}});
+    const auto cells = cells_on_system(original_, scenario);
     labels_.clear();
-    const auto cells = distinct_cells(scenario, &labels_);
+    for (const auto& c : cells) labels_.push_back(c.label);
     const auto start = std::chrono::steady_clock::now();
     bool skipped = false;
     for (size_t c = 0; c < cells.size() && !interrupt_requested(); ++c) {
-      const check::RunResult r = run_cell(scenario, cells[c], cell_options(options_, sub_));
-      skipped = skipped || r.verdict == check::Verdict::kSkipped;
-      s.error = s.error || r.failure.has_value();
+      const check::RunResult r = run_cell(scenario, cells[c].run, cell_options(options_, sub_));
+      const Behaviour b = behaviour_of(cells[c], r);
+      skipped = skipped || b.skipped;
+      s.error = s.error || b.failed;
       s.import_failed = s.import_failed || (r.failure && r.failure->kind == FailureKind::kImport);
-      s.obs.push_back(observation(r));
+      s.obs.push_back(b.key);
+      s.texts.push_back(b.text);
     }
     // A commit whose source does not import over the environment did not run: it is no behaviour.
     s.ran = !skipped && s.obs.size() == cells.size() && !(commits_ && s.import_failed);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     *options_.out << fmt::format("{} ({:.1f} s){}:\n", points_[i].label, seconds, skipped ? ", not tested" : "");
-    for (size_t c = 0; c < s.obs.size(); ++c) *options_.out << fmt::format("  [{}] {}\n", labels_[c], s.obs[c]);
+    for (size_t c = 0; c < s.texts.size(); ++c) *options_.out << fmt::format("  [{}] {}\n", labels_[c], s.texts[c]);
     *options_.out << std::flush;
     return s;
   }
@@ -194,13 +193,14 @@ class Bisection {
   void print_difference(std::ostream& out) const {
     for (size_t c = 0; c < labels_.size() && c < seen_[lo_].obs.size() && c < seen_[hi_].obs.size(); ++c) {
       if (seen_[lo_].obs[c] == seen_[hi_].obs[c]) continue;
-      out << fmt::format("  [{}] {}: {}  ->  {}: {}\n", labels_[c], points_[lo_].name, seen_[lo_].obs[c],
-                         points_[hi_].name, seen_[hi_].obs[c]);
+      out << fmt::format("  [{}] {}: {}  ->  {}: {}\n", labels_[c], points_[lo_].name, seen_[lo_].texts[c],
+                         points_[hi_].name, seen_[hi_].texts[c]);
     }
   }
 
  private:
   const ReleaseOptions& options_;
+  const scenario::Scenario original_;  // as written: the behaviours it names per release
   std::vector<Point> points_;
   std::vector<Seen> seen_;
   std::string sub_;
@@ -283,6 +283,31 @@ int bisect_commits(const ReleaseOptions& options, const TorchRecRepository& repo
 
 }  // namespace
 
+std::vector<std::string> release_list(const std::vector<std::string>& given) {
+  std::vector<std::string> releases = given.empty() ? pinned_releases() : given;
+  // A range of pinned releases, "A..B": every pinned one from A to B.
+  if (given.size() == 1 && given[0].find("..") != std::string::npos) {
+    const std::string& range = given[0];
+    const std::string from = range.substr(0, range.find("..")), to = range.substr(range.find("..") + 2);
+    const auto pinned = pinned_releases();
+    for (const auto& end : {from, to}) {
+      DMP_CHECK(std::find(pinned.begin(), pinned.end(), end) != pinned.end(), ErrorKind::kInvalidInput,
+                "--releases {}: {} is not a pinned release (pinned: {})", range, end, fmt::join(pinned, ", "));
+    }
+    releases.clear();
+    for (const auto& r : pinned) {
+      if (!version_less(r, from) && !version_less(to, r)) releases.push_back(r);
+    }
+  }
+  for (const auto& r : releases) {
+    DMP_CHECK(scenario::System::is_version(r), ErrorKind::kInvalidInput, "--releases: '{}' is not a release X.Y.Z", r);
+  }
+  DMP_CHECK(std::is_sorted(releases.begin(), releases.end(), version_less) &&
+                std::adjacent_find(releases.begin(), releases.end()) == releases.end(),
+            ErrorKind::kInvalidInput, "--releases {}: give them oldest first, each once", fmt::join(releases, ","));
+  return releases;
+}
+
 int bisect_releases(const ReleaseOptions& options) {
   DMP_CHECK(options.scenario_files.size() == 1, ErrorKind::kInvalidInput, "bisect takes one scenario file");
   std::ostream& out = *options.out;
@@ -308,27 +333,7 @@ int bisect_releases(const ReleaseOptions& options) {
     }
     return bisect_commits(options, repo, old_rev, repo.resolve(new_rev).hash, over);
   }
-  std::vector<std::string> releases = options.releases.empty() ? pinned_releases() : options.releases;
-  // A range of pinned releases, "A..B": every pinned one from A to B.
-  if (options.releases.size() == 1 && options.releases[0].find("..") != std::string::npos) {
-    const std::string& range = options.releases[0];
-    const std::string from = range.substr(0, range.find("..")), to = range.substr(range.find("..") + 2);
-    const auto pinned = pinned_releases();
-    for (const auto& end : {from, to}) {
-      DMP_CHECK(std::find(pinned.begin(), pinned.end(), end) != pinned.end(), ErrorKind::kInvalidInput,
-                "--releases {}: {} is not a pinned release (pinned: {})", range, end, fmt::join(pinned, ", "));
-    }
-    releases.clear();
-    for (const auto& r : pinned) {
-      if (!version_less(r, from) && !version_less(to, r)) releases.push_back(r);
-    }
-  }
-  for (const auto& r : releases) {
-    DMP_CHECK(scenario::System::is_version(r), ErrorKind::kInvalidInput, "--releases: '{}' is not a release X.Y.Z", r);
-  }
-  DMP_CHECK(std::is_sorted(releases.begin(), releases.end(), version_less) &&
-                std::adjacent_find(releases.begin(), releases.end()) == releases.end(),
-            ErrorKind::kInvalidInput, "--releases {}: give them oldest first, each once", fmt::join(releases, ","));
+  const std::vector<std::string> releases = release_list(options.releases);
   DMP_CHECK(releases.size() >= 2, ErrorKind::kInvalidInput, "bisect needs at least two releases (--releases A,B,...)");
   // The scenario loads with every release as its system (its own errors surface before anything runs).
   (void)scenario::load_scenario_file(options.scenario_files[0],

@@ -20,6 +20,7 @@ struct ReleaseOptions {
   bool commits = false;
   std::string commit_range;
   std::string over;
+  bool fresh = false;  // releases: measure every pair again, not only what changed
   std::ostream* out = nullptr;
 };
 
@@ -32,6 +33,17 @@ struct ReleaseOptions {
 // Exit: 0 the first point that differs is named; 1 both ends behave the same; 2 bad input; 3 an
 // end could not run; 4 the change lies among points that could not be tested.
 int bisect_releases(const ReleaseOptions& options);
+
+// Every scenario (files, or directories searched for *.yaml) on every release: what it shows there
+// (bug, fixed, absent, the release's own error ...), judged by the expectations it writes for the
+// releases it names, written as a Markdown table to options.output, and kept in the JSON store
+// beside it (<output without .md>.json) so that a later run measures only new pairs and changed
+// scenarios.  Exit: 0 every pair measured, 4 some could not be (a release not installed).
+int release_table(const ReleaseOptions& options);
+
+// The releases `--releases` names, oldest first: a list, a range of pinned ones ("0.6.0..1.9.2"),
+// or, empty, every pinned release.  Error(kInvalidInput) on anything else.
+std::vector<std::string> release_list(const std::vector<std::string>& given);
 
 // Runs the fidelity scenarios (cells with `expect: reference`) on each release and writes the
 // Markdown table of per-table max abs / max rel differences, bitwise or not, to options.output.

@@ -110,6 +110,41 @@ def test_bisect_names_the_release_that_changed(tmp_path):
         assert "first release" not in p.stdout
 
 
+def test_the_release_table_and_bisect_judge_by_what_the_scenario_expects_of_each_release(tmp_path):
+    """TorchRec PR #2015 shows in the comparison with the release's own unsharded model, not in the
+    replicas: `dmpcheck releases` and `bisect` judge each release by the expectations the scenario
+    writes for 0.6.0 (bug) and 1.9.2 (fixed), so 0.7.0 is a bug and the change is named.  A second
+    table run measures nothing again; a changed scenario is measured again."""
+    need("0.6.0", "0.7.0", "1.9.2")
+    scenario = tmp_path / "torchrec-2015.yaml"
+    shutil.copy(os.path.join(ROOT, "scenarios", "regressions", "torchrec-2015-rowwise-adagrad-mean-of-squares.yaml"),
+                scenario)
+    table = tmp_path / "docs" / "releases.md"
+    args = ("releases", str(scenario), "--releases", "0.6.0,0.7.0,1.9.2", "--no-install", "--output", str(table),
+            "--out", str(tmp_path / "reports"))
+    p = dmpcheck(*args)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [line for line in table.read_text().splitlines() if line.startswith("| `torchrec-2015")]
+    assert rows == ["| `torchrec-2015-rowwise-adagrad-mean-of-squares` | **bug** | **bug** | fixed | 1.9.2 (bug → fixed) |"], \
+        table.read_text()
+    store = json.load(open(tmp_path / "docs" / "releases.json"))
+    assert sorted(m["release"] for m in store["measured"]) == ["0.6.0", "0.7.0", "1.9.2"]
+    assert "(as torchrec==0.6.0: bug)" in p.stdout, p.stdout
+    again = dmpcheck(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "3 measured before and unchanged, 0 to run" in again.stdout, again.stdout
+    scenario.write_text(scenario.read_text() + "# changed\n")
+    changed = dmpcheck(*args[:2], "--releases", "1.9.2", *args[4:])
+    assert "0 measured before and unchanged, 1 to run" in changed.stdout, changed.stdout
+    # Bisect compared the replicas alone before, and found 0.6.0 and 1.9.2 the same here.
+    b = dmpcheck("bisect", str(scenario), "--releases", "0.6.0,0.7.0,1.9.2", "--no-install", "--out",
+                 str(tmp_path / "bisect"))
+    assert b.returncode == 0, b.stdout + b.stderr
+    assert "first release that behaves differently: 1.9.2" in b.stdout, b.stdout
+    assert re.search(r"\[default\] 0.7.0: replicas equal \(as torchrec==0.6.0: bug\)  ->  1.9.2: replicas equal "
+                     r"\(as torchrec==1.9.2: fixed\)", b.stdout), b.stdout
+
+
 def test_bisect_installs_the_releases_it_visits_and_one_that_fails_is_never_the_answer(tmp_path):
     """A range of pinned releases, 0.6.0..0.8.0, installed as the search visits them (an installer
     standing in for ci/torchrec-env.sh fails on 0.8.0 and links the real 0.7.0): the end that

@@ -1,0 +1,168 @@
+#include "run/behaviour.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "check/expectations.h"
+#include "run/torchrec_systems.h"
+#include "scenario/system.h"
+
+namespace dmpcheck::run {
+namespace {
+
+using Cell = std::vector<std::pair<std::string, std::string>>;
+
+// The cell's matrix assignments without the ones a system replaces.
+Cell without_system(const Cell& cell) {
+  Cell out;
+  for (const auto& kv : cell) {
+    if (kv.first != "system" && kv.first != "profile") out.push_back(kv);
+  }
+  return out;
+}
+
+std::string label_of(const Cell& cell) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : cell) parts.push_back(k + "=" + v);
+  return parts.empty() ? std::string("default") : fmt::format("{}", fmt::join(parts, " "));
+}
+
+// Whether every assignment of `part` is in `whole` (a reference cell lacks the torchrec.* axes).
+bool within(const Cell& part, const Cell& whole) {
+  return std::all_of(part.begin(), part.end(),
+                     [&](const auto& kv) { return std::find(whole.begin(), whole.end(), kv) != whole.end(); });
+}
+
+// "bug", "fixed", ... : the status's first words, without the why of "not runnable: <why>".
+std::string status_word(const std::string& status) { return status.substr(0, status.find(':')); }
+
+std::string system_of(const Cell& cell) {
+  for (const auto& [k, v] : cell)
+    if (k == "system") return v;
+  return scenario::System{}.name();
+}
+
+}  // namespace
+
+std::string observation(const check::RunResult& r) {
+  if (r.verdict == check::Verdict::kSkipped) return "skipped: " + r.skip_reason;
+  if (r.failure) return fmt::format("error ({}): {}", r.failure->kind, r.failure->message.substr(0, 160));
+  std::vector<std::string> diverged;
+  for (const auto& c : r.replicas) {
+    if (!c.equal && std::find(diverged.begin(), diverged.end(), c.name) == diverged.end()) diverged.push_back(c.name);
+  }
+  if (diverged.empty()) return "replicas equal";
+  return fmt::format("replicas DIVERGE on {} tensor(s): {}", diverged.size(), fmt::join(diverged, ", "));
+}
+
+bool meets(const scenario::Expectation& expect, const check::RunResult& r, std::string* why_not) {
+  std::string why;
+  bool held = false;
+  if (r.failure) {
+    held = expect.error && expect.error->matches(r.failure->kind, r.failure->message);
+    if (!held) {
+      why = expect.error ? fmt::format("expected {}, got a {} error", expect.error->describe(), r.failure->kind)
+                         : fmt::format("a {} error", r.failure->kind);
+    }
+  } else if (expect.error) {
+    why = fmt::format("expected {}, and it ran without one", expect.error->describe());
+  } else {
+    const check::ExpectationResult e = check::evaluate_expectation(expect, r);
+    held = e.held;
+    if (!held) why = e.failures.empty() ? e.description : e.failures.front();
+  }
+  if (why_not) *why_not = why;
+  return held;
+}
+
+std::vector<CellOnSystem> cells_on_system(const scenario::Scenario& original, const scenario::Scenario& replaced) {
+  std::map<std::string, std::string> status;  // "torchrec==0.6.0" -> "bug"
+  std::string bug_profile, fix_profile;
+  if (original.reproduces) {
+    for (const auto& [system, s] : original.reproduces->releases) status[system] = status_word(s);
+    bug_profile = original.reproduces->bug_profile;
+    fix_profile = original.reproduces->fix_profile;
+  }
+  std::vector<CellOnSystem> out;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < replaced.runs.size(); ++i) {
+    const Cell cell = without_system(replaced.runs[i].cell);
+    CellOnSystem c;
+    c.label = label_of(cell);
+    if (!seen.insert(c.label).second) continue;
+    c.run = i;
+    // The behaviours the scenario names for this cell, newest release first.
+    // A scenario that names no release's behaviour (a modelled bug no release is known to have):
+    // its release cells' expectations are what a release is written to show.
+    const bool names_releases = !status.empty();
+    std::optional<scenario::System> newest;
+    std::vector<NamedBehaviour> profiles;
+    for (const auto& run : original.runs) {
+      if (!within(without_system(run.cell), cell)) continue;
+      if (run.system.kind == scenario::System::Kind::kRelease) {
+        const auto it = status.find(run.system.name());
+        if (names_releases && it == status.end()) continue;
+        c.named.push_back({run.system.name(), names_releases ? it->second : "as written", run.expect});
+        // The run to execute: the one written for the newest release named.
+        if (!newest || version_less(newest->version, run.system.version)) {
+          for (size_t j = 0; j < replaced.runs.size(); ++j) {
+            if (without_system(replaced.runs[j].cell) == cell &&
+                system_of(replaced.runs[j].cell) == run.system.name()) {
+              c.run = j;
+              newest = run.system;
+            }
+          }
+        }
+      } else if (run.system.kind == scenario::System::Kind::kReference && !bug_profile.empty() &&
+                 (run.profile.name == bug_profile || run.profile.name == fix_profile)) {
+        profiles.push_back(
+            {"profile " + run.profile.name, run.profile.name == bug_profile ? "bug" : "fixed", run.expect});
+      }
+    }
+    // The profiles model the report in the reference, whose cells lack the torchrec axes: they judge a
+    // cell only where no release's behaviour is named for it.
+    if (c.named.empty()) c.named = std::move(profiles);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& r) {
+  Behaviour b;
+  const std::string seen = observation(r);
+  b.skipped = r.verdict == check::Verdict::kSkipped;
+  b.failed = r.failure.has_value();
+  if (b.skipped || cell.named.empty()) {
+    b.key = b.skipped ? "skipped" : "other: " + seen;
+    b.text = seen;
+    return b;
+  }
+  std::vector<std::string> as, words, first_why;
+  for (const auto& n : cell.named) {
+    std::string why;
+    if (meets(n.expect, r, &why)) {
+      as.push_back(fmt::format("{}: {}", n.system, n.status));
+      if (std::find(words.begin(), words.end(), n.status) == words.end()) words.push_back(n.status);
+    } else if (first_why.empty()) {
+      first_why.push_back(fmt::format("{} ({})", why, n.system));
+    }
+  }
+  if (words.size() == 1) {
+    b.key = words[0];
+    b.text = fmt::format("{} (as {})", seen, fmt::join(as, ", "));
+  } else if (words.size() > 1) {
+    b.key = "undecided";
+    b.text = fmt::format("{} (as {}: this cell does not tell them apart)", seen, fmt::join(as, " and "));
+  } else {
+    b.key = "other: " + seen;
+    b.text = fmt::format("{} (as none of the behaviours named: {})", seen, first_why.front());
+  }
+  return b;
+}
+
+}  // namespace dmpcheck::run

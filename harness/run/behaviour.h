@@ -1,0 +1,60 @@
+// What a scenario's cells show when they run on a system other than the one they were written
+// for: the behaviour `dmpcheck bisect` compares between points and `dmpcheck releases` tabulates.
+//
+// A regression scenario says, release by release, what a real TorchRec showed (reproduces.releases:
+// bug, fixed, absent, not runnable ...), and its cells on those releases carry the expectations
+// that check it.  Run on another release or commit, a cell is judged against each of those
+// expectations in turn: meeting only the bug release's is "bug", only the fixed one's "fixed".  So
+// a report that shows in a global_model comparison, not in the replicas, is still told apart.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "check/run_result.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::run {
+
+// A behaviour the scenario names for one of its cells: what real `system` showed, and the
+// expectations that check it there.
+struct NamedBehaviour {
+  std::string system;  // "torchrec==0.6.0", or "profile torchrec-0.6" for a reference profile
+  // "bug", "fixed", "absent", "not runnable", "not reproduced", or "as written" where the scenario
+  // names no release's behaviour (its release cells' expectations are what a release should show)
+  std::string status;
+  scenario::Expectation expect;
+};
+
+// One distinct cell of a scenario (its matrix cell without `system` and `profile`), on the system
+// that replaced the scenario's own.
+struct CellOnSystem {
+  std::string label;  // "init.mode=unseeded", or "default"
+  size_t run = 0;     // the run of the replaced scenario that is executed
+  std::vector<NamedBehaviour> named;
+};
+
+// `original`: the scenario as written; `replaced`: the same file loaded with `system` overridden.
+// The run executed for a cell is the one written for the newest release the scenario names, so it
+// asks for the comparisons that release's expectations judge.
+std::vector<CellOnSystem> cells_on_system(const scenario::Scenario& original, const scenario::Scenario& replaced);
+
+struct Behaviour {
+  // Compared between points: "bug", "fixed", "absent", "not runnable", "not reproduced",
+  // "undecided" (the result meets the expectations of two behaviours), or, where it meets none or
+  // the scenario names none, "other: " and the observation.
+  std::string key;
+  std::string text;  // shown: the observation, then which named behaviour it is
+  bool skipped = false;
+  bool failed = false;  // a rank failed (the release's own error, unless a named behaviour expects it)
+};
+
+Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& result);
+
+// "replicas equal", "replicas DIVERGE on 2 tensor(s): a, b", "error (torchrec): ...", "skipped: ...".
+std::string observation(const check::RunResult& result);
+
+// Whether `result` meets `expect`: a failure only where it expects that failure.
+bool meets(const scenario::Expectation& expect, const check::RunResult& result, std::string* why_not = nullptr);
+
+}  // namespace dmpcheck::run

@@ -1,0 +1,285 @@
+// `dmpcheck releases`: every regression scenario on every pinned release, as one Markdown table
+// (docs/releases.md), kept beside a JSON file of what each (scenario, release) showed, so that a
+// second run measures only what changed (a scenario's text, a release not run before).
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "common/digest.h"
+#include "common/error.h"
+#include "report/json.h"
+#include "run/behaviour.h"
+#include "run/launcher.h"
+#include "run/releases.h"
+#include "run/scenario_runner.h"
+#include "run/suite.h"
+#include "run/torchrec_systems.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::run {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int kStoreFormat = 1;
+
+// What one scenario showed on one release, cell by cell.
+struct Measured {
+  std::string scenario, digest, release, torch;
+  double seconds = 0;
+  struct Cell {
+    std::string label, key, text;
+    bool named = false, failed = false, skipped = false;
+  };
+  std::vector<Cell> cells;
+};
+
+void to_json(json& j, const Measured::Cell& c) {
+  j = json{{"label", c.label}, {"key", c.key},       {"text", c.text},
+           {"named", c.named}, {"failed", c.failed}, {"skipped", c.skipped}};
+}
+void from_json(const json& j, Measured::Cell& c) {
+  j.at("label").get_to(c.label);
+  j.at("key").get_to(c.key);
+  j.at("text").get_to(c.text);
+  j.at("named").get_to(c.named);
+  j.at("failed").get_to(c.failed);
+  j.at("skipped").get_to(c.skipped);
+}
+void to_json(json& j, const Measured& m) {
+  j = json{{"scenario", m.scenario}, {"digest", m.digest},   {"release", m.release},
+           {"torch", m.torch},       {"seconds", m.seconds}, {"cells", m.cells}};
+}
+void from_json(const json& j, Measured& m) {
+  j.at("scenario").get_to(m.scenario);
+  j.at("digest").get_to(m.digest);
+  j.at("release").get_to(m.release);
+  j.at("torch").get_to(m.torch);
+  j.at("seconds").get_to(m.seconds);
+  j.at("cells").get_to(m.cells);
+}
+
+std::string digest_of(const std::string& text) {
+  const auto d = sha256(text);
+  return to_hex(d.data(), 8);
+}
+
+// The store: one entry per (scenario, release), the newest measurement.
+class Store {
+ public:
+  explicit Store(std::string path) : path_(std::move(path)) {
+    if (!fs::exists(path_)) return;
+    std::ifstream in(path_);
+    json j;
+    try {
+      in >> j;
+      DMP_CHECK(j.at("format").get<int>() == kStoreFormat, ErrorKind::kInvalidInput, "format {} is not {}",
+                j.at("format").get<int>(), kStoreFormat);
+      for (const auto& e : j.at("measured")) {
+        Measured m = e.get<Measured>();
+        entries_[{m.scenario, m.release}] = m;
+      }
+    } catch (const std::exception& e) {
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{}: not a release table's store ({}); remove it, or run with --fresh", path_, e.what()));
+    }
+  }
+  const Measured* find(const std::string& scenario, const std::string& release) const {
+    const auto it = entries_.find({scenario, release});
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+  void put(const Measured& m) {
+    entries_[{m.scenario, m.release}] = m;
+    json all = json::array();
+    for (const auto& [key, e] : entries_) all.push_back(e);
+    report::write_text_file_atomically(path_, json{{"format", kStoreFormat}, {"measured", all}}.dump(1) + "\n");
+  }
+
+ private:
+  std::string path_;
+  std::map<std::pair<std::string, std::string>, Measured> entries_;
+};
+
+// One scenario on one release, in a word: "bug", "no bug", "error", "differs", "not runnable",
+// "not reproduced", "undecided", "not run".
+std::string word_of(const Measured& m) {
+  auto any = [&](auto pred) { return std::any_of(m.cells.begin(), m.cells.end(), pred); };
+  const bool named = any([](const Measured::Cell& c) { return c.named; });
+  auto judged = [&](const Measured::Cell& c) { return c.named || !named; };
+  if (any([&](const Measured::Cell& c) { return judged(c) && c.key == "bug"; })) return "bug";
+  if (std::all_of(m.cells.begin(), m.cells.end(), [](const Measured::Cell& c) { return c.skipped; })) return "not run";
+  if (any([&](const Measured::Cell& c) { return judged(c) && c.failed && c.key.rfind("other", 0) == 0; }))
+    return "error";
+  if (named && any([&](const Measured::Cell& c) { return c.named && c.key.rfind("other", 0) == 0; })) return "differs";
+  if (any([&](const Measured::Cell& c) { return judged(c) && c.key == "not runnable"; })) return "not runnable";
+  if (any([&](const Measured::Cell& c) { return judged(c) && (c.key == "fixed" || c.key == "absent"); }))
+    return "no bug";
+  if (any([&](const Measured::Cell& c) { return judged(c) && c.key == "not reproduced"; })) return "not reproduced";
+  if (any([&](const Measured::Cell& c) { return judged(c) && c.key == "as written"; })) return "as written";
+  return named ? "undecided" : "ran";
+}
+
+Measured measure(const scenario::Scenario& original, const std::string& release, const ReleaseOptions& options) {
+  Measured m;
+  m.scenario = original.name;
+  m.digest = digest_of(original.source_text);
+  m.release = release;
+  const auto start = std::chrono::steady_clock::now();
+  scenario::Scenario replaced;
+  try {
+    replaced = scenario::load_scenario_file(original.file, {{"system", scenario::System::release(release).name()}});
+  } catch (const Error& e) {
+    // The file cannot describe a release cell (a reference-only expectation, say): one failed cell.
+    m.cells.push_back({"default", "other: cannot run on a release", e.what(), false, true, false});
+    return m;
+  }
+  ScenarioRunOptions o;
+  o.worker_executable = options.worker_executable;
+  o.out_dir = options.out_dir + "/releases-" + release;
+  o.echo_rank_output = false;
+  for (const auto& cell : cells_on_system(original, replaced)) {
+    if (interrupt_requested()) break;
+    const check::RunResult r = run_cell(replaced, cell.run, o);
+    const Behaviour b = behaviour_of(cell, r);
+    if (m.torch.empty() && !r.system.torch.empty()) m.torch = r.system.torch;
+    m.cells.push_back({cell.label, b.key, b.text, !cell.named.empty(), b.failed, b.skipped});
+  }
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return m;
+}
+
+std::string escape_cell(std::string s) {
+  for (size_t at = s.find('|'); at != std::string::npos; at = s.find('|', at + 2)) s.replace(at, 1, "\\|");
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+}  // namespace
+
+int release_table(const ReleaseOptions& options) {
+  std::ostream& out = *options.out;
+  DMP_CHECK(!options.output.empty(), ErrorKind::kInvalidInput, "releases needs --output FILE.md");
+  const std::vector<std::string> releases = release_list(options.releases);
+  const std::vector<std::string> files = collect_scenario_files(options.scenario_files);
+  DMP_CHECK(!files.empty(), ErrorKind::kInvalidInput, "releases: no scenario files (*.yaml) under {}",
+            fmt::join(options.scenario_files, ", "));
+  std::vector<scenario::Scenario> scenarios;
+  for (const auto& f : files) scenarios.push_back(scenario::load_scenario_file(f));  // bad input before any run
+  std::string store_path = options.output;
+  if (store_path.size() > 3 && store_path.compare(store_path.size() - 3, 3, ".md") == 0)
+    store_path.resize(store_path.size() - 3);
+  store_path += ".json";
+  if (options.fresh && fs::exists(store_path)) fs::remove(store_path);
+  Store store(store_path);
+
+  size_t to_run = 0;
+  for (const auto& r : releases)
+    for (const auto& s : scenarios) {
+      const Measured* m = store.find(s.name, r);
+      if (!m || m->digest != digest_of(s.source_text)) ++to_run;
+    }
+  out << fmt::format(
+             "releases: {} scenario(s) x {} release(s) ({} to {}); {} measured before and unchanged, {} to run; "
+             "store {}\n",
+             scenarios.size(), releases.size(), releases.front(), releases.back(),
+             scenarios.size() * releases.size() - to_run, to_run, store_path)
+      << std::flush;
+  const auto start = std::chrono::steady_clock::now();
+  size_t done = 0;
+  // Release by release: each environment is needed once (and may be installed, and later evicted).
+  for (const auto& release : releases) {
+    for (const auto& s : scenarios) {
+      if (interrupt_requested()) break;
+      const Measured* before = store.find(s.name, release);
+      if (before && before->digest == digest_of(s.source_text)) continue;
+      const Measured m = measure(s, release, options);
+      ++done;
+      const std::string word = word_of(m);
+      out << fmt::format("[{}/{}] torchrec {} {}: {} ({:.1f} s)\n", done, to_run, release, s.name, word, m.seconds);
+      for (const auto& c : m.cells) out << fmt::format("    [{}] {}\n", c.label, c.text);
+      out << std::flush;
+      // A release that did not run (not installed, --no-install) is not recorded: the next run tries again.
+      if (word != "not run" && !interrupt_requested()) store.put(m);
+    }
+  }
+
+  // The table, from the store (this run's measurements and the earlier ones still valid).
+  std::string md;
+  md += "# Every regression scenario on every TorchRec release\n\n";
+  md += "Generated by one command; do not edit by hand. To bring it up to date (it runs only what is not measured "
+        "yet, or whose scenario changed; `--fresh` runs everything; a release not installed is installed within "
+        "`$DMPCHECK_TORCHREC_BUDGET_GB`):\n\n";
+  md += fmt::format("```bash\nbuild/harness/dmpcheck releases {} --output {}\n```\n\n",
+                    fmt::join(options.scenario_files, " "), options.output);
+  md += "Each scenario's cells run on each release, its `system` replaced, and each cell is judged against the "
+        "expectations the scenario writes for the releases (or reference profiles) it names in "
+        "`reproduces.releases`: **bug** meets those of a release where the report shows; **fixed** / **absent** meets "
+        "those of a release where it does not (fixed where an older release shows the bug, absent where none does); "
+        "**error** the release failed in a way no named release does (its own error, in the notes); **differs** it "
+        "ran and meets none of them; **not runnable** it fails as a release the scenario marks not runnable; "
+        "**undecided** its cells cannot tell the named behaviours apart there; **as written** it meets what the file's "
+        "release cells expect, in a scenario that names no release's behaviour (a bug modelled in the reference that "
+        "no release is known to have); **-** not measured. Changes: the "
+        "releases where the word changes from the release before.\n\n";
+  md += fmt::format("| scenario | {} | changes |\n", fmt::join(releases, " | "));
+  md += "|---|";
+  for (size_t i = 0; i < releases.size(); ++i) md += ":-:|";
+  md += "---|\n";
+  std::string notes;
+  std::set<std::string> torch_lines;
+  size_t measured = 0;
+  for (const auto& s : scenarios) {
+    std::vector<std::string> words;
+    bool seen_bug = false;
+    std::string changes, previous, previous_release;
+    std::map<std::string, std::vector<std::string>> detail;  // text -> releases
+    for (const auto& release : releases) {
+      const Measured* m = store.find(s.name, release);
+      if (!m || m->digest != digest_of(s.source_text)) {
+        words.push_back("-");
+        continue;
+      }
+      ++measured;
+      if (!m->torch.empty()) torch_lines.insert(fmt::format("{} (torch {})", release, m->torch));
+      std::string w = word_of(*m);
+      if (w == "no bug") w = seen_bug ? "fixed" : "absent";
+      if (w == "bug") seen_bug = true;
+      if (!previous.empty() && w != previous) {
+        changes += fmt::format("{}{} ({} → {})", changes.empty() ? "" : "; ", release, previous, w);
+      }
+      previous = w;
+      previous_release = release;
+      words.push_back(w == "bug" ? "**bug**" : w);
+      if (w != "bug" && w != "fixed" && w != "absent") {
+        for (const auto& c : m->cells) {
+          if (c.named || w == "ran") detail[fmt::format("[{}] {}", c.label, c.text)].push_back(release);
+        }
+      }
+    }
+    md += fmt::format("| `{}` | {} | {} |\n", s.name, fmt::join(words, " | "), changes.empty() ? "none" : changes);
+    if (!detail.empty()) {
+      notes += fmt::format("- `{}`:\n", s.name);
+      for (const auto& [text, rs] : detail)
+        notes += fmt::format("  - {}: {}\n", fmt::join(rs, ", "), escape_cell(text));
+    }
+  }
+  md += fmt::format("\n{} of {} (scenario, release) pairs measured. Releases and the torch each ran with: {}.\n",
+                    measured, scenarios.size() * releases.size(), fmt::join(torch_lines, ", "));
+  if (!notes.empty()) md += "\n## Notes: what the cells showed where the word is not bug, fixed or absent\n\n" + notes;
+  report::write_text_file_atomically(options.output, md);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out << fmt::format("releases: {} run now in {:.0f} s; {} of {} pairs measured; written to {}\n", done, seconds,
+                     measured, scenarios.size() * releases.size(), options.output);
+  return measured == scenarios.size() * releases.size() ? 0 : 4;
+}
+
+}  // namespace dmpcheck::run

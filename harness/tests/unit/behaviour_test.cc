@@ -1,0 +1,137 @@
+// How a cell run on another release is judged (run/behaviour.h): against the expectations the
+// scenario writes for each release it names.  Results are made here; nothing is launched.
+#include <gtest/gtest.h>
+
+#include "run/behaviour.h"
+#include "scenario/scenario.h"
+#include "test_util.h"
+
+namespace dmpcheck::run {
+namespace {
+
+using dmpcheck::testing::contains;
+
+// A report that shows as a divergence on 0.6.0 and is fixed on 1.9.2, with a cell (seeded) that
+// cannot tell them apart, and a reference profile that models it.
+constexpr const char* kScenario = R"(version: 1
+name: behaviour-test
+reproduces:
+  url: https://example.invalid/1
+  bug_profile: torchrec-0.6
+  fix_profile: current
+  releases:
+    torchrec==0.6.0: bug
+    torchrec==1.9.2: fixed
+world_size: 2
+steps: 1
+init: {mode: unseeded, seed: 3}
+tables:
+  - {name: t, rows: 8, dim: 4, features: [f], sharding: {types: [data_parallel]}}
+optimizers:
+  sparse: {type: sgd, lr: 0.1}
+  dense: {type: sgd, lr: 0.1}
+matrix:
+  system: [reference, torchrec==0.6.0, torchrec==1.9.2]
+  profile: [torchrec-0.6, current]
+  init.mode: [seeded, unseeded]
+expect:
+  - when: {init.mode: seeded}
+    replicas: equal
+  - when: {system: torchrec==0.6.0}
+    replicas: diverge
+    diverged: [t]
+  - when: {profile: torchrec-0.6}
+    replicas: diverge
+    diverged: [t]
+  - replicas: equal
+)";
+
+check::RunResult with_replicas(bool equal) {
+  check::RunResult r;
+  r.verdict = check::Verdict::kPass;
+  for (const char* phase : {"init", "final"}) {
+    check::TensorCheck c;
+    c.name = "ebc.embedding_bags.t.weight";
+    c.sharding = "data_parallel";
+    c.phase = phase;
+    c.equal = equal;
+    c.numel = 32;
+    r.replicas.push_back(c);
+  }
+  return r;
+}
+
+class BehaviourTest : public ::testing::Test {
+ protected:
+  const scenario::Scenario original_ = scenario::load_scenario_text(kScenario, "behaviour.yaml");
+  const scenario::Scenario replaced_ =
+      scenario::load_scenario_text(kScenario, "behaviour.yaml", {{"system", "torchrec==0.7.0"}});
+  const std::vector<CellOnSystem> cells_ = cells_on_system(original_, replaced_);
+  const CellOnSystem& cell(const std::string& label) {
+    for (const auto& c : cells_)
+      if (c.label == label) return c;
+    ADD_FAILURE() << "no cell " << label;
+    return cells_.front();
+  }
+};
+
+TEST_F(BehaviourTest, EachDistinctCellIsNamedByTheReleasesTheScenarioNames) {
+  ASSERT_EQ(cells_.size(), 2u);
+  const CellOnSystem& unseeded = cell("init.mode=unseeded");
+  // The releases named, not the reference profiles: they judge only where no release is named.
+  ASSERT_EQ(unseeded.named.size(), 2u);
+  EXPECT_EQ(unseeded.named[0].system, "torchrec==0.6.0");
+  EXPECT_EQ(unseeded.named[0].status, "bug");
+  EXPECT_EQ(unseeded.named[1].status, "fixed");
+  // The run executed is the one written for the newest release named.
+  EXPECT_TRUE(contains(replaced_.runs[unseeded.run].name, "torchrec==1.9.2")) << replaced_.runs[unseeded.run].name;
+}
+
+TEST_F(BehaviourTest, AResultIsTheBehaviourWhoseExpectationsItMeets) {
+  const CellOnSystem& unseeded = cell("init.mode=unseeded");
+  const Behaviour bug = behaviour_of(unseeded, with_replicas(false));
+  EXPECT_EQ(bug.key, "bug");
+  EXPECT_TRUE(contains(bug.text, "replicas DIVERGE")) << bug.text;
+  EXPECT_TRUE(contains(bug.text, "as torchrec==0.6.0: bug")) << bug.text;
+  EXPECT_EQ(behaviour_of(unseeded, with_replicas(true)).key, "fixed");
+  // A cell whose expectations are the same on both: it decides nothing.
+  EXPECT_EQ(behaviour_of(cell("init.mode=seeded"), with_replicas(true)).key, "undecided");
+}
+
+TEST_F(BehaviourTest, AnErrorNoReleaseExpectsIsTheReleasesOwnAndSkipsAreNotBehaviours) {
+  check::RunResult failed;
+  failed.verdict = check::Verdict::kError;
+  failed.failure = check::RankFailure{1, FailureKind::kTorchRec, "exited with status 1", "RuntimeError: boom", {}};
+  const Behaviour b = behaviour_of(cell("init.mode=unseeded"), failed);
+  EXPECT_TRUE(b.failed);
+  EXPECT_EQ(b.key.rfind("other: error", 0), 0u) << b.key;
+  EXPECT_TRUE(contains(b.text, "as none of the behaviours named")) << b.text;
+  check::RunResult skipped;
+  skipped.verdict = check::Verdict::kSkipped;
+  skipped.skip_reason = "torchrec 0.7.0 is not installed";
+  const Behaviour s = behaviour_of(cell("init.mode=unseeded"), skipped);
+  EXPECT_TRUE(s.skipped);
+  EXPECT_EQ(s.key, "skipped");
+}
+
+TEST(Behaviour, AScenarioThatNamesNoReleaseJudgesByItsReleaseCells) {
+  const std::string text = R"(version: 1
+name: modelled-only
+world_size: 2
+tables:
+  - {name: t, rows: 8, dim: 4, features: [f], sharding: {types: [table_wise]}}
+matrix:
+  system: [reference, torchrec==1.9.2]
+expect:
+  - replicas: equal
+)";
+  const auto original = scenario::load_scenario_text(text, "m.yaml");
+  const auto replaced = scenario::load_scenario_text(text, "m.yaml", {{"system", "torchrec==1.0.0"}});
+  const auto cells = cells_on_system(original, replaced);
+  ASSERT_EQ(cells.size(), 1u);
+  EXPECT_EQ(behaviour_of(cells[0], with_replicas(true)).key, "as written");
+  EXPECT_EQ(behaviour_of(cells[0], with_replicas(false)).key.rfind("other: replicas DIVERGE", 0), 0u);
+}
+
+}  // namespace
+}  // namespace dmpcheck::run
