@@ -428,6 +428,11 @@ int main(int argc, char** argv) {
   table_cmd->add_option("--output", releases.output, "The Markdown table to write (its store: the same name, .json)")
       ->required();
   table_cmd->add_flag("--fresh", releases.fresh, "Measure every pair again (the store is started anew)");
+  table_cmd->add_flag("--commits", releases.table_commits,
+                      "Where a bug appears or goes between two releases whose tags the repository has, bisect the "
+                      "commits between them and name the first that behaves as the newer release (needs "
+                      "--torchrec-repo)");
+  table_cmd->add_option("--torchrec-repo", torchrec_repo, kTorchRecRepoHelp);
   table_cmd->add_flag("--no-install", table_no_install,
                       "Skip a release that is not installed instead of installing it (within "
                       "$DMPCHECK_TORCHREC_BUDGET_GB, least recently used environments removed first)");

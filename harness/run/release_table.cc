@@ -88,6 +88,7 @@ class Store {
         Measured m = e.get<Measured>();
         entries_[{m.scenario, m.release}] = m;
       }
+      if (j.contains("commits")) j.at("commits").get_to(commits_);
     } catch (const std::exception& e) {
       throw_error(ErrorKind::kInvalidInput,
                   fmt::format("{}: not a release table's store ({}); remove it, or run with --fresh", path_, e.what()));
@@ -99,14 +100,28 @@ class Store {
   }
   void put(const Measured& m) {
     entries_[{m.scenario, m.release}] = m;
-    json all = json::array();
-    for (const auto& [key, e] : entries_) all.push_back(e);
-    report::write_text_file_atomically(path_, json{{"format", kStoreFormat}, {"measured", all}}.dump(1) + "\n");
+    save();
+  }
+  // The commit bisection of one change: "<scenario> <from>..<to>" -> what it found.
+  const json* commit(const std::string& key) const {
+    const auto it = commits_.find(key);
+    return it == commits_.end() ? nullptr : &it->second;
+  }
+  void put_commit(const std::string& key, json found) {
+    commits_[key] = std::move(found);
+    save();
   }
 
  private:
+  void save() const {
+    json all = json::array();
+    for (const auto& [key, e] : entries_) all.push_back(e);
+    report::write_text_file_atomically(
+        path_, json{{"format", kStoreFormat}, {"measured", all}, {"commits", commits_}}.dump(1) + "\n");
+  }
   std::string path_;
   std::map<std::pair<std::string, std::string>, Measured> entries_;
+  std::map<std::string, json> commits_;
 };
 
 // One scenario on one release, in a word: "bug", "no bug", "error", "differs", "not runnable",
@@ -161,6 +176,82 @@ std::string escape_cell(std::string s) {
   for (size_t at = s.find('|'); at != std::string::npos; at = s.find('|', at + 2)) s.replace(at, 1, "\\|");
   std::replace(s.begin(), s.end(), '\n', ' ');
   return s;
+}
+
+// A scenario's row: its word on each release ("-" where not measured) and where the word changes.
+struct Row {
+  std::vector<std::string> words;
+  struct Change {
+    std::string from, to, was, is;
+  };
+  std::vector<Change> changes;
+  std::map<std::string, std::vector<std::string>> detail;  // "[label] text" -> the releases it was seen on
+  std::set<std::string> torch;
+  size_t measured = 0;
+};
+
+Row row_of(const scenario::Scenario& s, const std::vector<std::string>& releases, const Store& store) {
+  Row row;
+  bool seen_bug = false;
+  std::string previous, previous_release;
+  for (const auto& release : releases) {
+    const Measured* m = store.find(s.name, release);
+    if (!m || m->digest != digest_of(s.source_text)) {
+      row.words.push_back("-");
+      continue;
+    }
+    ++row.measured;
+    if (!m->torch.empty()) row.torch.insert(fmt::format("{} (torch {})", release, m->torch));
+    std::string w = word_of(*m);
+    if (w == "no bug") w = seen_bug ? "fixed" : "absent";
+    if (w == "bug") seen_bug = true;
+    if (!previous.empty() && w != previous) row.changes.push_back({previous_release, release, previous, w});
+    previous = w;
+    previous_release = release;
+    row.words.push_back(w);
+    if (w != "bug" && w != "fixed" && w != "absent") {
+      for (const auto& c : m->cells) {
+        if (c.named || w == "ran") row.detail[fmt::format("[{}] {}", c.label, c.text)].push_back(release);
+      }
+    }
+  }
+  return row;
+}
+
+std::string commit_key(const std::string& scenario, const Row::Change& c) {
+  return fmt::format("{} {}..{}", scenario, c.from, c.to);
+}
+
+// Where a bug appears or goes between two releases whose tags the repository has: the commit.
+void find_commits(const std::vector<scenario::Scenario>& scenarios, const std::vector<std::string>& releases,
+                  Store& store, const ReleaseOptions& options) {
+  for (const auto& s : scenarios) {
+    for (const auto& c : row_of(s, releases, store).changes) {
+      if (interrupt_requested()) return;
+      if (c.was != "bug" && c.is != "bug") continue;
+      const std::string key = commit_key(s.name, c);
+      const json* before = store.commit(key);
+      if (before && before->at("digest") == digest_of(s.source_text)) continue;
+      ReleaseOptions o = options;
+      o.scenario_files = {s.file};
+      o.out_dir = options.out_dir + "/commits";
+      *options.out << fmt::format("releases: {}: {} on {}, {} on {}: the commits between\n", s.name, c.was, c.from,
+                                  c.is, c.to)
+                   << std::flush;
+      Commit found;
+      int status = 0;
+      try {
+        status = first_commit_between(o, c.from, c.to, &found);
+      } catch (const Error& e) {
+        *options.out << fmt::format("releases: {}: no commit bisection: {}\n", key, e.what());
+        return;  // no repository: nothing more to find
+      }
+      if (status == 2) continue;  // a tag the repository lacks: not recorded, nothing to say
+      json j{{"digest", digest_of(s.source_text)}, {"status", status}};
+      if (status == 0) j.update({{"hash", found.hash}, {"subject", found.subject}, {"date", found.date}});
+      if (!interrupt_requested()) store.put_commit(key, j);
+    }
+  }
 }
 
 }  // namespace
@@ -218,8 +309,9 @@ int release_table(const ReleaseOptions& options) {
   md += "Generated by one command; do not edit by hand. To bring it up to date (it runs only what is not measured "
         "yet, or whose scenario changed; `--fresh` runs everything; a release not installed is installed within "
         "`$DMPCHECK_TORCHREC_BUDGET_GB`):\n\n";
-  md += fmt::format("```bash\nbuild/harness/dmpcheck releases {} --output {}\n```\n\n",
-                    fmt::join(options.scenario_files, " "), options.output);
+  md += fmt::format("```bash\nbuild/harness/dmpcheck releases {} --output {}{}\n```\n\n",
+                    fmt::join(options.scenario_files, " "), options.output,
+                    options.table_commits ? " --commits --torchrec-repo ../shared/torchrec.bundle" : "");
   md += "Each scenario's cells run on each release, its `system` replaced, and each cell is judged against the "
         "expectations the scenario writes for the releases (or reference profiles) it names in "
         "`reproduces.releases`: **bug** meets those of a release where the report shows; **fixed** / **absent** meets "
@@ -229,46 +321,39 @@ int release_table(const ReleaseOptions& options) {
         "**undecided** its cells cannot tell the named behaviours apart there; **as written** it meets what the file's "
         "release cells expect, in a scenario that names no release's behaviour (a bug modelled in the reference that "
         "no release is known to have); **-** not measured. Changes: the "
-        "releases where the word changes from the release before.\n\n";
+        "releases where the word changes from the release before; where a bug appears or goes between two releases "
+        "whose tags TorchRec's repository has (v0.6.0 to v1.3.0 in the clone used here), the first commit along "
+        "main whose source, over the older release's environment, behaves as the newer release (`dmpcheck bisect "
+        "--commits`).\n\n";
   md += fmt::format("| scenario | {} | changes |\n", fmt::join(releases, " | "));
   md += "|---|";
   for (size_t i = 0; i < releases.size(); ++i) md += ":-:|";
   md += "---|\n";
+  if (options.table_commits) find_commits(scenarios, releases, store, options);
   std::string notes;
   std::set<std::string> torch_lines;
   size_t measured = 0;
   for (const auto& s : scenarios) {
-    std::vector<std::string> words;
-    bool seen_bug = false;
-    std::string changes, previous, previous_release;
-    std::map<std::string, std::vector<std::string>> detail;  // text -> releases
-    for (const auto& release : releases) {
-      const Measured* m = store.find(s.name, release);
-      if (!m || m->digest != digest_of(s.source_text)) {
-        words.push_back("-");
-        continue;
+    const Row row = row_of(s, releases, store);
+    measured += row.measured;
+    torch_lines.insert(row.torch.begin(), row.torch.end());
+    std::vector<std::string> words, changes;
+    for (const auto& w : row.words) words.push_back(w == "bug" ? "**bug**" : w);
+    for (const auto& c : row.changes) {
+      std::string commit;
+      if (const json* found = store.commit(commit_key(s.name, c));
+          found && found->at("digest") == digest_of(s.source_text) && found->contains("hash")) {
+        commit =
+            fmt::format(", commit {} \"{}\" ({})", found->at("hash").get<std::string>().substr(0, 8),
+                        escape_cell(found->at("subject").get<std::string>()), found->at("date").get<std::string>());
       }
-      ++measured;
-      if (!m->torch.empty()) torch_lines.insert(fmt::format("{} (torch {})", release, m->torch));
-      std::string w = word_of(*m);
-      if (w == "no bug") w = seen_bug ? "fixed" : "absent";
-      if (w == "bug") seen_bug = true;
-      if (!previous.empty() && w != previous) {
-        changes += fmt::format("{}{} ({} → {})", changes.empty() ? "" : "; ", release, previous, w);
-      }
-      previous = w;
-      previous_release = release;
-      words.push_back(w == "bug" ? "**bug**" : w);
-      if (w != "bug" && w != "fixed" && w != "absent") {
-        for (const auto& c : m->cells) {
-          if (c.named || w == "ran") detail[fmt::format("[{}] {}", c.label, c.text)].push_back(release);
-        }
-      }
+      changes.push_back(fmt::format("{} ({} → {}{})", c.to, c.was, c.is, commit));
     }
-    md += fmt::format("| `{}` | {} | {} |\n", s.name, fmt::join(words, " | "), changes.empty() ? "none" : changes);
-    if (!detail.empty()) {
+    md += fmt::format("| `{}` | {} | {} |\n", s.name, fmt::join(words, " | "),
+                      changes.empty() ? std::string("none") : fmt::format("{}", fmt::join(changes, "; ")));
+    if (!row.detail.empty()) {
       notes += fmt::format("- `{}`:\n", s.name);
-      for (const auto& [text, rs] : detail)
+      for (const auto& [text, rs] : row.detail)
         notes += fmt::format("  - {}: {}\n", fmt::join(rs, ", "), escape_cell(text));
     }
   }

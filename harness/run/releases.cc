@@ -220,7 +220,7 @@ std::string steps_for(size_t n) {
 // The commits between `old_rev` (excluded) and `new_rev` along first parents, each its source over
 // the `over` release's environment, bisected like the releases.
 int bisect_commits(const ReleaseOptions& options, const TorchRecRepository& repo, const std::string& old_rev,
-                   const std::string& new_rev, const std::string& over) {
+                   const std::string& new_rev, const std::string& over, Commit* found = nullptr) {
   std::ostream& out = *options.out;
   const Commit old_end = repo.resolve(old_rev);
   const std::vector<Commit> commits = repo.first_parent_range(old_end.hash, new_rev);
@@ -273,6 +273,7 @@ int bisect_commits(const ReleaseOptions& options, const TorchRecRepository& repo
     return 4;
   }
   const Commit& first = commits[b.hi() - 1];
+  if (found) *found = first;
   out << fmt::format("bisect: {} commits run; the last that behaves as {}: {}\n", b.visited(), b.point(0).name,
                      b.point(b.lo()).label.substr(7));
   b.print_difference(out);
@@ -387,6 +388,16 @@ int bisect_releases(const ReleaseOptions& options) {
   const std::string over = options.over.empty() ? older : options.over;
   out << fmt::format("bisect: on to the commits: from {}'s branch point to {}\n", *older_tag, *newer_tag);
   return bisect_commits(options, repo, fork, repo.resolve(*newer_tag).hash, over);
+}
+
+int first_commit_between(const ReleaseOptions& options, const std::string& older, const std::string& newer,
+                         Commit* found) {
+  const TorchRecRepository repo = TorchRecRepository::open();
+  const auto older_tag = repo.release_tag(older), newer_tag = repo.release_tag(newer);
+  if (!older_tag || !newer_tag) return 2;
+  *options.out << fmt::format("bisect: the commits from {}'s branch point to {}\n", *older_tag, *newer_tag);
+  return bisect_commits(options, repo, repo.merge_base(*older_tag, *newer_tag), repo.resolve(*newer_tag).hash, older,
+                        found);
 }
 
 int measure_fidelity(const ReleaseOptions& options) {

@@ -20,7 +20,8 @@ struct ReleaseOptions {
   bool commits = false;
   std::string commit_range;
   std::string over;
-  bool fresh = false;  // releases: measure every pair again, not only what changed
+  bool fresh = false;          // releases: measure every pair again, not only what changed
+  bool table_commits = false;  // releases: name the commit of each change the repository has tags for
   std::ostream* out = nullptr;
 };
 
@@ -40,6 +41,14 @@ int bisect_releases(const ReleaseOptions& options);
 // beside it (<output without .md>.json) so that a later run measures only new pairs and changed
 // scenarios.  Exit: 0 every pair measured, 4 some could not be (a release not installed).
 int release_table(const ReleaseOptions& options);
+
+// `releases --commits`: the first commit (first parents) from the older release's branch point to
+// the newer release's tag whose behaviour on options.scenario_files[0] differs, each commit's source
+// over the older release's environment (bisect --commits between two releases).  Returns bisect's
+// exit status (0: *found is that commit); 2 where the repository lacks either tag.
+struct Commit;
+int first_commit_between(const ReleaseOptions& options, const std::string& older, const std::string& newer,
+                         Commit* found);
 
 // The releases `--releases` names, oldest first: a list, a range of pinned ones ("0.6.0..1.9.2"),
 // or, empty, every pinned release.  Error(kInvalidInput) on anything else.
