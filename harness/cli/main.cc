@@ -370,7 +370,8 @@ int main(int argc, char** argv) {
       "bisect",
       "Binary-search the TorchRec releases (then, with --commits, the commits between two of them) for the first "
       "whose behaviour on a scenario differs from the oldest's: its cells run on each point visited (its `system` "
-      "replaced), showing replicas equal, which diverge, or the error. Exit: 0 the first that differs is named, 1 "
+      "replaced), judged against the expectations the scenario writes for each release it names (bug, fixed, ...), and "
+      "showing replicas equal, which diverge, or the error. Exit: 0 the first that differs is named, 1 "
       "both ends behave the same, 2 bad input, 3 an end could not run, 4 the change lies among points that could "
       "not be tested (named)");
   bisect_cmd->add_option("scenario", releases.scenario_files, "Scenario YAML file")
