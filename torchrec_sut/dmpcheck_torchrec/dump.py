@@ -92,6 +92,18 @@ def load_batch(exchange, step, rank):
     return _kjt(b.keys, b.lengths, b.values, b.weights if b.weighted else None)
 
 
+def id_counts(exchange, step, world):
+    """Per key, how many ids each rank's local batch of `step` holds (rank order): where a rank's
+    rows of a sequence output sit among the global batch's."""
+    counts = {}
+    for r in range(world):
+        b = _read_batch(exchange, step, r)
+        bags = len(b.lengths) // max(len(b.keys), 1)
+        for i, k in enumerate(b.keys):
+            counts.setdefault(k, []).append(sum(b.lengths[i * bags:(i + 1) * bags]))
+    return counts
+
+
 def load_global_batch(exchange, step, world):
     """Every rank's local batch of `step` as one batch: per key, rank 0's bags, then rank 1's, ..."""
     batches = [_read_batch(exchange, step, r) for r in range(world)]

@@ -41,13 +41,15 @@ class Model(nn.Module):
             from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
             bags = kjt.to_dict()
-            pooled = {}
+            pooled, per_id = {}, {}
             if self.ebc is not None:
                 pooled.update(self.ebc(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.bag_features})).to_dict())
             sequences = self.ec(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.sequence_features}))
             for f in self.sequence_features:
-                # Each bag's rows summed, in id order, as the model's input.
+                # Each bag's rows summed, in id order, as the model's input; each id's row is an
+                # output of its own (sequence_embeddings.<feature>), compared id by id.
                 rows = sequences[f].values()
+                per_id[f] = rows
                 lengths = sequences[f].lengths().long()
                 bag = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
                 pooled[f] = torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
@@ -63,6 +65,8 @@ class Model(nn.Module):
         LAST_OUTPUTS.clear()
         LAST_OUTPUTS.update({"pooled_embeddings." + f: pooled[f].detach().clone() for f in self.features})
         LAST_OUTPUTS["model_output"] = x.detach().clone()
+        if self.ec is not None:
+            LAST_OUTPUTS.update({"sequence_embeddings." + f: rows.detach().clone() for f, rows in per_id.items()})
         loss = x.mean()
         return (loss, loss.detach()) if self.pipelined else loss
 
@@ -100,6 +104,8 @@ class BagModel(nn.Module):
         LAST_OUTPUTS.clear()
         LAST_OUTPUTS["pooled_embeddings." + self.feature] = pooled.detach().clone()
         LAST_OUTPUTS["model_output"] = x.detach().clone()
+        if self.ec is not None:
+            LAST_OUTPUTS.update({"sequence_embeddings." + f: rows.detach().clone() for f, rows in per_id.items()})
         loss = x.mean()
         return (loss, loss.detach()) if self.pipelined else loss
 
@@ -110,14 +116,24 @@ def is_embedding_bag(spec):
 
 
 
-def output_pieces(rank, world, batch_size):
-    """This rank's rows of the last forward's outputs, placed in the global batch (rank order)."""
+def output_pieces(rank, world, batch_size, id_counts=None):
+    """This rank's rows of the last forward's outputs, placed in the global batch (rank order).  A
+    sequence output has a row per id: `id_counts` (dump.id_counts: per feature, each rank's ids in
+    the batch) places them; without it (one process) the rows are the whole."""
     pieces = []
     for name, t in sorted(LAST_OUTPUTS.items()):
         t = t.reshape(t.shape[0], -1)
+        full, offset = batch_size * world, rank * batch_size
+        if name.startswith("sequence_embeddings."):
+            counts = (id_counts or {}).get(name.split(".", 1)[1])
+            if counts is None and world > 1:
+                raise ValueError(f"{name}: rank {rank} of {world} needs every rank's id counts to place its rows")
+            counts = counts or [t.shape[0]]
+            if counts[rank] != t.shape[0]:
+                raise ValueError(f"{name}: rank {rank} returned {t.shape[0]} rows for {counts[rank]} ids")
+            full, offset = sum(counts), sum(counts[:rank])
         pieces.append({"name": name, "sharding": "output", "replicated": False,
-                       "full_sizes": [batch_size * world, t.shape[1]], "row_offset": rank * batch_size,
-                       "col_offset": 0, "tensor": t})
+                       "full_sizes": [full, t.shape[1]], "row_offset": offset, "col_offset": 0, "tensor": t})
     return pieces
 
 

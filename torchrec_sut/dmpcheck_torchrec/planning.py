@@ -83,7 +83,8 @@ def build_planner(spec, world, local_world):
         from torchrec.distributed.embedding import EmbeddingCollectionSharder
 
         sharders.append(EmbeddingCollectionSharder())
-        notes.append("sequence tables (pooling: none) are in an EmbeddingCollection; the model sums each bag's rows")
+        notes.append("sequence tables (pooling: none) are in an EmbeddingCollection; the model sums each bag's rows, "
+                     "and each id's row is an output of its own (sequence_embeddings.<feature>)")
     # topology.memory_per_rank: what the planner may place on a rank.  On CPU its storage is DDR.
     caps = {"ddr_cap": spec.memory_per_rank} if spec.memory_per_rank else {}
     topology = Topology(world_size=world, compute_device="cpu", local_world_size=local_world, **caps)

@@ -103,7 +103,8 @@ def run(spec, exchange, out_dir, rank, import_s):
     if spec.outputs and spec.steps == 0:  # the forward alone: the outputs at step 0
         with torch.no_grad():
             sharded(dump.load_batch(exchange, 1, rank))
-        dump.write_phase(out_dir, rank, "outputs0", output_pieces(rank, world, spec.batch_size))
+        dump.write_phase(out_dir, rank, "outputs0",
+                         output_pieces(rank, world, spec.batch_size, dump.id_counts(exchange, 1, world)))
     pipeline = loops.pipeline(spec.loop, sharded, optimizer)
     per_epoch = (spec.steps - first) // spec.epochs
     executed, evaluated, after_exhausted, step = [], [], 0, first
@@ -131,7 +132,8 @@ def run(spec, exchange, out_dir, rank, import_s):
                 break
             step, done = step + 1, done + 1
             if spec.outputs:  # the forward of step s runs on the weights after s - 1 steps
-                dump.write_phase(out_dir, rank, f"outputs{step - 1}", output_pieces(rank, world, spec.batch_size))
+                dump.write_phase(out_dir, rank, f"outputs{step - 1}",
+                                 output_pieces(rank, world, spec.batch_size, dump.id_counts(exchange, step, world)))
             losses.append(loss)
             dump.write_phase(out_dir, rank, f"step{step}", state_pieces(sharded, dense_opt, types, table_dims))
             if step == spec.checkpoint.after_step:

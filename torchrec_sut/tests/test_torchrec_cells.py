@@ -776,6 +776,61 @@ def test_a_checkpoint_resumes_on_another_world_size_under_another_plan(tmp_path)
     assert {"ebc.embedding_bags.table_0.momentum1", "ebc.embedding_bags.table_0.weight"} <= out, out
 
 
+EC_PER_ID = """version: 1
+name: ec-per-id
+world_size: 2
+steps: 2
+batch_size: 4
+init: {mode: seeded, seed: 41}
+data: {seed: 4, ids_per_bag: [0, 3]}
+tables:
+  - {name: tw_seq, rows: 40, dim: 8, features: [f_tw], pooling: none, sharding: {types: [table_wise]}}
+  - {name: rw_seq, rows: 30, dim: 8, features: [f_rw], pooling: none, sharding: {types: [row_wise]}}
+  - {name: cw_seq, rows: 20, dim: 8, features: [f_cw], pooling: none, sharding: {types: [column_wise]}}
+  - {name: bag, rows: 20, dim: 4, features: [f_bag], sharding: {types: [table_wise]}}
+dense: {layers: [1]}
+optimizers:
+  sparse: {type: adagrad, lr: 0.1}
+  dense: {type: sgd, lr: 0.1}
+system: torchrec==1.9.2
+expect:
+  - replicas: equal
+    global_model: {rtol: 1.0e-5, atol: 1.0e-6}
+    outputs: {rtol: 1.0e-5, atol: 1.0e-6}
+"""
+
+
+def test_sequence_outputs_are_compared_id_by_id_in_every_sharding_type(tmp_path):
+    """An EmbeddingCollection's output is a row per id: each id's row (sequence_embeddings.<feature>)
+    is held against the release's own unsharded model in table_wise, row_wise and column_wise, not
+    only each bag's sum.  A rank program that returns each bag's rows in reverse order (every bag sum
+    the same) is caught by those rows alone."""
+    need("1.9.2")
+    scenario = tmp_path / "ec.yaml"
+    scenario.write_text(EC_PER_ID)
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "reports" / "ec-per-id" / "default.json"))
+    per_id = {g["name"]: g for g in r["global_model"] if g["name"].startswith("sequence_embeddings.")}
+    assert sorted(per_id) == ["sequence_embeddings.f_cw", "sequence_embeddings.f_rw", "sequence_embeddings.f_tw"]
+    assert all(g["within_tolerance"] for g in per_id.values()), per_id
+    broken = tmp_path / "broken"
+    shutil.copytree(os.path.join(ROOT, "torchrec_sut"), broken, ignore=shutil.ignore_patterns("__pycache__"))
+    path = broken / "dmpcheck_torchrec" / "models.py"
+    text = path.read_text()
+    anchor = "                lengths = sequences[f].lengths().long()\n"
+    assert anchor in text
+    path.write_text(text.replace(anchor, anchor + (
+        "                if type(self.ec).__name__.startswith('Sharded'):\n"
+        "                    per_id[f] = torch.cat([b.flip(0) for b in torch.split(rows, lengths.tolist())])\n")))
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "broken-reports"),
+                 env={"DMPCHECK_TORCHREC_SUT": str(broken)})
+    assert p.returncode == 1, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "broken-reports" / "ec-per-id" / "default.json"))
+    out = sorted(g["name"] for g in r["global_model"] if not g["within_tolerance"])
+    assert out == ["sequence_embeddings.f_cw", "sequence_embeddings.f_rw", "sequence_embeddings.f_tw"], out
+
+
 def test_eval_passes_between_epochs_train_nothing_and_uneven_ones_end_naming_the_rank(tmp_path):
     """torchrec: {eval_batches}: after every epoch an eval pass over the same pipeline (model.eval(),
     progress() under no_grad until StopIteration, then model.train()), as users validate between
