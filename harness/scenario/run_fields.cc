@@ -350,10 +350,12 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       for (size_t j = 0; j < run.model.tables.size(); ++j) {
         for (const auto& f : t.feature_names) {
           const auto& other = run.model.tables[j].feature_names;
-          if (j != i && std::find(other.begin(), other.end(), f) != other.end()) {
+          // Sequence tables may share a feature (TorchRec's EmbeddingCollection names each one's
+          // output <feature>@<table>); a pooled table may not read it too.
+          if (j != i && !run.model.tables[j].sequence && std::find(other.begin(), other.end(), f) != other.end()) {
             r.fail(tables[i]["features"], fmt::format("tables[{}].features", i),
-                   fmt::format("feature '{}' of sequence table '{}' is read by table '{}' too; a sequence table's "
-                               "features are its own",
+                   fmt::format("feature '{}' of sequence table '{}' is read by the pooled table '{}' too; a feature "
+                               "goes to the EmbeddingCollection or to the EmbeddingBagCollection, not both",
                                f, t.name, run.model.tables[j].name));
           }
         }

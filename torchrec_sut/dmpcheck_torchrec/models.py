@@ -23,7 +23,14 @@ class Model(nn.Module):
         self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device(device), is_weighted=weighted) if tables else None
         self.ec = EmbeddingCollection(tables=list(sequence_tables), device=torch.device(device)) if sequence_tables else None
         self.bag_features = [f for t in tables for f in t.feature_names]
-        self.sequence_features = [f for t in sequence_tables for f in t.feature_names]
+        self.sequence_features = list(dict.fromkeys(f for t in sequence_tables for f in t.feature_names))
+        # The EmbeddingCollection's output keys: a feature several of its tables read is
+        # "<feature>@<table>", as TorchRec names it.
+        readers = {}
+        for t in sequence_tables:
+            for f in t.feature_names:
+                readers[f] = readers.get(f, 0) + 1
+        self.sequence_keys = [f if readers[f] == 1 else f"{f}@{t.name}" for t in sequence_tables for f in t.feature_names]
         width = sum(t.embedding_dim * len(t.feature_names) for t in list(tables) + list(sequence_tables))
         self.dense = nn.ModuleList()
         for out in layers:
@@ -45,7 +52,7 @@ class Model(nn.Module):
             if self.ebc is not None:
                 pooled.update(self.ebc(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.bag_features})).to_dict())
             sequences = self.ec(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.sequence_features}))
-            for f in self.sequence_features:
+            for f in self.sequence_keys:
                 # Each bag's rows summed, in id order, as the model's input; each id's row is an
                 # output of its own (sequence_embeddings.<feature>), compared id by id.
                 rows = sequences[f].values()
@@ -125,7 +132,7 @@ def output_pieces(rank, world, batch_size, id_counts=None):
         t = t.reshape(t.shape[0], -1)
         full, offset = batch_size * world, rank * batch_size
         if name.startswith("sequence_embeddings."):
-            counts = (id_counts or {}).get(name.split(".", 1)[1])
+            counts = (id_counts or {}).get(name.split(".", 1)[1].split("@")[0])  # "<feature>@<table>": the feature's ids
             if counts is None and world > 1:
                 raise ValueError(f"{name}: rank {rank} of {world} needs every rank's id counts to place its rows")
             counts = counts or [t.shape[0]]

@@ -786,7 +786,7 @@ data: {seed: 4, ids_per_bag: [0, 3]}
 tables:
   - {name: tw_seq, rows: 40, dim: 8, features: [f_tw], pooling: none, sharding: {types: [table_wise]}}
   - {name: rw_seq, rows: 30, dim: 8, features: [f_rw], pooling: none, sharding: {types: [row_wise]}}
-  - {name: cw_seq, rows: 20, dim: 8, features: [f_cw], pooling: none, sharding: {types: [column_wise]}}
+  - {name: cw_seq, rows: 20, dim: 8, features: [f_cw, f_tw], pooling: none, sharding: {types: [column_wise]}}
   - {name: bag, rows: 20, dim: 4, features: [f_bag], sharding: {types: [table_wise]}}
 dense: {layers: [1]}
 optimizers:
@@ -803,7 +803,8 @@ expect:
 def test_sequence_outputs_are_compared_id_by_id_in_every_sharding_type(tmp_path):
     """An EmbeddingCollection's output is a row per id: each id's row (sequence_embeddings.<feature>)
     is held against the release's own unsharded model in table_wise, row_wise and column_wise, not
-    only each bag's sum.  A rank program that returns each bag's rows in reverse order (every bag sum
+    only each bag's sum, with a feature two of its tables read (TorchRec names those outputs
+    <feature>@<table>).  A rank program that returns each bag's rows in reverse order (every bag sum
     the same) is caught by those rows alone."""
     need("1.9.2")
     scenario = tmp_path / "ec.yaml"
@@ -812,7 +813,9 @@ def test_sequence_outputs_are_compared_id_by_id_in_every_sharding_type(tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(tmp_path / "reports" / "ec-per-id" / "default.json"))
     per_id = {g["name"]: g for g in r["global_model"] if g["name"].startswith("sequence_embeddings.")}
-    assert sorted(per_id) == ["sequence_embeddings.f_cw", "sequence_embeddings.f_rw", "sequence_embeddings.f_tw"]
+    want = ["sequence_embeddings.f_cw", "sequence_embeddings.f_rw", "sequence_embeddings.f_tw@cw_seq",
+            "sequence_embeddings.f_tw@tw_seq"]
+    assert sorted(per_id) == want, sorted(per_id)
     assert all(g["within_tolerance"] for g in per_id.values()), per_id
     broken = tmp_path / "broken"
     shutil.copytree(os.path.join(ROOT, "torchrec_sut"), broken, ignore=shutil.ignore_patterns("__pycache__"))
@@ -828,7 +831,7 @@ def test_sequence_outputs_are_compared_id_by_id_in_every_sharding_type(tmp_path)
     assert p.returncode == 1, p.stdout + p.stderr
     r = json.load(open(tmp_path / "broken-reports" / "ec-per-id" / "default.json"))
     out = sorted(g["name"] for g in r["global_model"] if not g["within_tolerance"])
-    assert out == ["sequence_embeddings.f_cw", "sequence_embeddings.f_rw", "sequence_embeddings.f_tw"], out
+    assert out == want, out
 
 
 def test_eval_passes_between_epochs_train_nothing_and_uneven_ones_end_naming_the_rank(tmp_path):

@@ -89,6 +89,17 @@ TEST(ScenarioLoader, ImpossibleValuesNameFileLineFieldAndExpectation) {
                          "s.yaml:7: field 'tables[1].rows': expected an integer in [1, ", "got '0'"));
 }
 
+TEST(ScenarioLoader, SequenceTablesMayShareAFeatureButNotWithAPooledTable) {
+  const std::string text =
+      "version: 1\nname: seq\ntables:\n"
+      "  - {name: a, rows: 10, dim: 4, features: [f], pooling: none}\n"
+      "  - {name: b, rows: 12, dim: 4, features: [f, g], pooling: none, sharding: {types: [column_wise]}}\n";
+  EXPECT_EQ(load_scenario_text(text, "seq.yaml").runs[0].model.tables.size(), 2u);
+  EXPECT_TRUE(fails_with(text + "  - {name: c, rows: 8, dim: 4, features: [g]}\n",
+                         "s.yaml:5: field 'tables[1].features': feature 'g' of sequence table 'b' is read by the "
+                         "pooled table 'c' too"));
+}
+
 TEST(ScenarioLoader, WorldSizeBelowOneIsRejected) {
   EXPECT_TRUE(fails_with(replace(kMinimal, "world_size: 2", "world_size: 0"),
                          "s.yaml:3: field 'world_size': expected an integer in [1, 64], got '0'"));
