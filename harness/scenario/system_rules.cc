@@ -65,6 +65,12 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
                  eval.size(), most_eval, run.world_size, per_epoch));
     }
     if (run.resume && !eval.empty()) refuse_with("resume", "a release resumes in the plain loop, without eval passes");
+    // A persistent iterator differs from a fresh one only when it is re-armed for a second pass.
+    if (run.torchrec_data_iterator == "persistent" && run.torchrec_epochs == 1 && eval.empty()) {
+      r.fail(root["torchrec"]["data_iterator"], "torchrec.data_iterator",
+             "persistent re-arms one iterator for every pass, and this run has one pass (epochs: 1, no "
+             "eval_batches): it would be the fresh iterator under another name; add epochs or eval_batches");
+    }
     for (const auto& [table, c] : run.resume ? run.resume->constraints : decltype(run.constraints){}) {
       if (!c.ranks.empty()) {
         refuse_with("resume", fmt::format("resume.sharding pins table '{}' to ranks, and TorchRec's "

@@ -100,6 +100,15 @@ TEST(ScenarioLoader, SequenceTablesMayShareAFeatureButNotWithAPooledTable) {
                          "pooled table 'c' too"));
 }
 
+TEST(ScenarioLoader, APersistentIteratorNeedsASecondPass) {
+  const std::string text = "version: 1\nname: p\nsystem: torchrec==1.9.2\nsteps: 2\ntables:\n"
+                           "  - {name: a, rows: 10, dim: 4, features: [f]}\n"
+                           "torchrec: {loop: train_pipeline_sparse_dist, data_iterator: persistent";
+  EXPECT_TRUE(fails_with(text + "}\n", "s.yaml:7: field 'torchrec.data_iterator'", "this run has one pass"));
+  EXPECT_EQ(load_scenario_text(text + ", epochs: 2}\n", "p.yaml").runs[0].torchrec_data_iterator, "persistent");
+  EXPECT_EQ(load_scenario_text(text + ", eval_batches: 1}\n", "p.yaml").runs[0].torchrec_epochs, 1);
+}
+
 TEST(ScenarioLoader, WorldSizeBelowOneIsRejected) {
   EXPECT_TRUE(fails_with(replace(kMinimal, "world_size: 2", "world_size: 0"),
                          "s.yaml:3: field 'world_size': expected an integer in [1, 64], got '0'"));
