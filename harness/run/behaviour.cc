@@ -1,6 +1,7 @@
 #include "run/behaviour.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -107,21 +108,21 @@ std::vector<CellOnSystem> cells_on_system(const scenario::Scenario& original, co
       if (run.system.kind == scenario::System::Kind::kRelease) {
         const auto it = status.find(run.system.name());
         if (names_releases && it == status.end()) continue;
-        c.named.push_back({run.system.name(), names_releases ? it->second : "as written", run.expect});
-        // The run to execute: the one written for the newest release named.
-        if (!newest || version_less(newest->version, run.system.version)) {
-          for (size_t j = 0; j < replaced.runs.size(); ++j) {
-            if (without_system(replaced.runs[j].cell) == cell &&
-                system_of(replaced.runs[j].cell) == run.system.name()) {
-              c.run = j;
-              newest = run.system;
-            }
-          }
+        NamedBehaviour n{run.system.name(), names_releases ? it->second : "as written", run.expect, std::nullopt};
+        for (size_t j = 0; j < replaced.runs.size(); ++j) {
+          if (without_system(replaced.runs[j].cell) == cell && system_of(replaced.runs[j].cell) == run.system.name())
+            n.run = j;
         }
+        // The run to execute first: the one written for the newest release named.
+        if (n.run && (!newest || version_less(newest->version, run.system.version))) {
+          c.run = *n.run;
+          newest = run.system;
+        }
+        c.named.push_back(std::move(n));
       } else if (run.system.kind == scenario::System::Kind::kReference && !bug_profile.empty() &&
                  (run.profile.name == bug_profile || run.profile.name == fix_profile)) {
-        profiles.push_back(
-            {"profile " + run.profile.name, run.profile.name == bug_profile ? "bug" : "fixed", run.expect});
+        profiles.push_back({"profile " + run.profile.name, run.profile.name == bug_profile ? "bug" : "fixed",
+                            run.expect, std::nullopt});
       }
     }
     // The profiles model the report in the reference, whose cells lack the torchrec axes: they judge a
@@ -142,14 +143,14 @@ Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& r) {
     b.text = seen;
     return b;
   }
-  std::vector<std::string> as, words, first_why;
+  std::vector<std::string> as, words, whys;
   for (const auto& n : cell.named) {
     std::string why;
     if (meets(n.expect, r, &why)) {
       as.push_back(fmt::format("{}: {}", n.system, n.status));
       if (std::find(words.begin(), words.end(), n.status) == words.end()) words.push_back(n.status);
-    } else if (first_why.empty()) {
-      first_why.push_back(fmt::format("{} ({})", why, n.system));
+    } else {
+      whys.push_back(fmt::format("not {} ({})", n.system, why));
     }
   }
   if (words.size() == 1) {
@@ -160,9 +161,30 @@ Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& r) {
     b.text = fmt::format("{} (as {}: this cell does not tell them apart)", seen, fmt::join(as, " and "));
   } else {
     b.key = "other: " + seen;
-    b.text = fmt::format("{} (as none of the behaviours named: {})", seen, first_why.front());
+    b.text = fmt::format("{} (as none of the behaviours named: {})", seen, fmt::join(whys, "; "));
   }
   return b;
+}
+
+Behaviour judge_cell(const CellOnSystem& cell, const std::function<check::RunResult(size_t)>& run) {
+  const Behaviour first = behaviour_of(cell, run(cell.run));
+  if (first.skipped || first.key.rfind("other", 0) != 0) return first;
+  // Each named release's own cell, where its run differs (an expectation that asks for other
+  // comparisons: a reference-only cell beside a global_model one), judged by its own expectations.
+  std::set<size_t> tried = {cell.run};
+  for (const auto& n : cell.named) {
+    if (!n.run || !tried.insert(*n.run).second) continue;
+    const check::RunResult r = run(*n.run);
+    std::string why;
+    if (meets(n.expect, r, &why)) {
+      Behaviour b;
+      b.key = n.status;
+      b.failed = r.failure.has_value();
+      b.text = fmt::format("{} (as {}: {}, run as its own cell; {})", observation(r), n.system, n.status, first.text);
+      return b;
+    }
+  }
+  return first;
 }
 
 }  // namespace dmpcheck::run

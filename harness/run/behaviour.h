@@ -8,6 +8,8 @@
 // a report that shows in a global_model comparison, not in the replicas, is still told apart.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@ struct NamedBehaviour {
   // names no release's behaviour (its release cells' expectations are what a release should show)
   std::string status;
   scenario::Expectation expect;
+  std::optional<size_t> run;  // that release's own cell in the replaced scenario (none for a profile)
 };
 
 // One distinct cell of a scenario (its matrix cell without `system` and `profile`), on the system
@@ -50,6 +53,11 @@ struct Behaviour {
 };
 
 Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& result);
+
+// Runs the cell (`run` executes one run of the replaced scenario) and judges it; where it meets no
+// named behaviour, each named release's own cell is run too and judged by its own expectations
+// (one release's cell may ask for another comparison than the newest's, or none).
+Behaviour judge_cell(const CellOnSystem& cell, const std::function<check::RunResult(size_t)>& run);
 
 // "replicas equal", "replicas DIVERGE on 2 tensor(s): a, b", "error (torchrec): ...", "skipped: ...".
 std::string observation(const check::RunResult& result);

@@ -31,11 +31,15 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr int kStoreFormat = 1;
+// How cells are judged (run/behaviour.h): 2 tries each named release's own cell where the first
+// meets no named behaviour.  A measurement judged before that is kept where it was decided.
+constexpr int kJudge = 2;
 
 // What one scenario showed on one release, cell by cell.
 struct Measured {
   std::string scenario, digest, release, torch;
   double seconds = 0;
+  int judge = kJudge;
   struct Cell {
     std::string label, key, text;
     bool named = false, failed = false, skipped = false;
@@ -56,8 +60,8 @@ void from_json(const json& j, Measured::Cell& c) {
   j.at("skipped").get_to(c.skipped);
 }
 void to_json(json& j, const Measured& m) {
-  j = json{{"scenario", m.scenario}, {"digest", m.digest},   {"release", m.release},
-           {"torch", m.torch},       {"seconds", m.seconds}, {"cells", m.cells}};
+  j = json{{"scenario", m.scenario}, {"digest", m.digest}, {"release", m.release}, {"torch", m.torch},
+           {"seconds", m.seconds},   {"cells", m.cells},   {"judge", m.judge}};
 }
 void from_json(const json& j, Measured& m) {
   j.at("scenario").get_to(m.scenario);
@@ -66,11 +70,21 @@ void from_json(const json& j, Measured& m) {
   j.at("torch").get_to(m.torch);
   j.at("seconds").get_to(m.seconds);
   j.at("cells").get_to(m.cells);
+  m.judge = j.value("judge", 1);
 }
 
 std::string digest_of(const std::string& text) {
   const auto d = sha256(text);
   return to_hex(d.data(), 8);
+}
+
+// Whether a measurement still stands for the scenario as it is: the same text, and judged as now
+// (or decided in a way the newer judgement would not change: no named cell met nothing).
+bool still_valid(const Measured* m, const scenario::Scenario& s) {
+  if (!m || m->digest != digest_of(s.source_text)) return false;
+  return m->judge >= kJudge || std::none_of(m->cells.begin(), m->cells.end(), [](const Measured::Cell& c) {
+           return c.named && c.key.rfind("other", 0) == 0;
+         });
 }
 
 // The store: one entry per (scenario, release), the newest measurement.
@@ -163,9 +177,11 @@ Measured measure(const scenario::Scenario& original, const std::string& release,
   o.echo_rank_output = false;
   for (const auto& cell : cells_on_system(original, replaced)) {
     if (interrupt_requested()) break;
-    const check::RunResult r = run_cell(replaced, cell.run, o);
-    const Behaviour b = behaviour_of(cell, r);
-    if (m.torch.empty() && !r.system.torch.empty()) m.torch = r.system.torch;
+    const Behaviour b = judge_cell(cell, [&](size_t run) {
+      check::RunResult r = run_cell(replaced, run, o);
+      if (m.torch.empty() && !r.system.torch.empty()) m.torch = r.system.torch;
+      return r;
+    });
     m.cells.push_back({cell.label, b.key, b.text, !cell.named.empty(), b.failed, b.skipped});
   }
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -196,7 +212,7 @@ Row row_of(const scenario::Scenario& s, const std::vector<std::string>& releases
   std::string previous, previous_release;
   for (const auto& release : releases) {
     const Measured* m = store.find(s.name, release);
-    if (!m || m->digest != digest_of(s.source_text)) {
+    if (!still_valid(m, s)) {
       row.words.push_back("-");
       continue;
     }
@@ -276,7 +292,7 @@ int release_table(const ReleaseOptions& options) {
   for (const auto& r : releases)
     for (const auto& s : scenarios) {
       const Measured* m = store.find(s.name, r);
-      if (!m || m->digest != digest_of(s.source_text)) ++to_run;
+      if (!still_valid(m, s)) ++to_run;
     }
   out << fmt::format(
              "releases: {} scenario(s) x {} release(s) ({} to {}); {} measured before and unchanged, {} to run; "
@@ -291,7 +307,7 @@ int release_table(const ReleaseOptions& options) {
     for (const auto& s : scenarios) {
       if (interrupt_requested()) break;
       const Measured* before = store.find(s.name, release);
-      if (before && before->digest == digest_of(s.source_text)) continue;
+      if (still_valid(before, s)) continue;
       const Measured m = measure(s, release, options);
       ++done;
       const std::string word = word_of(m);

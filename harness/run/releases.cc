@@ -104,11 +104,13 @@ class Bisection {
     const auto start = std::chrono::steady_clock::now();
     bool skipped = false;
     for (size_t c = 0; c < cells.size() && !interrupt_requested(); ++c) {
-      const check::RunResult r = run_cell(scenario, cells[c].run, cell_options(options_, sub_));
-      const Behaviour b = behaviour_of(cells[c], r);
+      const Behaviour b = judge_cell(cells[c], [&](size_t run) {
+        check::RunResult r = run_cell(scenario, run, cell_options(options_, sub_));
+        s.import_failed = s.import_failed || (r.failure && r.failure->kind == FailureKind::kImport);
+        return r;
+      });
       skipped = skipped || b.skipped;
       s.error = s.error || b.failed;
-      s.import_failed = s.import_failed || (r.failure && r.failure->kind == FailureKind::kImport);
       s.obs.push_back(b.key);
       s.texts.push_back(b.text);
     }

@@ -114,6 +114,34 @@ TEST_F(BehaviourTest, AnErrorNoReleaseExpectsIsTheReleasesOwnAndSkipsAreNotBehav
   EXPECT_EQ(s.key, "skipped");
 }
 
+TEST_F(BehaviourTest, WhereTheNewestCellMeetsNothingEachNamedReleasesOwnCellIsTried) {
+  const CellOnSystem& unseeded = cell("init.mode=unseeded");
+  std::vector<size_t> ran;
+  const Behaviour b = judge_cell(unseeded, [&](size_t run) {
+    ran.push_back(run);
+    if (run == unseeded.run) {  // 1.9.2's cell: a comparison this release cannot make
+      check::RunResult failed;
+      failed.verdict = check::Verdict::kError;
+      failed.failure = check::RankFailure{0, FailureKind::kTorchRec, "exited with status 1", "RuntimeError: x", {}};
+      return failed;
+    }
+    return with_replicas(false);  // 0.6.0's own cell shows the bug
+  });
+  ASSERT_EQ(ran.size(), 2u);
+  EXPECT_EQ(b.key, "bug");
+  EXPECT_TRUE(contains(b.text, "run as its own cell")) << b.text;
+  // Where the first run meets a named behaviour, nothing more runs.
+  ran.clear();
+  EXPECT_EQ(judge_cell(unseeded,
+                       [&](size_t run) {
+                         ran.push_back(run);
+                         return with_replicas(true);
+                       })
+                .key,
+            "fixed");
+  EXPECT_EQ(ran.size(), 1u);
+}
+
 TEST(Behaviour, AScenarioThatNamesNoReleaseJudgesByItsReleaseCells) {
   const std::string text = R"(version: 1
 name: modelled-only
