@@ -431,8 +431,8 @@ int main(int argc, char** argv) {
   table_cmd->add_flag("--fresh", releases.fresh, "Measure every pair again (the store is started anew)");
   table_cmd->add_flag("--commits", releases.table_commits,
                       "Where a bug appears or goes between two releases whose tags the repository has, bisect the "
-                      "commits between them and name the first that behaves as the newer release (needs "
-                      "--torchrec-repo)");
+                      "commits from the older one's branch point to the newer tag and name the first that behaves "
+                      "differently from the older release (needs --torchrec-repo)");
   table_cmd->add_option("--torchrec-repo", torchrec_repo, kTorchRecRepoHelp);
   table_cmd->add_flag("--no-install", table_no_install,
                       "Skip a release that is not installed instead of installing it (within "

@@ -33,8 +33,14 @@ struct NamedBehaviour {
 // that replaced the scenario's own.
 struct CellOnSystem {
   std::string label;  // "init.mode=unseeded", or "default"
-  size_t run = 0;     // the run of the replaced scenario that is executed
+  size_t run = 0;     // the run of the replaced scenario that is executed first
+  // That run's own expectation: a named behaviour is judged on it only where it asks for the same
+  // comparisons (else on that release's own cell).
+  scenario::Expectation expect;
   std::vector<NamedBehaviour> named;
+  // Every release named expects the same working behaviour here (a workaround, the seeded run
+  // beside the unseeded one): it tells no behaviour apart, but a release that fails it is news.
+  bool control = false;
 };
 
 // `original`: the scenario as written; `replaced`: the same file loaded with `system` overridden.
@@ -43,7 +49,8 @@ struct CellOnSystem {
 std::vector<CellOnSystem> cells_on_system(const scenario::Scenario& original, const scenario::Scenario& replaced);
 
 struct Behaviour {
-  // Compared between points: "bug", "fixed", "absent", "not runnable", "not reproduced",
+  // Compared between points: "bug", "fixed", "absent", "not runnable", "not reproduced", "as written",
+  // "control" (a control cell that ran as every release named expects),
   // "undecided" (the result meets the expectations of two behaviours), or, where it meets none or
   // the scenario names none, "other: " and the observation.
   std::string key;

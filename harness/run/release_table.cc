@@ -32,8 +32,10 @@ using nlohmann::json;
 
 constexpr int kStoreFormat = 1;
 // How cells are judged (run/behaviour.h): 2 tries each named release's own cell where the first
-// meets no named behaviour.  A measurement judged before that is kept where it was decided.
-constexpr int kJudge = 2;
+// meets no named behaviour; 3 judges a named behaviour only on a run that made its comparisons, and
+// tells control cells apart.  A measurement judged before is kept where the newer judgement could
+// not change it (decided, in a scenario with no control cell and no such comparison).
+constexpr int kJudge = 3;
 
 // What one scenario showed on one release, cell by cell.
 struct Measured {
@@ -80,11 +82,31 @@ std::string digest_of(const std::string& text) {
 
 // Whether a measurement still stands for the scenario as it is: the same text, and judged as now
 // (or decided in a way the newer judgement would not change: no named cell met nothing).
+bool judged_alike_before(const scenario::Scenario& s, const std::string& release) {
+  static std::map<std::string, bool> known;  // by scenario digest
+  const auto it = known.find(digest_of(s.source_text));
+  if (it != known.end()) return it->second;
+  bool alike = true;
+  try {
+    const auto replaced = scenario::load_scenario_file(s.file, {{"system", scenario::System::release(release).name()}});
+    for (const auto& c : cells_on_system(s, replaced)) {
+      alike = alike && !c.control && std::all_of(c.named.begin(), c.named.end(), [&](const NamedBehaviour& n) {
+                return n.expect.error || n.expect.describe() == c.expect.describe() ||
+                       (n.expect.reference.has_value() == c.expect.reference.has_value() &&
+                        n.expect.reference_profile == c.expect.reference_profile);
+              });
+    }
+  } catch (const Error&) { alike = false; }
+  known[digest_of(s.source_text)] = alike;
+  return alike;
+}
+
 bool still_valid(const Measured* m, const scenario::Scenario& s) {
   if (!m || m->digest != digest_of(s.source_text)) return false;
-  return m->judge >= kJudge || std::none_of(m->cells.begin(), m->cells.end(), [](const Measured::Cell& c) {
-           return c.named && c.key.rfind("other", 0) == 0;
-         });
+  if (m->judge >= kJudge) return true;
+  return std::none_of(m->cells.begin(), m->cells.end(),
+                      [](const Measured::Cell& c) { return c.named && c.key.rfind("other", 0) == 0; }) &&
+         judged_alike_before(s, m->release);
 }
 
 // The store: one entry per (scenario, release), the newest measurement.
@@ -154,6 +176,9 @@ std::string word_of(const Measured& m) {
     return "no bug";
   if (any([&](const Measured::Cell& c) { return judged(c) && c.key == "not reproduced"; })) return "not reproduced";
   if (any([&](const Measured::Cell& c) { return judged(c) && c.key == "as written"; })) return "as written";
+  if (named && std::all_of(m.cells.begin(), m.cells.end(),
+                           [](const Measured::Cell& c) { return !c.named || c.key == "control"; }))
+    return "control only";
   return named ? "undecided" : "ran";
 }
 
@@ -182,7 +207,21 @@ Measured measure(const scenario::Scenario& original, const std::string& release,
       if (m.torch.empty() && !r.system.torch.empty()) m.torch = r.system.torch;
       return r;
     });
-    m.cells.push_back({cell.label, b.key, b.text, !cell.named.empty(), b.failed, b.skipped});
+    Behaviour judged = b;
+    // A release the scenario names without a cell of its own ("not runnable: <why>"): failing there
+    // is what it says.
+    const std::string self = scenario::System::release(release).name();
+    if (judged.failed && judged.key.rfind("other", 0) == 0 && original.reproduces) {
+      for (const auto& [system, status] : original.reproduces->releases) {
+        const bool has_cell = std::any_of(original.runs.begin(), original.runs.end(),
+                                          [&](const scenario::RunSpec& r) { return r.system.name() == system; });
+        if (system == self && !has_cell && status.rfind("not runnable", 0) == 0) {
+          judged.key = "not runnable";
+          judged.text += fmt::format(" (the scenario says of {}: {})", system, status);
+        }
+      }
+    }
+    m.cells.push_back({cell.label, judged.key, judged.text, !cell.named.empty(), judged.failed, judged.skipped});
   }
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;
@@ -241,6 +280,7 @@ std::string commit_key(const std::string& scenario, const Row::Change& c) {
 // Where a bug appears or goes between two releases whose tags the repository has: the commit.
 void find_commits(const std::vector<scenario::Scenario>& scenarios, const std::vector<std::string>& releases,
                   Store& store, const ReleaseOptions& options) {
+  (void)TorchRecRepository::open();  // no repository: said once, before anything runs
   for (const auto& s : scenarios) {
     for (const auto& c : row_of(s, releases, store).changes) {
       if (interrupt_requested()) return;
@@ -259,8 +299,8 @@ void find_commits(const std::vector<scenario::Scenario>& scenarios, const std::v
       try {
         status = first_commit_between(o, c.from, c.to, &found);
       } catch (const Error& e) {
-        *options.out << fmt::format("releases: {}: no commit bisection: {}\n", key, e.what());
-        return;  // no repository: nothing more to find
+        *options.out << fmt::format("releases: {}: the commit bisection failed: {}\n", key, e.what());
+        continue;
       }
       if (status == 2) continue;  // a tag the repository lacks: not recorded, nothing to say
       json j{{"digest", digest_of(s.source_text)}, {"status", status}};
@@ -334,13 +374,14 @@ int release_table(const ReleaseOptions& options) {
         "those of a release where it does not (fixed where an older release shows the bug, absent where none does); "
         "**error** the release failed in a way no named release does (its own error, in the notes); **differs** it "
         "ran and meets none of them; **not runnable** it fails as a release the scenario marks not runnable; "
-        "**undecided** its cells cannot tell the named behaviours apart there; **as written** it meets what the file's "
+        "**undecided** its cells cannot tell the named behaviours apart there; **control only** it ran only the cells "
+        "every named release expects to work (the workaround beside the bug); **as written** it meets what the file's "
         "release cells expect, in a scenario that names no release's behaviour (a bug modelled in the reference that "
         "no release is known to have); **-** not measured. Changes: the "
         "releases where the word changes from the release before; where a bug appears or goes between two releases "
-        "whose tags TorchRec's repository has (v0.6.0 to v1.3.0 in the clone used here), the first commit along "
-        "main whose source, over the older release's environment, behaves as the newer release (`dmpcheck bisect "
-        "--commits`).\n\n";
+        "whose tags TorchRec's repository has (the bundle used here has v0.1.0 to v1.3.0), the first commit along "
+        "main, from the older release's branch point, whose source over the older release's environment behaves "
+        "differently from it (`dmpcheck bisect --commits`).\n\n";
   md += fmt::format("| scenario | {} | changes |\n", fmt::join(releases, " | "));
   md += "|---|";
   for (size_t i = 0; i < releases.size(); ++i) md += ":-:|";

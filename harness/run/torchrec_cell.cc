@@ -458,8 +458,12 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
         }
         if (!sequence_note_given) {
           result.system.notes.push_back(
-              "each id's row of a sequence table (sequence_embeddings.*) is compared with the release's own unsharded "
-              "model (global_model) only: the reference models a sequence table by its bag sums");
+              spec.expect.global_model
+                  ? "each id's row of a sequence table (sequence_embeddings.*) is compared with the release's own "
+                    "unsharded model (global_model) only: the reference models a sequence table by its bag sums"
+                  : "each id's row of a sequence table (sequence_embeddings.*) is not compared: the reference models "
+                    "a sequence table by its bag sums (global_model compares them with the release's own unsharded "
+                    "model)");
           sequence_note_given = true;
         }
         it = theirs.erase(it);

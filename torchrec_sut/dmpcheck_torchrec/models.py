@@ -111,8 +111,6 @@ class BagModel(nn.Module):
         LAST_OUTPUTS.clear()
         LAST_OUTPUTS["pooled_embeddings." + self.feature] = pooled.detach().clone()
         LAST_OUTPUTS["model_output"] = x.detach().clone()
-        if self.ec is not None:
-            LAST_OUTPUTS.update({"sequence_embeddings." + f: rows.detach().clone() for f, rows in per_id.items()})
         loss = x.mean()
         return (loss, loss.detach()) if self.pipelined else loss
 
@@ -129,7 +127,7 @@ def output_pieces(rank, world, batch_size, id_counts=None):
     the batch) places them; without it (one process) the rows are the whole."""
     pieces = []
     for name, t in sorted(LAST_OUTPUTS.items()):
-        t = t.reshape(t.shape[0], -1)
+        t = t.flatten(1) if t.dim() > 1 else t.reshape(-1, 1)  # [0, dim] stays itself (a rank without ids)
         full, offset = batch_size * world, rank * batch_size
         if name.startswith("sequence_embeddings."):
             counts = (id_counts or {}).get(name.split(".", 1)[1].split("@")[0])  # "<feature>@<table>": the feature's ids

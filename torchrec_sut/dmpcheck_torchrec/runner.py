@@ -133,7 +133,8 @@ def run(spec, exchange, out_dir, rank, import_s):
             step, done = step + 1, done + 1
             if spec.outputs:  # the forward of step s runs on the weights after s - 1 steps
                 dump.write_phase(out_dir, rank, f"outputs{step - 1}",
-                                 output_pieces(rank, world, spec.batch_size, dump.id_counts(exchange, step, world)))
+                                 output_pieces(rank, world, spec.batch_size,
+                                               dump.id_counts(exchange, begin + done - 1, world)))
             losses.append(loss)
             dump.write_phase(out_dir, rank, f"step{step}", state_pieces(sharded, dense_opt, types, table_dims))
             if step == spec.checkpoint.after_step:

@@ -94,8 +94,10 @@ TEST_F(BehaviourTest, AResultIsTheBehaviourWhoseExpectationsItMeets) {
   EXPECT_TRUE(contains(bug.text, "replicas DIVERGE")) << bug.text;
   EXPECT_TRUE(contains(bug.text, "as torchrec==0.6.0: bug")) << bug.text;
   EXPECT_EQ(behaviour_of(unseeded, with_replicas(true)).key, "fixed");
-  // A cell whose expectations are the same on both: it decides nothing.
-  EXPECT_EQ(behaviour_of(cell("init.mode=seeded"), with_replicas(true)).key, "undecided");
+  // A cell every release named expects to work: a control, it decides nothing; failing it is news.
+  EXPECT_TRUE(cell("init.mode=seeded").control);
+  EXPECT_EQ(behaviour_of(cell("init.mode=seeded"), with_replicas(true)).key, "control");
+  EXPECT_EQ(behaviour_of(cell("init.mode=seeded"), with_replicas(false)).key.rfind("other", 0), 0u);
 }
 
 TEST_F(BehaviourTest, AnErrorNoReleaseExpectsIsTheReleasesOwnAndSkipsAreNotBehaviours) {
@@ -140,6 +142,37 @@ TEST_F(BehaviourTest, WhereTheNewestCellMeetsNothingEachNamedReleasesOwnCellIsTr
                 .key,
             "fixed");
   EXPECT_EQ(ran.size(), 1u);
+}
+
+TEST(Behaviour, ABehaviourIsJudgedOnlyOnARunThatMadeItsComparison) {
+  // 0.7.0 is held against the reference under the bug's profile, 1.9.2 under `current`: a run of
+  // 1.9.2's cell that matches `current` says nothing about the bug's profile.
+  const std::string text = R"(version: 1
+name: profiles
+reproduces:
+  url: https://example.invalid/2
+  releases:
+    torchrec==0.7.0: bug
+    torchrec==1.9.2: fixed
+world_size: 2
+tables:
+  - {name: t, rows: 8, dim: 4, features: [f], sharding: {types: [table_wise]}}
+matrix:
+  system: [torchrec==0.7.0, torchrec==1.9.2]
+expect:
+  - when: {system: torchrec==0.7.0}
+    reference: {profile: "torchrec#2362", rtol: 1.0e-5, atol: 1.0e-6}
+  - reference: {profile: current, rtol: 1.0e-5, atol: 1.0e-6}
+)";
+  const auto original = scenario::load_scenario_text(text, "p.yaml");
+  const auto replaced = scenario::load_scenario_text(text, "p.yaml", {{"system", "torchrec==0.8.0"}});
+  const auto cells = cells_on_system(original, replaced);
+  ASSERT_EQ(cells.size(), 1u);
+  EXPECT_FALSE(cells[0].control);
+  check::RunResult matched = with_replicas(true);
+  matched.reference_compared = true;
+  const Behaviour b = behaviour_of(cells[0], matched);
+  EXPECT_EQ(b.key, "fixed") << b.text;
 }
 
 TEST(Behaviour, AScenarioThatNamesNoReleaseJudgesByItsReleaseCells) {
