@@ -149,12 +149,15 @@ std::vector<CellOnSystem> cells_on_system(const scenario::Scenario& original, co
     // cell only where no release's behaviour is named for it.
     if (c.named.empty()) c.named = std::move(profiles);
     c.expect = replaced.runs[c.run].expect;
-    // A control: every release named expects the same working behaviour of this cell (the
-    // workaround beside the bug); it shows whether a release runs it, not which behaviour it has.
+    // A control: every release named, a buggy one among them, expects the same working behaviour of
+    // this cell (the workaround beside the bug); it shows whether a release runs it, not which
+    // behaviour it has.  (Where every release named is fixed or absent, working is that behaviour.)
     const std::string first_expect = c.named.empty() ? std::string() : c.named.front().expect.describe();
-    c.control = !c.named.empty() && c.named.front().status != "as written" && healthy(c.named.front().expect) &&
-                std::all_of(c.named.begin(), c.named.end(),
-                            [&](const NamedBehaviour& n) { return n.expect.describe() == first_expect; });
+    c.control =
+        !c.named.empty() && healthy(c.named.front().expect) &&
+        std::any_of(c.named.begin(), c.named.end(), [](const NamedBehaviour& n) { return n.status == "bug"; }) &&
+        std::all_of(c.named.begin(), c.named.end(),
+                    [&](const NamedBehaviour& n) { return n.expect.describe() == first_expect; });
     out.push_back(std::move(c));
   }
   return out;

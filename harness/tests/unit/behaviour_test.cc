@@ -175,6 +175,31 @@ expect:
   EXPECT_EQ(b.key, "fixed") << b.text;
 }
 
+TEST(Behaviour, WhereNoReleaseNamedHasTheBugWorkingIsTheBehaviourNotAControl) {
+  const std::string text = R"(version: 1
+name: absent
+reproduces:
+  url: https://example.invalid/3
+  bug_profile: torchrec-0.6
+  fix_profile: current
+  releases:
+    torchrec==0.6.0: absent
+    torchrec==1.9.2: absent
+world_size: 2
+tables:
+  - {name: t, rows: 8, dim: 4, features: [f], sharding: {types: [table_wise]}}
+matrix:
+  system: [torchrec==0.6.0, torchrec==1.9.2]
+expect:
+  - replicas: equal
+)";
+  const auto cells = cells_on_system(scenario::load_scenario_text(text, "a.yaml"),
+                                     scenario::load_scenario_text(text, "a.yaml", {{"system", "torchrec==1.0.0"}}));
+  ASSERT_EQ(cells.size(), 1u);
+  EXPECT_FALSE(cells[0].control);
+  EXPECT_EQ(behaviour_of(cells[0], with_replicas(true)).key, "absent");
+}
+
 TEST(Behaviour, AScenarioThatNamesNoReleaseJudgesByItsReleaseCells) {
   const std::string text = R"(version: 1
 name: modelled-only
@@ -190,6 +215,7 @@ expect:
   const auto replaced = scenario::load_scenario_text(text, "m.yaml", {{"system", "torchrec==1.0.0"}});
   const auto cells = cells_on_system(original, replaced);
   ASSERT_EQ(cells.size(), 1u);
+  EXPECT_FALSE(cells[0].control);
   EXPECT_EQ(behaviour_of(cells[0], with_replicas(true)).key, "as written");
   EXPECT_EQ(behaviour_of(cells[0], with_replicas(false)).key.rfind("other: replicas DIVERGE", 0), 0u);
 }
