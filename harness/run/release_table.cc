@@ -49,18 +49,8 @@ struct Measured {
   std::vector<Cell> cells;
 };
 
-void to_json(json& j, const Measured::Cell& c) {
-  j = json{{"label", c.label}, {"key", c.key},       {"text", c.text},
-           {"named", c.named}, {"failed", c.failed}, {"skipped", c.skipped}};
-}
-void from_json(const json& j, Measured::Cell& c) {
-  j.at("label").get_to(c.label);
-  j.at("key").get_to(c.key);
-  j.at("text").get_to(c.text);
-  j.at("named").get_to(c.named);
-  j.at("failed").get_to(c.failed);
-  j.at("skipped").get_to(c.skipped);
-}
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Measured::Cell, label, key, text, named, failed, skipped)
+
 void to_json(json& j, const Measured& m) {
   j = json{{"scenario", m.scenario}, {"digest", m.digest}, {"release", m.release}, {"torch", m.torch},
            {"seconds", m.seconds},   {"cells", m.cells},   {"judge", m.judge}};
