@@ -206,7 +206,7 @@ Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& r) {
 }
 
 Behaviour judge_cell(const CellOnSystem& cell, const std::function<check::RunResult(size_t)>& run) {
-  const Behaviour first = behaviour_of(cell, run(cell.run));
+  Behaviour first = behaviour_of(cell, run(cell.run));
   if (first.skipped || first.key.rfind("other", 0) != 0) return first;
   // Each named release's own cell, where its run differs (an expectation that asks for other
   // comparisons: a reference-only cell beside a global_model one), judged by its own expectations.

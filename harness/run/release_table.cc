@@ -202,7 +202,9 @@ Measured measure(const scenario::Scenario& original, const std::string& release,
     // is what it says.
     const std::string self = scenario::System::release(release).name();
     if (judged.failed && judged.key.rfind("other", 0) == 0 && original.reproduces) {
-      for (const auto& [system, status] : original.reproduces->releases) {
+      for (const auto& named : original.reproduces->releases) {
+        const std::string& system = named.first;
+        const std::string& status = named.second;
         const bool has_cell = std::any_of(original.runs.begin(), original.runs.end(),
                                           [&](const scenario::RunSpec& r) { return r.system.name() == system; });
         if (system == self && !has_cell && status.rfind("not runnable", 0) == 0) {
