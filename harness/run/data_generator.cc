@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -54,6 +56,55 @@ dmp::KeyedJaggedTensor replayed_batch(const scenario::RunSpec& spec, int step) {
   return ordered;
 }
 
+// One rank's bags of one feature, as lengths, ids and weights.
+struct Bags {
+  std::vector<int64_t> lengths, ids;
+  std::vector<float> weights;
+
+  // The batch's bags from distinct ones: bag i is distinct bag inverse[i].
+  Bags expanded(const std::vector<int64_t>& inverse) const {
+    std::vector<int64_t> offsets(lengths.size() + 1, 0);
+    for (size_t j = 0; j < lengths.size(); ++j) offsets[j + 1] = offsets[j] + lengths[j];
+    Bags out;
+    for (const int64_t j : inverse) {
+      const auto u = static_cast<size_t>(j);
+      out.lengths.push_back(lengths[u]);
+      out.ids.insert(out.ids.end(), ids.begin() + offsets[u], ids.begin() + offsets[u + 1]);
+      out.weights.insert(out.weights.end(), weights.begin() + offsets[u], weights.begin() + offsets[u + 1]);
+    }
+    return out;
+  }
+};
+
+std::vector<int64_t> to_vector(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous().to(at::kLong);
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+// Generated VBE: per feature with stride_per_rank, per rank, batch_size inverse indices: the
+// distinct bags first, in order, then bags drawn among them.  Its own generator, so that the
+// ids of every feature are drawn as without variable batches.
+std::map<std::string, std::vector<std::vector<int64_t>>> generated_inverse(const scenario::RunSpec& spec, int step) {
+  uint64_t seed = (spec.data.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) + 1) ^ 0x5642455F494E56ull;
+  seed ^= seed >> 31;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::map<std::string, std::vector<std::vector<int64_t>>> out;
+  for (const auto& feature : spec.model.features()) {
+    auto it = spec.data.stride_per_rank.find(feature);
+    if (it == spec.data.stride_per_rank.end()) continue;
+    for (const int64_t stride : it->second) {
+      std::vector<int64_t> inverse;
+      for (int64_t i = 0; i < spec.batch_size; ++i) inverse.push_back(i < stride ? i : -1);
+      if (stride < spec.batch_size) {
+        const auto drawn = to_vector(at::randint(0, stride, {spec.batch_size - stride}, generator, at::kLong));
+        std::copy(drawn.begin(), drawn.end(), inverse.begin() + stride);
+      }
+      out[feature].push_back(std::move(inverse));
+    }
+  }
+  return out;
+}
+
 // data.batches: the ranks' bags of each feature, concatenated in rank order.
 dmp::KeyedJaggedTensor inline_batch(const scenario::RunSpec& spec, int step) {
   DMP_CHECK(step < static_cast<int>(spec.data.batches.size()), ErrorKind::kInvalidInput,
@@ -70,11 +121,12 @@ dmp::KeyedJaggedTensor inline_batch(const scenario::RunSpec& spec, int step) {
         lengths.insert(lengths.end(), spec.batch_size, 0);
         continue;
       }
-      const auto& bags = it->second;
+      Bags bags{it->second.lengths, it->second.ids, it->second.weights};
+      if (bags.weights.empty()) bags.weights.assign(bags.ids.size(), 1.0f);
+      if (!it->second.inverse_indices.empty()) bags = bags.expanded(it->second.inverse_indices);
       lengths.insert(lengths.end(), bags.lengths.begin(), bags.lengths.end());
       values.insert(values.end(), bags.ids.begin(), bags.ids.end());
-      if (bags.weights.empty()) weights.insert(weights.end(), bags.ids.size(), 1.0f);
-      else weights.insert(weights.end(), bags.weights.begin(), bags.weights.end());
+      weights.insert(weights.end(), bags.weights.begin(), bags.weights.end());
     }
   }
   auto longs = [](const std::vector<int64_t>& v) {
@@ -106,16 +158,40 @@ dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step
       rows_of[feature] = it == rows_of.end() ? table.num_embeddings : std::min(it->second, table.num_embeddings);
     }
   }
+  const auto inverse = generated_inverse(spec, step);
   for (const auto& feature : keys) {
     const auto [lo, hi] = spec.data.ids_per_bag(feature);
-    at::Tensor len = lo == hi ? at::full({bags}, lo, at::kLong) : at::randint(lo, hi + 1, {bags}, generator, at::kLong);
-    const int64_t n = len.sum().item<int64_t>();
-    lengths.push_back(len);
-    values.push_back(at::randint(0, rows_of.at(feature), {n}, generator, at::kLong));
-    // Per-id weights in [0.5, 1.5) for weighted features, 1 for the others.
-    at::Tensor w = at::ones({n}, at::kFloat);
-    if (std::find(weighted.begin(), weighted.end(), feature) != weighted.end()) w.uniform_(0.5, 1.5, generator);
-    weights.push_back(w);
+    const bool is_weighted = std::find(weighted.begin(), weighted.end(), feature) != weighted.end();
+    // `count` bags of the feature: lengths, ids, per-id weights (in [0.5, 1.5) for weighted
+    // features, 1 for the others).
+    auto draw = [&, lo = lo, hi = hi](int64_t count) {
+      at::Tensor len =
+          lo == hi ? at::full({count}, lo, at::kLong) : at::randint(lo, hi + 1, {count}, generator, at::kLong);
+      const int64_t n = len.sum().item<int64_t>();
+      at::Tensor ids = at::randint(0, rows_of.at(feature), {n}, generator, at::kLong);
+      at::Tensor w = at::ones({n}, at::kFloat);
+      if (is_weighted) w.uniform_(0.5, 1.5, generator);
+      return std::make_tuple(len, ids, w);
+    };
+    auto vbe = inverse.find(feature);
+    if (vbe == inverse.end()) {
+      auto [len, ids, w] = draw(bags);
+      lengths.push_back(len);
+      values.push_back(ids);
+      weights.push_back(w);
+      continue;
+    }
+    // Each rank's distinct bags, drawn, then expanded to its batch through the inverse indices.
+    const auto& strides = spec.data.stride_per_rank.at(feature);
+    for (size_t rank = 0; rank < strides.size(); ++rank) {
+      auto [len, ids, w] = draw(strides[rank]);
+      const at::Tensor wf = w.contiguous();
+      const Bags distinct{to_vector(len), to_vector(ids), {wf.data_ptr<float>(), wf.data_ptr<float>() + wf.numel()}};
+      const Bags batch = distinct.expanded(vbe->second[rank]);
+      lengths.push_back(at::tensor(at::ArrayRef<int64_t>(batch.lengths), at::kLong).reshape({-1}));
+      values.push_back(at::tensor(at::ArrayRef<int64_t>(batch.ids), at::kLong).reshape({-1}));
+      weights.push_back(at::tensor(at::ArrayRef<float>(batch.weights), at::kFloat).reshape({-1}));
+    }
   }
   std::optional<at::Tensor> w;
   if (!weighted.empty()) w = at::cat(weights);
@@ -124,6 +200,26 @@ dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step
 
 dmp::KeyedJaggedTensor local_batch(const scenario::RunSpec& spec, const dmp::KeyedJaggedTensor& global, int rank) {
   return global.slice_batch(rank * spec.batch_size, (rank + 1) * spec.batch_size);
+}
+
+VariableBatch variable_batch(const scenario::RunSpec& spec, int step, int rank) {
+  VariableBatch out;
+  std::map<std::string, std::vector<std::vector<int64_t>>> generated;
+  if (spec.data.batches.empty()) generated = generated_inverse(spec, step);
+  for (const auto& feature : spec.model.features()) {
+    std::vector<int64_t> inverse;
+    if (auto it = generated.find(feature); it != generated.end()) inverse = it->second.at(static_cast<size_t>(rank));
+    if (!spec.data.batches.empty()) {
+      const auto& local = spec.data.batches.at(static_cast<size_t>(step)).at(static_cast<size_t>(rank));
+      if (auto it = local.find(feature); it != local.end()) inverse = it->second.inverse_indices;
+    }
+    if (inverse.empty()) {
+      for (int64_t i = 0; i < spec.batch_size; ++i) inverse.push_back(i);
+    }
+    out.stride_per_key.push_back(*std::max_element(inverse.begin(), inverse.end()) + 1);
+    out.inverse_indices.insert(out.inverse_indices.end(), inverse.begin(), inverse.end());
+  }
+  return out;
 }
 
 }  // namespace dmpcheck::run

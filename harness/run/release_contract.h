@@ -19,7 +19,7 @@
 
 namespace dmpcheck::run::contract {
 
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 struct Constraints {
   std::vector<std::string> sharding_types;  // empty: any the planner likes
@@ -178,6 +178,11 @@ struct Batch {
   std::vector<int64_t> lengths, values;
   bool weighted = false;
   std::vector<float> weights;  // one per value when weighted
+  // Variable batch per feature (TorchRec's VBE): per key, the distinct bags the rank program hands
+  // TorchRec (stride_per_key_per_rank), and per key batch_size indices into them (key-major).
+  // lengths and values above hold the expanded batch (bag i of a key is its distinct bag
+  // inverse_indices[i]; a distinct bag is the first bag that names it).  Empty: no VBE.
+  std::vector<int64_t> stride_per_key, inverse_indices;
 };
 
 // Why a rank failed: <out>/rank<R>/error.json from the rank program, or the store's error/<R> from
@@ -212,7 +217,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Piece, name, sharding, replicate
                                                 sizes, offset)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Phase, schema_version, phase, tensors)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankError, schema_version, kind, message, traceback)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Batch, schema_version, keys, lengths, values, weighted, weights)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Batch, schema_version, keys, lengths, values, weighted, weights,
+                                                stride_per_key, inverse_indices)
 
 // Strict reading: `document` has this build's schema_version and exactly the fields of its type,
 // at every depth, each of the type's kind.  Error(kRankFailed) naming `what` and the field

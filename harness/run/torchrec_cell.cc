@@ -149,6 +149,11 @@ void write_batches(const scenario::RunSpec& spec, const std::string& dir, int fi
         batch.weighted = true;
         batch.weights.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
       }
+      if (spec.data.variable_batch()) {  // the loader keeps such runs at their own world size
+        VariableBatch vbe = variable_batch(spec, step, rank);
+        batch.stride_per_key = std::move(vbe.stride_per_key);
+        batch.inverse_indices = std::move(vbe.inverse_indices);
+      }
       report::write_text_file_atomically(fmt::format("{}/step{}_rank{}.json", dir, step + 1, rank),
                                          nlohmann::json(batch).dump());
     }

@@ -234,6 +234,18 @@ std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) co
   return it == per_feature.end() ? std::make_pair(min_ids_per_bag, max_ids_per_bag) : it->second;
 }
 
+bool DataSpec::variable_batch() const {
+  if (!stride_per_rank.empty()) return true;
+  for (const auto& step : batches) {
+    for (const auto& rank : step) {
+      for (const auto& [feature, bags] : rank) {
+        if (!bags.inverse_indices.empty()) return true;
+      }
+    }
+  }
+  return false;
+}
+
 Scenario load_scenario_text(const std::string& text, const std::string& file_label, const Overrides& overrides) {
   // Every yaml-cpp error becomes a scenario error with its line, including shapes of input
   // the schema walk did not foresee (found by fuzzing: a scalar where a mapping was expected).

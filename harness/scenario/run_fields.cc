@@ -104,7 +104,7 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
             }
           }
         } else {
-          r.check_keys(v, path, {"ids", "lengths", "weights"});
+          r.check_keys(v, path, {"ids", "lengths", "weights", "inverse_indices"});
           const YAML::Node ids = r.required(v, path, "ids");
           const YAML::Node lengths = r.required(v, path, "lengths");
           if (!ids.IsSequence()) r.expected(ids, path + ".ids", "a list of ids");
@@ -136,7 +136,36 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
             }
           }
         }
-        if (static_cast<int64_t>(bags.lengths.size()) != run.batch_size) {
+        if (v.IsMap() && v["inverse_indices"]) {
+          const YAML::Node inverse = v["inverse_indices"];
+          // VBE: `lengths` holds the rank's distinct bags of the feature, and inverse_indices maps
+          // each of its batch_size bags to one of them.
+          const auto distinct = static_cast<int64_t>(bags.lengths.size());
+          const std::string inverse_path = path + ".inverse_indices";
+          if (!inverse.IsSequence() || static_cast<int64_t>(inverse.size()) != run.batch_size) {
+            r.expected(inverse, inverse_path,
+                       fmt::format("a list of batch_size = {} bag indices, each in [0, {}) (the bags of lengths)",
+                                   run.batch_size, distinct));
+          }
+          if (distinct < 1 || distinct > run.batch_size) {
+            r.fail(v["lengths"], path + ".lengths",
+                   fmt::format("has {} distinct bags; with inverse_indices a rank holds 1 to batch_size = {}", distinct,
+                               run.batch_size));
+          }
+          std::vector<bool> used(static_cast<size_t>(distinct), false);
+          for (size_t i = 0; i < inverse.size(); ++i) {
+            bags.inverse_indices.push_back(
+                r.integer(inverse[i], fmt::format("{}[{}]", inverse_path, i), 0, distinct - 1));
+            used[static_cast<size_t>(bags.inverse_indices.back())] = true;
+          }
+          const auto unused = std::find(used.begin(), used.end(), false);
+          if (unused != used.end()) {
+            r.fail(inverse, inverse_path,
+                   fmt::format("never names bag {} of lengths; every distinct bag is one of the batch's (as "
+                               "deduplicating a batch gives them)",
+                               unused - used.begin()));
+          }
+        } else if (static_cast<int64_t>(bags.lengths.size()) != run.batch_size) {
           r.fail(
               v, path,
               fmt::format("has {} bags; each rank's batch has batch_size = {}", bags.lengths.size(), run.batch_size));
@@ -463,9 +492,25 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
           r.fail(kv.first, path,
                  fmt::format("no table reads feature '{}'; features: {}", feature, fmt::join(features, ", ")));
         }
-        r.check_keys(kv.second, path, {"ids_per_bag"});
-        run.data.per_feature[feature] =
-            parse_ids_per_bag(r, r.required(kv.second, path, "ids_per_bag"), path + ".ids_per_bag");
+        r.check_keys(kv.second, path, {"ids_per_bag", "stride_per_rank"});
+        if (!kv.second["ids_per_bag"] && !kv.second["stride_per_rank"])
+          r.expected(kv.second, path, "ids_per_bag, stride_per_rank or both");
+        if (const YAML::Node n = kv.second["ids_per_bag"])
+          run.data.per_feature[feature] = parse_ids_per_bag(r, n, path + ".ids_per_bag");
+        if (const YAML::Node n = kv.second["stride_per_rank"]) {
+          // VBE: the distinct bags of this feature in each rank's batch, one count or one per rank.
+          const std::string sp = path + ".stride_per_rank";
+          std::vector<int64_t> strides;
+          if (n.IsSequence()) {
+            if (static_cast<int>(n.size()) != run.world_size)
+              r.expected(n, sp, fmt::format("one count, or one per rank ({})", run.world_size));
+            for (size_t i = 0; i < n.size(); ++i)
+              strides.push_back(r.integer(n[i], fmt::format("{}[{}]", sp, i), 1, run.batch_size));
+          } else {
+            strides.assign(static_cast<size_t>(run.world_size), r.integer(n, sp, 1, run.batch_size));
+          }
+          run.data.stride_per_rank[feature] = strides;
+        }
       }
     }
   });

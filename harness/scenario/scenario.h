@@ -55,6 +55,11 @@ struct DataSpec {
   // Per-feature overrides of (min, max) ids per bag.
   std::map<std::string, std::pair<int64_t, int64_t>> per_feature;
   std::pair<int64_t, int64_t> ids_per_bag(const std::string& feature) const;
+  // Variable batch per feature (TorchRec's VBE), generated: feature -> per rank, the distinct bags
+  // the rank's batch holds of it (`data.features.<f>.stride_per_rank`, 1..batch_size).  The
+  // rank's batch_size bags index them through inverse indices (the first `stride` bags are the
+  // distinct ones in order, the rest drawn among them).
+  std::map<std::string, std::vector<int64_t>> stride_per_rank;
   // The report's own batches instead of generated ones (the two forms exclude each other and
   // the generator's keys).
   // `data.from`: a directory of global batches batch<S>.pt, as --dump-batches writes them (or
@@ -68,8 +73,14 @@ struct DataSpec {
     std::vector<int64_t> ids;
     std::vector<int64_t> lengths;  // batch_size entries
     std::vector<float> weights;    // empty: 1 for every id
+    // VBE: batch_size entries, bag i of the rank's batch is bag inverse_indices[i] of `lengths`
+    // (which then holds the distinct bags, each used).  Empty: lengths holds batch_size bags.
+    std::vector<int64_t> inverse_indices;
   };
   std::vector<std::vector<std::map<std::string, Bags>>> batches;
+  // Whether the batches are handed to a release as variable batch per feature (stride_per_key_per_rank
+  // and inverse_indices); the reference and every unsharded model train on their expansion.
+  bool variable_batch() const;
 };
 
 struct Tolerance {

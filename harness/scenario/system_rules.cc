@@ -91,7 +91,31 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
       refuse("tables",
              "TorchRec's EmbeddingBagCollection is weighted or not as a whole; make every table weighted or none");
     }
-  } else if (run.torchrec_is_weighted) {
+  }
+  if (run.data.variable_batch()) {
+    // Variable batch per feature: an EmbeddingBagCollection's keyed outputs are expanded back to
+    // the batch through inverse indices; nothing else here takes them.
+    for (const auto& t : run.model.tables) {
+      if (t.sequence) {
+        r.fail(root["data"], "data",
+               fmt::format("variable batches (stride_per_rank, inverse_indices) are for pooled tables; table '{}' is "
+                           "a sequence table (an EmbeddingCollection has no inverse indices to expand its outputs)",
+                           t.name));
+      }
+    }
+    if (run.torchrec_module != "embedding_bag_collection") {
+      r.fail(root["torchrec"]["module"], "torchrec.module",
+             "variable batches (stride_per_rank, inverse_indices) go to an EmbeddingBagCollection; a plain "
+             "nn.EmbeddingBag takes no inverse indices");
+    }
+    if (run.resume && run.resume->world_size != run.world_size) {
+      r.fail(root["resume"]["world_size"], "resume.world_size",
+             fmt::format("variable batches are laid out per rank of the run's {} ranks; a resume at another world "
+                         "size would split them otherwise",
+                         run.world_size));
+    }
+  }
+  if (!run.on_torchrec() && run.torchrec_is_weighted) {
     // The reference applies a weighted table's weights: is_weighted is the release's EBC flag.
     r.fail(root["torchrec"]["is_weighted"], "torchrec.is_weighted",
            fmt::format("is TorchRec's EmbeddingBagCollection flag; run '{}' runs on the reference, which applies a "

@@ -13,7 +13,7 @@ import os
 import typing
 from typing import List
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class ContractError(ValueError):
@@ -211,6 +211,11 @@ class Batch:
     values: List[int]
     weighted: bool
     weights: List[float]  # one per value when weighted
+    # Variable batch per feature (VBE): per key, the distinct bags handed to TorchRec, and per key
+    # batch_size indices into them (key-major); lengths/values hold the expanded batch (a distinct
+    # bag is the first bag that names it).  Empty: no VBE.
+    stride_per_key: List[int]
+    inverse_indices: List[int]
 
 
 def _read(kind, value, path):

@@ -87,9 +87,44 @@ def _kjt(keys, lengths, values, weights):
 
 
 def load_batch(exchange, step, rank):
-    """This rank's local batch of `step` (counted from 1), exactly what the reference trains on."""
+    """This rank's local batch of `step` (counted from 1): exactly what the reference trains on, or
+    with variable batch per feature (VBE) each key's distinct bags with TorchRec's
+    stride_per_key_per_rank and inverse_indices, which expand to it."""
     b = _read_batch(exchange, step, rank)
-    return _kjt(b.keys, b.lengths, b.values, b.weights if b.weighted else None)
+    if not b.stride_per_key:
+        return _kjt(b.keys, b.lengths, b.values, b.weights if b.weighted else None)
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    keys = len(b.keys)
+    if len(b.stride_per_key) != keys or len(b.inverse_indices) % max(keys, 1) or len(b.lengths) % max(keys, 1):
+        raise contract.ContractError(f"step {step} rank {rank}: {len(b.stride_per_key)} strides and "
+                                     f"{len(b.inverse_indices)} inverse indices for {keys} keys")
+    bags = len(b.lengths) // keys
+    lengths, values, weights, start = [], [], [], 0
+    for k in range(keys):
+        inverse = b.inverse_indices[k * bags:(k + 1) * bags]
+        key_lengths = b.lengths[k * bags:(k + 1) * bags]
+        offsets = [start]
+        for n in key_lengths:
+            offsets.append(offsets[-1] + n)
+        start = offsets[-1]
+        for j in range(b.stride_per_key[k]):  # distinct bag j: the first bag that names it
+            i = inverse.index(j)
+            lengths.append(key_lengths[i])
+            values.extend(b.values[offsets[i]:offsets[i + 1]])
+            weights.extend(b.weights[offsets[i]:offsets[i + 1]] if b.weighted else [])
+    return KeyedJaggedTensor(
+        keys=b.keys, values=torch.tensor(values, dtype=torch.int64), lengths=torch.tensor(lengths, dtype=torch.int32),
+        weights=torch.tensor(weights, dtype=torch.float32) if b.weighted else None,
+        stride_per_key_per_rank=[[s] for s in b.stride_per_key],
+        inverse_indices=(list(b.keys), torch.tensor(b.inverse_indices, dtype=torch.int64).reshape(keys, bags)))
+
+
+def bags_of(kjt):
+    """The batch's bags per key: the stride, or with VBE the inverse indices' (the expanded batch)."""
+    inverse = kjt.inverse_indices_or_none() if hasattr(kjt, "inverse_indices_or_none") else None
+    return int(inverse[1].shape[1]) if inverse is not None else kjt.stride()
 
 
 def id_counts(exchange, step, world):

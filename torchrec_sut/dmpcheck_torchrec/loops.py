@@ -40,7 +40,7 @@ class DataIterator:
         # What TorchRec's pipelines take: its Batch (a Pipelineable), the model's input at sparse_features.
         from torchrec.datasets.utils import Batch
 
-        bags = kjt.stride()
+        bags = dump.bags_of(kjt)
         return Batch(dense_features=torch.zeros(bags, 0), sparse_features=kjt, labels=torch.zeros(bags))
 
 

@@ -161,6 +161,12 @@ def run(spec, exchange, out_dir, rank, import_s):
                         if k.startswith("pooled_embeddings.") and k.split(".", 1)[1].split("@")[0] in t.features}
             notes.append(f"table {t.name} ({t.data_type}): weights held as {', '.join(sorted(held))}; "
                          f"pooled embeddings returned as {', '.join(sorted(returned))}")
+    first_batch = dump.load_batch(exchange, first + 1, rank) if spec.steps > first else None
+    if first_batch is not None and getattr(first_batch, "variable_stride_per_key", lambda: False)():
+        strides = ", ".join(f"{k} {s[0]}" for k, s in zip(first_batch.keys(), first_batch.stride_per_key_per_rank()))
+        notes.append(f"batches handed to TorchRec with variable batch per feature (VBE: stride_per_key_per_rank and "
+                     f"inverse_indices; rank {rank}'s distinct bags at step {first + 1}: {strides} of "
+                     f"{dump.bags_of(first_batch)}); an unsharded model trains on their expansion")
     if spec.sparse_optimizer.weight_decay_mode != "none":
         notes.append(f"weight_decay_mode {spec.sparse_optimizer.weight_decay_mode} handed to FBGEMM's fused "
                      f"{spec.sparse_optimizer.type} through TorchRec's optimizer kwargs; its kernels hold "

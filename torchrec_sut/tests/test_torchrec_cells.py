@@ -837,6 +837,51 @@ def test_sequence_outputs_are_compared_id_by_id_in_every_sharding_type(tmp_path)
     assert out == want, out
 
 
+def test_variable_batches_reach_the_release_as_vbe_and_train_as_their_expansion(tmp_path):
+    """data.features.<f>.stride_per_rank: each rank hands TorchRec fewer distinct bags than its
+    batch, with stride_per_key_per_rank and inverse_indices (the note says what the KJT held), and
+    the sharded model matches the unsharded one trained on the expansion, in the plain loop and the
+    pipeline; 0.6.0's FBGEMM refuses them on CPU (the example's expectations).  A rank program that
+    hands TorchRec the wrong inverse indices is caught.  What 1.9.2 refuses, each in its own words:
+    a data_parallel table, and fused Adagrad."""
+    need("0.6.0", "1.9.2")
+    example = os.path.join(ROOT, "scenarios", "examples", "variable_batch.yaml")
+    p = dmpcheck("run", example, "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "reports" / "example-variable-batch" / "torchrec__1.9.2_plain.json"))
+    notes = r["system"]["notes"]
+    assert any("variable batch per feature (VBE" in n and "f_tw 2, f_cw 1, f_full 4 of 4" in n for n in notes), notes
+    broken = tmp_path / "broken"
+    shutil.copytree(os.path.join(ROOT, "torchrec_sut"), broken, ignore=shutil.ignore_patterns("__pycache__"))
+    path = broken / "dmpcheck_torchrec" / "dump.py"
+    text = path.read_text()
+    anchor = "        inverse_indices=(list(b.keys), torch.tensor(b.inverse_indices, dtype=torch.int64).reshape(keys, bags)))"
+    assert anchor in text
+    path.write_text(text.replace(anchor, anchor.replace(".reshape(keys, bags)", ".reshape(keys, bags).flip(1)")))
+    one = tmp_path / "one.yaml"
+    one.write_text(open(example).read().replace("  system: [reference, torchrec==0.6.0, torchrec==1.9.2]\n"
+                                                "  torchrec.loop: [plain, train_pipeline_sparse_dist]\n",
+                                                "  system: [torchrec==1.9.2]\n"))
+    p = dmpcheck("run", str(one), "--quiet", "--out", str(tmp_path / "broken-reports"),
+                 env={"DMPCHECK_TORCHREC_SUT": str(broken)})
+    assert p.returncode == 1, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "broken-reports" / "example-variable-batch" / "torchrec__1.9.2.json"))
+    assert not all(g["within_tolerance"] for g in r["global_model"]), r["global_model"]
+    refused = tmp_path / "refused.yaml"
+    refused.write_text(open(example).read().replace(
+        "  system: [reference, torchrec==0.6.0, torchrec==1.9.2]\n  torchrec.loop: [plain, train_pipeline_sparse_dist]\n",
+        "  system: [torchrec==1.9.2]\n  optimizers.sparse.type: [sgd, adagrad]\n").replace(
+        "{name: cw, rows: 20, dim: 8, features: [f_cw], sharding: {types: [column_wise], column_shards: 2}}",
+        "{name: cw, rows: 20, dim: 8, features: [f_cw], sharding: {types: [data_parallel]}}"))
+    p = dmpcheck("run", str(refused), "--quiet", "--out", str(tmp_path / "refused-reports"))
+    assert p.returncode == 3, p.stdout + p.stderr  # a rank failed, in every cell
+    reports = tmp_path / "refused-reports" / "example-variable-batch"
+    messages = {f.name: json.load(open(f))["failure"]["message"] for f in reports.glob("*.json")}
+    assert len(messages) == 2, messages
+    assert any("Tensors must have same number of dimensions: got 1 and 2" in m for m in messages.values()), messages
+    assert any("Variable batch size TBE support is enabled for" in m for m in messages.values()), messages
+
+
 def test_eval_passes_between_epochs_train_nothing_and_uneven_ones_end_naming_the_rank(tmp_path):
     """torchrec: {eval_batches}: after every epoch an eval pass over the same pipeline (model.eval(),
     progress() under no_grad until StopIteration, then model.train()), as users validate between

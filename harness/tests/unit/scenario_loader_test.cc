@@ -534,6 +534,78 @@ TEST(ScenarioLoader, InlineWeightsOfAWeightedTableAreKept) {
   EXPECT_TRUE(batch.weights()->equal(at::tensor({1.f, 1.f, 1.f, 1.f, 1.f, 1.f, 0.25f})));
 }
 
+TEST(ScenarioLoader, InlineVariableBatchesExpandThroughTheirInverseIndices) {
+  // Rank 0 holds two distinct bags of f1, its batch of 3 reads [b1, b0, b1]; rank 1 one bag.
+  const std::string text = R"(version: 1
+name: vbe
+world_size: 2
+batch_size: 3
+steps: 1
+tables:
+  - {name: t0, rows: 10, dim: 4, features: [f0]}
+  - {name: t1, rows: 20, dim: 4, features: [f1]}
+data:
+  batches:
+    - - {f0: [[1], [2], [3]], f1: {ids: [4, 5, 6], lengths: [1, 2], inverse_indices: [1, 0, 1]}}
+      - {f1: {ids: [7], lengths: [1], inverse_indices: [0, 0, 0]}}
+)";
+  const RunSpec run = load_scenario_text(text, "s.yaml").runs.at(0);
+  ASSERT_TRUE(run.data.variable_batch());
+  const dmp::KeyedJaggedTensor batch = run::make_global_batch(run, 0);
+  EXPECT_TRUE(batch.lengths().equal(at::tensor({1, 1, 1, 0, 0, 0, 2, 1, 2, 1, 1, 1}, at::kLong)));
+  EXPECT_TRUE(batch.values().equal(at::tensor({1, 2, 3, 5, 6, 4, 5, 6, 7, 7, 7}, at::kLong)));
+  const run::VariableBatch r0 = run::variable_batch(run, 0, 0), r1 = run::variable_batch(run, 0, 1);
+  EXPECT_EQ(r0.stride_per_key, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(r0.inverse_indices, (std::vector<int64_t>{0, 1, 2, 1, 0, 1}));
+  EXPECT_EQ(r1.stride_per_key, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(r1.inverse_indices, (std::vector<int64_t>{0, 1, 2, 0, 0, 0}));
+
+  EXPECT_TRUE(fails_with(replace(text, "inverse_indices: [1, 0, 1]", "inverse_indices: [1, 1, 1]"),
+                         "'data.batches[0][0].f1.inverse_indices': never names bag 0 of lengths"));
+  EXPECT_TRUE(fails_with(replace(text, "inverse_indices: [1, 0, 1]", "inverse_indices: [1, 0, 2]"),
+                         "'data.batches[0][0].f1.inverse_indices[2]': expected an integer in [0, 1], got '2'"));
+  EXPECT_TRUE(fails_with(replace(text, "inverse_indices: [1, 0, 1]", "inverse_indices: [1, 0]"),
+                         "expected a list of batch_size = 3 bag indices, each in [0, 2)"));
+  EXPECT_TRUE(fails_with(replace(text, "features: [f1]}", "features: [f1], pooling: none}"),
+                         "variable batches (stride_per_rank, inverse_indices) are for pooled tables; table 't1' is a "
+                         "sequence table"));
+}
+
+TEST(ScenarioLoader, GeneratedVariableBatchesHoldTheirDistinctBagsPerRank) {
+  const std::string text = std::string(kMinimal) + R"(batch_size: 5
+data:
+  seed: 5
+  ids_per_bag: [0, 3]
+  features: {f0: {stride_per_rank: [2, 4]}}
+)";
+  const RunSpec run = load_scenario_text(text, "s.yaml").runs.at(0);
+  ASSERT_TRUE(run.data.variable_batch());
+  for (int step = 0; step < 3; ++step) {
+    const dmp::KeyedJaggedTensor global = run::make_global_batch(run, step);
+    for (int rank = 0; rank < run.world_size; ++rank) {
+      const dmp::KeyedJaggedTensor local = run::local_batch(run, global, rank);
+      const run::VariableBatch vbe = run::variable_batch(run, step, rank);
+      const int64_t stride = rank == 0 ? 2 : 4;
+      ASSERT_EQ(vbe.stride_per_key, (std::vector<int64_t>{stride, 5}));  // f1 has no variable batch
+      ASSERT_EQ(vbe.inverse_indices.size(), 10u);
+      for (int64_t i = 0; i < 5; ++i) ASSERT_EQ(vbe.inverse_indices[static_cast<size_t>(5 + i)], i);
+      const at::Tensor lengths = local.lengths();
+      const at::Tensor offsets = at::cat({at::zeros({1}, at::kLong), lengths.cumsum(0)});
+      for (int64_t i = 0; i < 5; ++i) {
+        const int64_t j = vbe.inverse_indices[static_cast<size_t>(i)];
+        ASSERT_TRUE(i < stride ? j == i : (j >= 0 && j < stride)) << "bag " << i << " names " << j;
+        // Bag i of the batch is the distinct bag j: the same ids.
+        const at::Tensor bag = local.values().slice(0, offsets[i].item<int64_t>(), offsets[i + 1].item<int64_t>());
+        const at::Tensor distinct = local.values().slice(0, offsets[j].item<int64_t>(), offsets[j + 1].item<int64_t>());
+        ASSERT_TRUE(bag.equal(distinct)) << "step " << step << " rank " << rank << " bag " << i;
+      }
+    }
+  }
+  EXPECT_TRUE(fails_with(replace(text, "[2, 4]", "[2, 6]"),
+                         "'data.features.f0.stride_per_rank[1]': expected an integer in [1, 5], got '6'"));
+  EXPECT_TRUE(fails_with(replace(text, "[2, 4]", "[2, 4, 1]"), "expected one count, or one per rank (2)"));
+}
+
 TEST(ScenarioLoader, TheTorchrecAxesApplyToReleaseCellsOnly) {
   const Scenario s = load_scenario_text(std::string(kMinimal) + R"(matrix:
   system: [reference, torchrec==1.9.2]
