@@ -39,8 +39,15 @@ static GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor
 GlobalModelTracker::GlobalModelTracker(const dmp::ModelConfig& model, const dmp::DmpOptions& options,
                                        const std::map<std::string, at::Tensor>& initial_state, int64_t steps_done,
                                        Tolerances tolerances, Tolerances output_tolerances)
-    : reference_(std::make_unique<UnshardedModel>(model, options.sparse_optimizer, options.dense_optimizer,
-                                                  initial_state, steps_done)),
+    : reference_(std::make_unique<UnshardedModel>(
+          model, options.sparse_optimizer,
+          [&options] {
+            // The unsharded model trains as the user's would on the same release (its arithmetic).
+            dmp::DenseOptimizerConfig dense = options.dense_optimizer;
+            dense.rowwise_mean_gradient = options.profile.dense_rowwise_adagrad_mean_gradient;
+            return dense;
+          }(),
+          initial_state, steps_done)),
       tolerances_(tolerances),
       output_tolerances_(output_tolerances) {}
 

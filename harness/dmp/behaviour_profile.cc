@@ -17,13 +17,15 @@ const std::vector<BehaviourProfile>& behaviour_profiles() {
     old.name = "torchrec-0.6";
     old.description =
         "TorchRec 0.6/0.7: data-parallel tables are re-initialised by each rank's RNG in "
-        "reset_parameters and never broadcast (issue #1739); the dense optimizer trains them; row_wise fails on Gloo";
+        "reset_parameters and never broadcast (issue #1739); the dense optimizer trains them; row_wise fails on Gloo; "
+        "the dense side's RowWiseAdagrad applies each row's mean gradient (PR #2015)";
     old.broadcast_data_parallel_tables_at_init = false;
     old.data_parallel_tables_use_dense_optimizer = true;
     old.row_wise_fails_on_gloo = true;
     old.wrap_keeps_weights_loaded_before_it = false;
     old.ddp_first_bucket_cap_bytes = 1024 * 1024;  // torch 2.2 / 2.3
     old.planner_counts_optimizer_state = false;
+    old.dense_rowwise_adagrad_mean_gradient = true;
     all.push_back(old);
 
     BehaviourProfile fix;
@@ -147,6 +149,7 @@ const std::vector<std::pair<std::string, Member>> kSwitches = {
     DMPCHECK_SWITCH(plan_on_every_rank),
     DMPCHECK_SWITCH(data_parallel_state_keys_differ),
     DMPCHECK_SWITCH(load_requires_same_sharding),
+    DMPCHECK_SWITCH(dense_rowwise_adagrad_mean_gradient),
 };
 #undef DMPCHECK_SWITCH
 

@@ -87,6 +87,9 @@ struct BehaviourProfile {
   // Loading a checkpoint into a table whose sharding type changed fails, as loading a plain
   // tensor into a ShardedTensor did (TorchRec #1497, pytorch#79016).
   bool load_requires_same_sharding = false;
+  // The dense side's rowwise_adagrad (torchrec.optim.RowWiseAdagrad) accumulates and applies each
+  // row's mean gradient, mean(g)^2, instead of mean(g^2) and g (before 0.8.0, TorchRec PR #2015).
+  bool dense_rowwise_adagrad_mean_gradient = false;
 };
 
 const std::vector<BehaviourProfile>& behaviour_profiles();

@@ -64,9 +64,15 @@ const char* fused_optimizer_name(FusedOptimizerType type);
 std::vector<std::string> fused_optimizer_names();
 const char* weight_decay_mode_name(WeightDecayMode mode);
 
-enum class DenseOptimizerType { kSgd, kAdagrad, kAdam };
+// kRowWiseAdagrad: torchrec.optim.RowWiseAdagrad over the 2-D parameters (data-parallel tables,
+// Linear weights: one accumulator per row), torch.optim.Adagrad over the 1-D ones (biases), which
+// RowWiseAdagrad cannot take.
+enum class DenseOptimizerType { kSgd, kAdagrad, kAdam, kRowWiseAdagrad };
 inline constexpr Named<DenseOptimizerType> kDenseOptimizerNames[] = {
-    {DenseOptimizerType::kSgd, "sgd"}, {DenseOptimizerType::kAdagrad, "adagrad"}, {DenseOptimizerType::kAdam, "adam"}};
+    {DenseOptimizerType::kSgd, "sgd"},
+    {DenseOptimizerType::kAdagrad, "adagrad"},
+    {DenseOptimizerType::kAdam, "adam"},
+    {DenseOptimizerType::kRowWiseAdagrad, "rowwise_adagrad"}};
 
 struct DenseOptimizerConfig {
   DenseOptimizerType type = DenseOptimizerType::kSgd;
@@ -76,6 +82,10 @@ struct DenseOptimizerConfig {
   double beta1 = 0.9;     // Adam
   double beta2 = 0.999;   // Adam
   double weight_decay = 0.0;
+  // kRowWiseAdagrad as torchrec.optim.RowWiseAdagrad had it before 0.8.0 (PR #2015): each row's
+  // mean gradient, squared into the accumulator and applied to every element of the row (the
+  // behaviour profile's dense_rowwise_adagrad_mean_gradient sets it).
+  bool rowwise_mean_gradient = false;
 };
 
 const char* dense_optimizer_name(DenseOptimizerType type);

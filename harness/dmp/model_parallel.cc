@@ -190,7 +190,9 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
   DenseDataParallelOptions dense_options;
   dense_options.broadcast_at_wrap = options_.profile.broadcast_dense_at_wrap;
   dense_options.first_bucket_cap_bytes = options_.profile.ddp_first_bucket_cap_bytes;
-  dense_dp_ = std::make_unique<DenseDataParallel>(comm_, *dense_, options_.dense_optimizer, dense_options,
+  DenseOptimizerConfig dense_optimizer = options_.dense_optimizer;
+  dense_optimizer.rowwise_mean_gradient = options_.profile.dense_rowwise_adagrad_mean_gradient;
+  dense_dp_ = std::make_unique<DenseDataParallel>(comm_, *dense_, dense_optimizer, dense_options,
                                                   std::move(dense_trained_tables));
 }
 

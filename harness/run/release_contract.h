@@ -44,7 +44,8 @@ struct SparseOptimizer {
 };
 
 struct DenseOptimizer {
-  std::string type;  // sgd | adagrad | adam
+  std::string
+      type;  // sgd | adagrad | adam | rowwise_adagrad (RowWiseAdagrad over 2-D parameters, Adagrad over the rest)
   double lr = 0, eps = 0, beta1 = 0, beta2 = 0, momentum = 0, weight_decay = 0;
 };
 

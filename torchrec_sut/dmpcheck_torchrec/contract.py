@@ -51,7 +51,7 @@ class SparseOptimizer:
 
 @dataclasses.dataclass
 class DenseOptimizer:
-    type: str  # sgd | adagrad | adam
+    type: str  # sgd | adagrad | adam | rowwise_adagrad (torchrec.optim.RowWiseAdagrad over 2-D parameters, Adagrad over the rest)
     lr: float
     eps: float
     beta1: float

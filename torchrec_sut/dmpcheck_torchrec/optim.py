@@ -84,6 +84,28 @@ def sparse_optimizer(cfg):
     raise Unsupported(f"sparse optimizer '{kind}'")
 
 
+def dense_optimizer(named_parameters, cfg):
+    """The dense side's KeyedOptimizer over `named_parameters` (what the in-backward optimizer does
+    not train), as a TorchRec user builds it: a KeyedOptimizerWrapper.  rowwise_adagrad is
+    torchrec.optim.RowWiseAdagrad, which takes 2-D parameters only (one accumulator per row), so
+    the 1-D ones (biases) get torch.optim.Adagrad in a second wrapper, the two combined."""
+    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+
+    params = dict(named_parameters)
+    if cfg.type != "rowwise_adagrad":
+        return KeyedOptimizerWrapper(params, dense_optimizer_factory(cfg))
+    from torchrec.optim import RowWiseAdagrad
+
+    rows = {k: p for k, p in params.items() if p.dim() == 2}
+    rest = {k: p for k, p in params.items() if p.dim() != 2}
+    parts = [KeyedOptimizerWrapper(rows, lambda ps: RowWiseAdagrad(ps, lr=cfg.lr, eps=cfg.eps,
+                                                                   weight_decay=cfg.weight_decay))]
+    if rest:
+        parts.append(KeyedOptimizerWrapper(rest, lambda ps: torch.optim.Adagrad(ps, lr=cfg.lr, eps=cfg.eps,
+                                                                                weight_decay=cfg.weight_decay)))
+    return CombinedOptimizer(parts)
+
+
 def dense_optimizer_factory(cfg):
     kind = cfg.type
     if kind == "sgd":

@@ -16,7 +16,7 @@ import torch
 
 from dmpcheck_torchrec import dump
 from dmpcheck_torchrec.models import LAST_OUTPUTS, build_model, output_pieces
-from dmpcheck_torchrec.optim import Unsupported, dense_optimizer_factory
+from dmpcheck_torchrec.optim import Unsupported, dense_optimizer
 from dmpcheck_torchrec.state import dmpcheck_name, table_of
 
 # An in-backward optimizer's state as FBGEMM's fused kernels name it in the sharded model.
@@ -48,7 +48,6 @@ def _state(model, dense_opt, tables):
 
 def train_unsharded(spec, exchange, out_dir, world):
     """Trains the unsharded model as above; returns a note saying what it did."""
-    from torchrec.optim.keyed import KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     with torch.random.fork_rng():  # its own draw is overwritten; the sharded ranks' generators stay put
@@ -64,8 +63,7 @@ def train_unsharded(spec, exchange, out_dir, world):
             if list(initial[name].shape) != list(v.shape):
                 raise Unsupported(f"{name} is {list(v.shape)} unsharded but {list(initial[name].shape)} sharded")
             v.copy_(initial[name])
-    dense_opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(model.named_parameters())),
-                                      dense_optimizer_factory(spec.dense_optimizer))
+    dense_opt = dense_optimizer(in_backward_optimizer_filter(model.named_parameters()), spec.dense_optimizer)
     tables = {t.name for t in spec.tables}
     where = os.path.join(out_dir, "unsharded")
     global_batch = spec.batch_size * world

@@ -60,7 +60,7 @@ def _start(spec, rank, notes):
 
 def run(spec, exchange, out_dir, rank, import_s):
     from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+    from torchrec.optim.keyed import CombinedOptimizer
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     t0 = time.perf_counter()
@@ -87,8 +87,7 @@ def run(spec, exchange, out_dir, rank, import_s):
         notes.append(f"init.from's weights were loaded into the sharded model after the wrap ({len(loaded)} tensors)"
                      if spec.start.kind == "user_weights" else
                      f"started from the reference's initial weights ({len(loaded)} tensors)")
-    dense_opt = KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(sharded.named_parameters())),
-                                      optim.dense_optimizer_factory(spec.dense_optimizer))
+    dense_opt = optim.dense_optimizer(in_backward_optimizer_filter(sharded.named_parameters()), spec.dense_optimizer)
     optimizer = CombinedOptimizer([sharded.fused_optimizer, dense_opt])
     if spec.start.kind == "checkpoint":  # a resumed run: the state as the earlier run saved it
         notes.append(checkpoint.load(sharded, optimizer, spec.start.state))

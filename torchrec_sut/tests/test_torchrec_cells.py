@@ -882,6 +882,30 @@ def test_variable_batches_reach_the_release_as_vbe_and_train_as_their_expansion(
     assert any("Variable batch size TBE support is enabled for" in m for m in messages.values()), messages
 
 
+def test_the_dense_sides_rowwise_adagrad_is_each_releases_own_arithmetic(tmp_path):
+    """optimizers.dense.type rowwise_adagrad: torchrec.optim.RowWiseAdagrad over the data-parallel
+    table and the Linear's weight, Adagrad over the bias, on 0.6.0 and 1.9.2, each held against the
+    reference under its release's profile; 0.6.0 only matches because the profile's
+    dense_rowwise_adagrad_mean_gradient models its row mean gradient (turned off, it differs)."""
+    need("0.6.0", "1.9.2")
+    example = os.path.join(ROOT, "scenarios", "examples", "dense_rowwise_adagrad.yaml")
+    p = dmpcheck("run", example, "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    for release in ("0.6.0", "1.9.2"):
+        r = json.load(open(tmp_path / "reports" / "example-dense-rowwise-adagrad" / f"torchrec__{release}.json"))
+        names = {d["name"] for d in r["reference"]}
+        assert {"dense.0.weight.sum", "dense.0.bias.sum", "ebc.embedding_bags.dp.weight.sum"} <= names, names
+    off = tmp_path / "off.yaml"
+    off.write_text(open(example).read().replace(
+        "  system: [reference, torchrec==0.6.0, torchrec==1.9.2]\n", "  system: [torchrec==0.6.0]\n").replace(
+        "world_size: 2\n", "world_size: 2\nprofile: {base: torchrec-0.6, dense_rowwise_adagrad_mean_gradient: false}\n",
+        1).replace(", profile: release}", "}"))
+    p = dmpcheck("run", str(off), "--quiet", "--out", str(tmp_path / "off-reports"))
+    assert p.returncode == 1, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "off-reports" / "example-dense-rowwise-adagrad" / "torchrec__0.6.0.json"))
+    assert any(d["name"] == "dense.0.weight" and d["max_abs_diff"] > 0.1 for d in r["reference"]), r["reference"]
+
+
 def test_eval_passes_between_epochs_train_nothing_and_uneven_ones_end_naming_the_rank(tmp_path):
     """torchrec: {eval_batches}: after every epoch an eval pass over the same pipeline (model.eval(),
     progress() under no_grad until StopIteration, then model.train()), as users validate between

@@ -1,5 +1,7 @@
 #include "dmp/optim/dense_optimizer.h"
 
+#include <algorithm>
+#include <map>
 #include <optional>
 
 #include <torch/optim/adagrad.h>
@@ -18,7 +20,20 @@ class DenseOptimizer::Impl {
   Impl(const DenseOptimizerConfig& config, const std::vector<NamedTensor>& parameters)
       : config(config), parameters(parameters) {
     std::vector<at::Tensor> tensors;
-    for (const auto& p : parameters) tensors.push_back(p.tensor);
+    for (const auto& p : parameters) {
+      // rowwise_adagrad: the 2-D parameters are torchrec.optim.RowWiseAdagrad's (rows_ below),
+      // the rest torch.optim.Adagrad's.
+      if (config.type == DenseOptimizerType::kRowWiseAdagrad && p.tensor.dim() == 2) rows.push_back(p.tensor);
+      else tensors.push_back(p.tensor);
+    }
+    // Its accumulators exist from the start, zero, as RowWiseAdagrad's constructor makes them.
+    for (const auto& p : rows) row_sums[p.unsafeGetTensorImpl()] = at::zeros({p.size(0), 1}, p.options());
+    DMP_CHECK(!(config.type == DenseOptimizerType::kRowWiseAdagrad && config.rowwise_mean_gradient &&
+                config.weight_decay != 0),
+              ErrorKind::kInvalidInput,
+              "optimizers.dense: rowwise_adagrad with weight_decay under a profile with "
+              "dense_rowwise_adagrad_mean_gradient: TorchRec's RowWiseAdagrad before 0.8.0 cannot apply weight decay "
+              "(it adds the decay to its row gradient, which becomes the whole gradient)");
     switch (config.type) {
       case DenseOptimizerType::kSgd:
         optimizer = std::make_unique<torch::optim::SGD>(
@@ -26,6 +41,7 @@ class DenseOptimizer::Impl {
             torch::optim::SGDOptions(config.learning_rate).momentum(config.momentum).weight_decay(config.weight_decay));
         break;
       case DenseOptimizerType::kAdagrad:
+      case DenseOptimizerType::kRowWiseAdagrad:
         optimizer = std::make_unique<torch::optim::Adagrad>(
             tensors,
             torch::optim::AdagradOptions(config.learning_rate).eps(config.eps).weight_decay(config.weight_decay));
@@ -53,21 +69,57 @@ class DenseOptimizer::Impl {
     return it == optimizer->state().end() ? nullptr : it->second.get();
   }
 
+  // torchrec.optim.RowWiseAdagrad's step over the 2-D parameters, op for op (1.9.2's
+  // rowwise_adagrad.py; before 0.8.0 each row's mean gradient, PR #2015).
+  void rowwise_step() {
+    at::NoGradGuard no_grad;
+    for (const auto& p : rows) {
+      if (!p.grad().defined()) continue;
+      at::Tensor grad = p.grad();
+      if (config.weight_decay != 0) grad = grad.add(p, config.weight_decay);
+      at::Tensor& sum = row_sums.at(p.unsafeGetTensorImpl());
+      if (config.rowwise_mean_gradient) {
+        const at::Tensor row_grad = grad.mean(1).view({-1, 1});
+        sum.addcmul_(row_grad, row_grad, 1);
+        p.addcdiv_(row_grad, sum.sqrt().add_(config.eps), -config.learning_rate);
+      } else {
+        sum.add_(grad.pow(2).mean(1).view({-1, 1}));
+        p.addcdiv_(grad, sum.sqrt().add_(config.eps), -config.learning_rate);
+      }
+    }
+  }
+
   DenseOptimizerConfig config;
   std::vector<NamedTensor> parameters;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<at::Tensor> rows;                // rowwise_adagrad's 2-D parameters
+  std::map<const void*, at::Tensor> row_sums;  // their accumulators, [rows, 1]
 };
 
 DenseOptimizer::DenseOptimizer(const DenseOptimizerConfig& config, const std::vector<NamedTensor>& parameters)
     : impl_(std::make_unique<Impl>(config, parameters)) {}
 DenseOptimizer::~DenseOptimizer() = default;
 
-void DenseOptimizer::zero_grad() { impl_->optimizer->zero_grad(); }
-void DenseOptimizer::step() { impl_->optimizer->step(); }
+void DenseOptimizer::zero_grad() {
+  impl_->optimizer->zero_grad();
+  for (auto& p : impl_->rows) {
+    if (p.grad().defined()) p.mutable_grad() = at::Tensor();  // as torch.optim's zero_grad(set_to_none=True)
+  }
+}
+
+void DenseOptimizer::step() {
+  impl_->optimizer->step();
+  impl_->rowwise_step();
+}
 
 std::vector<NamedTensor> DenseOptimizer::state() const {
   std::vector<NamedTensor> out;
   for (const auto& p : impl_->parameters) {
+    auto row = impl_->row_sums.find(p.tensor.unsafeGetTensorImpl());
+    if (row != impl_->row_sums.end()) {
+      out.push_back({p.name + ".sum", row->second});
+      continue;
+    }
     auto* state = impl_->state_of(p.tensor);
     if (state == nullptr) continue;  // no step taken yet
     switch (impl_->config.type) {
@@ -76,7 +128,8 @@ std::vector<NamedTensor> DenseOptimizer::state() const {
         if (s.momentum_buffer().defined()) out.push_back({p.name + ".momentum_buffer", s.momentum_buffer()});
         break;
       }
-      case DenseOptimizerType::kAdagrad: {
+      case DenseOptimizerType::kAdagrad:
+      case DenseOptimizerType::kRowWiseAdagrad: {
         auto& s = static_cast<torch::optim::AdagradParamState&>(*state);
         out.push_back({p.name + ".sum", s.sum()});
         break;
@@ -100,6 +153,10 @@ void DenseOptimizer::load_state(const std::map<std::string, at::Tensor>& state, 
   };
   for (const auto& p : impl_->parameters) {
     const auto key = Impl::state_key(p.tensor);
+    if (std::any_of(impl_->rows.begin(), impl_->rows.end(), [&](const at::Tensor& t) { return t.is_same(p.tensor); })) {
+      if (auto sum = get(p.name + ".sum")) impl_->row_sums[p.tensor.unsafeGetTensorImpl()] = *sum;
+      continue;
+    }
     switch (impl_->config.type) {
       case DenseOptimizerType::kSgd: {
         auto buffer = get(p.name + ".momentum_buffer");
@@ -109,7 +166,8 @@ void DenseOptimizer::load_state(const std::map<std::string, at::Tensor>& state, 
         impl_->optimizer->state()[key] = std::move(s);
         break;
       }
-      case DenseOptimizerType::kAdagrad: {
+      case DenseOptimizerType::kAdagrad:
+      case DenseOptimizerType::kRowWiseAdagrad: {
         auto sum = get(p.name + ".sum");
         if (!sum) continue;
         auto s = std::make_unique<torch::optim::AdagradParamState>();

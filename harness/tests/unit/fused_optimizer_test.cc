@@ -1,6 +1,8 @@
 #include "dmp/optim/fused_optimizer.h"
+#include "dmp/optim/dense_optimizer.h"
 
 #include <cmath>
+#include <map>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -190,6 +192,43 @@ TEST(FusedOptimizer, AdamCountsEveryStepAndLeavesUntouchedRowsAlone) {
   EXPECT_NEAR(t.weight[1][1].item<double>(), expect(2.0, 0.4), 1e-5);
   EXPECT_EQ(t.weight[0][0].item<float>(), 0.5f);  // untouched: no decay either
   EXPECT_EQ(opt.state()[0].tensor[0][0].item<float>(), 0.0f);
+}
+
+}  // namespace
+}  // namespace dmpcheck::dmp
+
+namespace dmpcheck::dmp {
+namespace {
+
+// The dense side's rowwise_adagrad: torchrec.optim.RowWiseAdagrad over a matrix (one accumulator
+// per row, mean(g^2)), torch.optim.Adagrad over a vector; before 0.8.0 the row's mean gradient.
+TEST(DenseOptimizer, RowWiseAdagradKeepsOneAccumulatorPerRowAndAdagradForVectors) {
+  for (const bool mean_gradient : {false, true}) {
+    at::Tensor w = at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({2, 2});
+    at::Tensor b = at::tensor({0.5f, -0.5f});
+    DenseOptimizerConfig config;
+    config.type = DenseOptimizerType::kRowWiseAdagrad;
+    config.learning_rate = 0.1;
+    config.eps = 1e-8;
+    config.rowwise_mean_gradient = mean_gradient;
+    DenseOptimizer optimizer(config, {{"w", w}, {"b", b}});
+    ASSERT_EQ(optimizer.state().size(), 2u);  // both exist, zero, before the first step
+    w.mutable_grad() = at::tensor({3.0f, 1.0f, 0.0f, -2.0f}).reshape({2, 2});
+    b.mutable_grad() = at::tensor({2.0f, 0.0f});
+    optimizer.step();
+    std::map<std::string, at::Tensor> state;
+    for (const auto& s : optimizer.state()) state[s.name] = s.tensor;
+    // Row 0: g = [3, 1]; row 1: g = [0, -2].
+    const at::Tensor sum = mean_gradient ? at::tensor({4.0f, 1.0f}) : at::tensor({5.0f, 2.0f});
+    EXPECT_TRUE(state.at("w.sum").allclose(sum.reshape({2, 1})));
+    const at::Tensor step = mean_gradient ? at::tensor({2.0f, 2.0f, -1.0f, -1.0f}).reshape({2, 2})
+                                          : at::tensor({3.0f, 1.0f, 0.0f, -2.0f}).reshape({2, 2});
+    const at::Tensor expected =
+        at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({2, 2}) - 0.1 * step / sum.sqrt().reshape({2, 1});
+    EXPECT_TRUE(w.allclose(expected)) << w;
+    EXPECT_TRUE(state.at("b.sum").allclose(at::tensor({4.0f, 0.0f})));
+    EXPECT_TRUE(b.allclose(at::tensor({0.4f, -0.5f})));
+  }
 }
 
 }  // namespace
