@@ -279,7 +279,11 @@ void find_commits(const std::vector<scenario::Scenario>& scenarios, const std::v
       if (c.was != "bug" && c.is != "bug") continue;
       const std::string key = commit_key(s.name, c);
       const json* before = store.commit(key);
-      if (before && before->at("digest") == digest_of(s.source_text)) continue;
+      // Measured before, unless it stopped where the commits no longer import over the older
+      // release's environment, before the bisection went on over the newer one's.
+      if (before && before->at("digest") == digest_of(s.source_text) &&
+          (before->at("status") != 4 || before->value("across", false)))
+        continue;
       ReleaseOptions o = options;
       o.scenario_files = {s.file};
       o.out_dir = options.out_dir + "/commits";
@@ -295,7 +299,7 @@ void find_commits(const std::vector<scenario::Scenario>& scenarios, const std::v
         continue;
       }
       if (status == 2) continue;  // a tag the repository lacks: not recorded, nothing to say
-      json j{{"digest", digest_of(s.source_text)}, {"status", status}};
+      json j{{"digest", digest_of(s.source_text)}, {"status", status}, {"across", true}};
       if (status == 0) j.update({{"hash", found.hash}, {"subject", found.subject}, {"date", found.date}});
       if (!interrupt_requested()) store.put_commit(key, j);
     }
@@ -373,7 +377,9 @@ int release_table(const ReleaseOptions& options) {
         "releases where the word changes from the release before; where a bug appears or goes between two releases "
         "whose tags TorchRec's repository has (the bundle used here has v0.1.0 to v1.3.0), the first commit along "
         "main, from the older release's branch point, whose source over the older release's environment behaves "
-        "differently from it (`dmpcheck bisect --commits`).\n\n";
+        "differently from it; where the later commits need more than that environment has (they do not import over "
+        "it), the search goes on over the newer release's from the last commit that ran (`dmpcheck bisect "
+        "--commits`).\n\n";
   md += fmt::format("| scenario | {} | changes |\n", fmt::join(releases, " | "));
   md += "|---|";
   for (size_t i = 0; i < releases.size(); ++i) md += ":-:|";
@@ -390,11 +396,15 @@ int release_table(const ReleaseOptions& options) {
     for (const auto& w : row.words) words.push_back(w == "bug" ? "**bug**" : w);
     for (const auto& c : row.changes) {
       std::string commit;
-      if (const json* found = store.commit(commit_key(s.name, c));
-          found && found->at("digest") == digest_of(s.source_text) && found->contains("hash")) {
+      const json* found = store.commit(commit_key(s.name, c));
+      if (found && found->at("digest") == digest_of(s.source_text) && found->contains("hash")) {
         commit =
             fmt::format(", commit {} \"{}\" ({})", found->at("hash").get<std::string>().substr(0, 8),
                         escape_cell(found->at("subject").get<std::string>()), found->at("date").get<std::string>());
+      } else if (found && found->at("digest") == digest_of(s.source_text)) {
+        commit = found->at("status") == 1 ? ", not a commit: its ends behave alike over one environment, so the change "
+                                            "comes with the environment (torch, fbgemm)"
+                                          : ", no single commit found (`dmpcheck bisect --commits` says why)";
       }
       changes.push_back(fmt::format("{} ({} → {}{})", c.to, c.was, c.is, commit));
     }

@@ -221,8 +221,10 @@ std::string steps_for(size_t n) {
 
 // The commits between `old_rev` (excluded) and `new_rev` along first parents, each its source over
 // the `over` release's environment, bisected like the releases.
+// Where the newer commits do not import over `over`, *resume_from is the last commit that ran.
 int bisect_commits(const ReleaseOptions& options, const TorchRecRepository& repo, const std::string& old_rev,
-                   const std::string& new_rev, const std::string& over, Commit* found = nullptr) {
+                   const std::string& new_rev, const std::string& over, Commit* found = nullptr,
+                   std::string* resume_from = nullptr) {
   std::ostream& out = *options.out;
   const Commit old_end = repo.resolve(old_rev);
   const std::vector<Commit> commits = repo.first_parent_range(old_end.hash, new_rev);
@@ -256,6 +258,7 @@ int bisect_commits(const ReleaseOptions& options, const TorchRecRepository& repo
                        "there over a newer release's environment (--commit-range {}..{} --over X.Y.Z)\n",
                        over, b.point(b.hi()).name, commits[b.hi() - 1].subject, commits[b.hi() - 1].date,
                        b.point(b.lo()).name, commits.back().short_hash());
+    if (resume_from) *resume_from = b.lo() == 0 ? old_end.hash : commits[b.lo() - 1].hash;
     return 4;
   }
   if (b.same_at_both_ends()) {
@@ -282,6 +285,22 @@ int bisect_commits(const ReleaseOptions& options, const TorchRecRepository& repo
   out << fmt::format("first commit that behaves differently: {} \"{}\" ({})\n", first.hash.substr(0, 8), first.subject,
                      first.date);
   return 0;
+}
+
+// The commits from `old_rev` to `new_rev` over the older release's environment; where the newer
+// ones need more than it has (they do not import over it), the rest over the newer release's,
+// from the last commit that ran: each commit is judged over an environment it imports in.
+int bisect_commits_across(const ReleaseOptions& options, const TorchRecRepository& repo, const std::string& old_rev,
+                          const std::string& new_rev, const std::string& older, const std::string& newer,
+                          Commit* found) {
+  std::string resume_from;
+  const int status = bisect_commits(options, repo, old_rev, new_rev, older, found, &resume_from);
+  if (status != 4 || resume_from.empty() || older == newer) return status;
+  *options.out << fmt::format(
+                      "bisect: on over the torchrec {} environment, from {}, the last commit that ran over {}\n", newer,
+                      repo.resolve(resume_from).short_hash(), older)
+               << std::flush;
+  return bisect_commits(options, repo, resume_from, new_rev, newer, found);
 }
 
 }  // namespace
@@ -387,9 +406,9 @@ int bisect_releases(const ReleaseOptions& options) {
             "--commits: TorchRec's repository {} has no tag v{} (give the commits with --commit-range OLD..NEW)",
             repo.path(), older_tag ? newer : older);
   const std::string fork = repo.merge_base(*older_tag, *newer_tag);
-  const std::string over = options.over.empty() ? older : options.over;
   out << fmt::format("bisect: on to the commits: from {}'s branch point to {}\n", *older_tag, *newer_tag);
-  return bisect_commits(options, repo, fork, repo.resolve(*newer_tag).hash, over);
+  if (!options.over.empty()) return bisect_commits(options, repo, fork, repo.resolve(*newer_tag).hash, options.over);
+  return bisect_commits_across(options, repo, fork, repo.resolve(*newer_tag).hash, older, newer, nullptr);
 }
 
 int first_commit_between(const ReleaseOptions& options, const std::string& older, const std::string& newer,
@@ -398,8 +417,8 @@ int first_commit_between(const ReleaseOptions& options, const std::string& older
   const auto older_tag = repo.release_tag(older), newer_tag = repo.release_tag(newer);
   if (!older_tag || !newer_tag) return 2;
   *options.out << fmt::format("bisect: the commits from {}'s branch point to {}\n", *older_tag, *newer_tag);
-  return bisect_commits(options, repo, repo.merge_base(*older_tag, *newer_tag), repo.resolve(*newer_tag).hash, older,
-                        found);
+  return bisect_commits_across(options, repo, repo.merge_base(*older_tag, *newer_tag), repo.resolve(*newer_tag).hash,
+                               older, newer, found);
 }
 
 int measure_fidelity(const ReleaseOptions& options) {
