@@ -93,16 +93,8 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
     }
   }
   if (run.data.variable_batch()) {
-    // Variable batch per feature: an EmbeddingBagCollection's keyed outputs are expanded back to
-    // the batch through inverse indices; nothing else here takes them.
-    for (const auto& t : run.model.tables) {
-      if (t.sequence) {
-        r.fail(root["data"], "data",
-               fmt::format("variable batches (stride_per_rank, inverse_indices) are for pooled tables; table '{}' is "
-                           "a sequence table (an EmbeddingCollection has no inverse indices to expand its outputs)",
-                           t.name));
-      }
-    }
+    // Variable batch per feature: the EmbeddingBagCollection's and EmbeddingCollection's outputs
+    // are expanded back to the batch through the inverse indices.
     if (run.torchrec_module != "embedding_bag_collection") {
       r.fail(root["torchrec"]["module"], "torchrec.module",
              "variable batches (stride_per_rank, inverse_indices) go to an EmbeddingBagCollection; a plain "

@@ -10,6 +10,27 @@ from dmpcheck_torchrec.optim import Unsupported
 LAST_OUTPUTS = {}  # the last forward's outputs on this rank, by dmpcheck's names
 
 
+def select_features(kjt, features):
+    """`features` of `kjt` as a KJT of their own, a variable batch per feature (VBE: strides per
+    key and inverse indices) kept as it is."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    features = list(dict.fromkeys(features))
+    bags = kjt.to_dict()
+    if not getattr(kjt, "variable_stride_per_key", lambda: False)():
+        return KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in features})
+    keys = list(kjt.keys())
+    index = [keys.index(f) for f in features]
+    strides, inverse = kjt.stride_per_key_per_rank(), kjt.inverse_indices()[1]
+    weighted = kjt.weights_or_none() is not None
+    return KeyedJaggedTensor(
+        keys=list(features), values=torch.cat([bags[f].values() for f in features]),
+        lengths=torch.cat([bags[f].lengths() for f in features]),
+        weights=torch.cat([bags[f].weights() for f in features]) if weighted else None,
+        stride_per_key_per_rank=[strides[i] for i in index],
+        inverse_indices=(list(features), inverse[torch.tensor(index)]))
+
+
 class Model(nn.Module):
     """EmbeddingBagCollection (and an EmbeddingCollection for sequence tables, each bag's rows
     summed) -> Linear layers (ReLU between) -> mean, as dmpcheck's reference."""
@@ -45,13 +66,12 @@ class Model(nn.Module):
         if self.ec is None:
             pooled = self.ebc(kjt).to_dict()
         else:
-            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-            bags = kjt.to_dict()
             pooled, per_id = {}, {}
             if self.ebc is not None:
-                pooled.update(self.ebc(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.bag_features})).to_dict())
-            sequences = self.ec(KeyedJaggedTensor.from_jt_dict({f: bags[f] for f in self.sequence_features}))
+                pooled.update(self.ebc(select_features(kjt, self.bag_features)).to_dict())
+            # With variable batches the EmbeddingCollection returns every bag of the batch (1.9.2's
+            # sharded one expands the distinct bags through the inverse indices, measured).
+            sequences = self.ec(select_features(kjt, self.sequence_features))
             for f in self.sequence_keys:
                 # Each bag's rows summed, in id order, as the model's input; each id's row is an
                 # output of its own (sequence_embeddings.<feature>), compared id by id.

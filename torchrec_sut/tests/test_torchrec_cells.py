@@ -882,6 +882,50 @@ def test_variable_batches_reach_the_release_as_vbe_and_train_as_their_expansion(
     assert any("Variable batch size TBE support is enabled for" in m for m in messages.values()), messages
 
 
+EC_VBE = """version: 1
+name: ec-vbe
+world_size: 2
+steps: 3
+batch_size: 4
+init: {mode: seeded, seed: 12}
+data:
+  seed: 6
+  ids_per_bag: [0, 3]
+  features: {f_seq: {stride_per_rank: 4}}
+tables:
+  - {name: tw_seq, rows: 30, dim: 8, features: [f_seq], pooling: none, sharding: {types: [table_wise]}}
+dense: {layers: [4, 1]}
+optimizers:
+  sparse: {type: sgd, lr: 0.1}
+  dense: {type: sgd, lr: 0.1}
+system: torchrec==1.9.2
+expect:
+  - global_model: {rtol: 1.0e-5, atol: 1.0e-6}
+    outputs: {rtol: 1.0e-5, atol: 1.0e-6}
+"""
+
+
+def test_a_sequence_table_given_the_batch_as_vbe_leaves_its_unsharded_model_on_1_9_2(tmp_path):
+    """A measured lead, not a filed report: 1.9.2's sharded EmbeddingCollection takes a variable
+    batch (it expands its outputs through the inverse indices), and handed the very batch the plain
+    EC trains exactly (every key its full stride, inverse indices 0..3) every output of every step
+    matches the unsharded model, yet its table's weights leave it within three steps (rows no later
+    batch reads).  The same cell with the batch as a plain KJT matches."""
+    need("1.9.2")
+    scenario = tmp_path / "ec.yaml"
+    for name, text in (("vbe", EC_VBE), ("plain", EC_VBE.replace("  features: {f_seq: {stride_per_rank: 4}}\n", ""))):
+        scenario.write_text(text)
+        p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / name))
+        r = json.load(open(tmp_path / name / "ec-vbe" / "default.json"))
+        out = sorted({g["name"] for g in r["global_model"] if not g["within_tolerance"]})
+        if name == "plain":
+            assert p.returncode == 0 and out == [], p.stdout + p.stderr
+            continue
+        assert any("variable batch per feature" in n for n in r["system"]["notes"]), r["system"]["notes"]
+        assert p.returncode == 1 and "ebc.embedding_bags.tw_seq.weight" in out, (out, p.stdout + p.stderr)
+        assert out == ["ebc.embedding_bags.tw_seq.weight"], out  # every output of every step matches
+
+
 def test_the_dense_sides_rowwise_adagrad_is_each_releases_own_arithmetic(tmp_path):
     """optimizers.dense.type rowwise_adagrad: torchrec.optim.RowWiseAdagrad over the data-parallel
     table and the Linear's weight, Adagrad over the bias, on 0.6.0 and 1.9.2, each held against the

@@ -566,9 +566,9 @@ data:
                          "'data.batches[0][0].f1.inverse_indices[2]': expected an integer in [0, 1], got '2'"));
   EXPECT_TRUE(fails_with(replace(text, "inverse_indices: [1, 0, 1]", "inverse_indices: [1, 0]"),
                          "expected a list of batch_size = 3 bag indices, each in [0, 2)"));
-  EXPECT_TRUE(fails_with(replace(text, "features: [f1]}", "features: [f1], pooling: none}"),
-                         "variable batches (stride_per_rank, inverse_indices) are for pooled tables; table 't1' is a "
-                         "sequence table"));
+  EXPECT_TRUE(
+      fails_with(replace(text, "steps: 1", "steps: 1\ntorchrec: {module: embedding_bag}\nsystem: torchrec==1.9.2"),
+                 "a plain nn.EmbeddingBag takes no inverse indices"));
 }
 
 TEST(ScenarioLoader, GeneratedVariableBatchesHoldTheirDistinctBagsPerRank) {
