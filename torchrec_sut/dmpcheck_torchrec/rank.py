@@ -28,6 +28,11 @@ import time
 import traceback
 
 
+# contract.SCHEMA_VERSION, for the error written when the contract module cannot be imported
+# (tests/test_contract.py holds the two equal).
+_SCHEMA_VERSION = 2
+
+
 def _fail(out_dir, rank, kind, message, tb=""):
     # contract.RankError, read alike from dmpcheck's own ranks.  When the contract module itself
     # cannot be imported (it may be what failed), the same fields are written by hand.
@@ -41,7 +46,7 @@ def _fail(out_dir, rank, kind, message, tb=""):
         pass
     tmp = os.path.join(path, "error.json.tmp")
     with open(tmp, "w") as f:
-        json.dump({"schema_version": 1, "kind": kind, "message": message, "traceback": tb}, f)
+        json.dump({"schema_version": _SCHEMA_VERSION, "kind": kind, "message": message, "traceback": tb}, f)
     os.replace(tmp, os.path.join(path, "error.json"))
 
 

@@ -96,3 +96,11 @@ def test_save_and_load_round_trip_atomically(tmp_path):
     assert not os.path.exists(path + ".tmp")
     assert contract.load(contract.RunMeta, path) == meta
     assert contract.to_dict(copy.deepcopy(meta)) == fixture("run_meta.json")
+
+
+def test_the_rank_programs_fallback_error_has_the_contracts_schema_version():
+    """rank.py writes its error by hand when the contract module cannot be imported; that
+    document must carry the same schema version, or the launcher refuses it."""
+    from dmpcheck_torchrec import rank
+
+    assert rank._SCHEMA_VERSION == contract.SCHEMA_VERSION
