@@ -33,7 +33,8 @@ class DenseOptimizer::Impl {
               ErrorKind::kInvalidInput,
               "optimizers.dense: rowwise_adagrad with weight_decay under a profile with "
               "dense_rowwise_adagrad_mean_gradient: TorchRec's RowWiseAdagrad before 0.8.0 cannot apply weight decay "
-              "(it adds the decay to its row gradient, which becomes the whole gradient)");
+              "(it adds the decay to its row gradient, which becomes the whole gradient: on 0.6.0 its step fails with "
+              "\"output with shape [rows, 1] doesn't match the broadcast shape [rows, dim]\", measured)");
     switch (config.type) {
       case DenseOptimizerType::kSgd:
         optimizer = std::make_unique<torch::optim::SGD>(
