@@ -906,11 +906,12 @@ expect:
 
 
 def test_a_sequence_table_given_the_batch_as_vbe_leaves_its_unsharded_model_on_1_9_2(tmp_path):
-    """A measured lead, not a filed report: 1.9.2's sharded EmbeddingCollection takes a variable
-    batch (it expands its outputs through the inverse indices), and handed the very batch the plain
-    EC trains exactly (every key its full stride, inverse indices 0..3) every output of every step
-    matches the unsharded model, yet its table's weights leave it within three steps (rows no later
-    batch reads).  The same cell with the batch as a plain KJT matches."""
+    """scenarios/regressions/unfiled-ec-variable-batch-does-not-train-on-cpu.yaml at its plainest:
+    1.9.2's sharded EmbeddingCollection handed the very batch the plain EC trains exactly, only as
+    VBE (every key its full stride, inverse indices 0..3), re-indexes its rows through
+    fbgemm::permute_1D_sparse_data, which has no autograd kernel on CPU: every output of every step
+    here matches the unsharded model, yet the table's weights leave it within three steps.  The
+    same cell with the batch as a plain KJT matches."""
     need("1.9.2")
     scenario = tmp_path / "ec.yaml"
     for name, text in (("vbe", EC_VBE), ("plain", EC_VBE.replace("  features: {f_seq: {stride_per_rank: 4}}\n", ""))):
