@@ -39,6 +39,18 @@ def dmpcheck(*args, env=None, timeout=600):
     return subprocess.run([DMPCHECK, *args], capture_output=True, text=True, timeout=timeout, env=e)
 
 
+def broken_sut(tmp_path, module, anchor, replacement):
+    """A copy of the rank program with `anchor` in dmpcheck_torchrec/<module> replaced (it must be
+    there): a fault the checks must catch.  Its directory, for DMPCHECK_TORCHREC_SUT."""
+    broken = tmp_path / "broken"
+    shutil.copytree(os.path.join(ROOT, "torchrec_sut"), broken, ignore=shutil.ignore_patterns("__pycache__"))
+    path = broken / "dmpcheck_torchrec" / module
+    text = path.read_text()
+    assert anchor in text, (module, anchor)
+    path.write_text(text.replace(anchor, replacement))
+    return broken
+
+
 def not_bitwise(result, allowed=("model_output",)):
     """(tensor, step, elements) of every comparison with the reference that is not bitwise, but
     those named in `allowed` (the Linear's forward: a BLAS of its own on each side)."""
@@ -766,11 +778,8 @@ def test_a_checkpoint_resumes_on_another_world_size_under_another_plan(tmp_path)
     notes = "\n".join(r["system"]["notes"])
     assert "resumed on 3 ranks under the release's plan table_0 row_wise, table_1 table_wise" in notes, notes
     # The same checkpoint loaded without the fused optimizer's state: the check sees it at once.
-    broken = tmp_path / "broken"
-    shutil.copytree(os.path.join(ROOT, "torchrec_sut"), broken, ignore=shutil.ignore_patterns("__pycache__"))
-    path = broken / "dmpcheck_torchrec" / "checkpoint.py"
-    text = path.read_text()
-    path.write_text(text.replace('if f"optim.state.{param}.{n}" in saved', 'if n in ("exp_avg", "exp_avg_sq", "step")'))
+    broken = broken_sut(tmp_path, "checkpoint.py", 'if f"optim.state.{param}.{n}" in saved',
+                        'if n in ("exp_avg", "exp_avg_sq", "step")')
     p = dmpcheck("run", example, "--quiet", "--out", str(tmp_path / "broken-reports"),
                  env={"DMPCHECK_TORCHREC_SUT": str(broken)})
     assert p.returncode == 1, p.stdout + p.stderr
@@ -820,15 +829,10 @@ def test_sequence_outputs_are_compared_id_by_id_in_every_sharding_type(tmp_path)
             "sequence_embeddings.f_tw@tw_seq"]
     assert sorted(per_id) == want, sorted(per_id)
     assert all(g["within_tolerance"] for g in per_id.values()), per_id
-    broken = tmp_path / "broken"
-    shutil.copytree(os.path.join(ROOT, "torchrec_sut"), broken, ignore=shutil.ignore_patterns("__pycache__"))
-    path = broken / "dmpcheck_torchrec" / "models.py"
-    text = path.read_text()
     anchor = "                lengths = sequences[f].lengths().long()\n"
-    assert anchor in text
-    path.write_text(text.replace(anchor, anchor + (
+    broken = broken_sut(tmp_path, "models.py", anchor, anchor + (
         "                if type(self.ec).__name__.startswith('Sharded'):\n"
-        "                    per_id[f] = torch.cat([b.flip(0) for b in torch.split(rows, lengths.tolist())])\n")))
+        "                    per_id[f] = torch.cat([b.flip(0) for b in torch.split(rows, lengths.tolist())])\n"))
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "broken-reports"),
                  env={"DMPCHECK_TORCHREC_SUT": str(broken)})
     assert p.returncode == 1, p.stdout + p.stderr
@@ -851,13 +855,8 @@ def test_variable_batches_reach_the_release_as_vbe_and_train_as_their_expansion(
     r = json.load(open(tmp_path / "reports" / "example-variable-batch" / "torchrec__1.9.2_plain.json"))
     notes = r["system"]["notes"]
     assert any("variable batch per feature (VBE" in n and "f_tw 2, f_cw 1, f_full 4 of 4" in n for n in notes), notes
-    broken = tmp_path / "broken"
-    shutil.copytree(os.path.join(ROOT, "torchrec_sut"), broken, ignore=shutil.ignore_patterns("__pycache__"))
-    path = broken / "dmpcheck_torchrec" / "dump.py"
-    text = path.read_text()
     anchor = "        inverse_indices=(list(b.keys), torch.tensor(b.inverse_indices, dtype=torch.int64).reshape(keys, bags)))"
-    assert anchor in text
-    path.write_text(text.replace(anchor, anchor.replace(".reshape(keys, bags)", ".reshape(keys, bags).flip(1)")))
+    broken = broken_sut(tmp_path, "dump.py", anchor, anchor.replace(".reshape(keys, bags)", ".reshape(keys, bags).flip(1)"))
     one = tmp_path / "one.yaml"
     one.write_text(open(example).read().replace("  system: [reference, torchrec==0.6.0, torchrec==1.9.2]\n"
                                                 "  torchrec.loop: [plain, train_pipeline_sparse_dist]\n",
