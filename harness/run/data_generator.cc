@@ -56,6 +56,14 @@ dmp::KeyedJaggedTensor replayed_batch(const scenario::RunSpec& spec, int step) {
   return ordered;
 }
 
+// The generator of step `step`'s draws (`salt` 0: the ids; another: a stream of its own).
+// splitmix-style mixing keeps nearby (seed, step) pairs far apart.
+at::Generator step_generator(const scenario::RunSpec& spec, int step, uint64_t salt = 0) {
+  uint64_t seed = (spec.data.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) + 1) ^ salt;
+  seed ^= seed >> 31;
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
+}
+
 // One rank's bags of one feature, as lengths, ids and weights.
 struct Bags {
   std::vector<int64_t> lengths, ids;
@@ -85,9 +93,7 @@ std::vector<int64_t> to_vector(const at::Tensor& t) {
 // distinct bags first, in order, then bags drawn among them.  Its own generator, so that the
 // ids of every feature are drawn as without variable batches.
 std::map<std::string, std::vector<std::vector<int64_t>>> generated_inverse(const scenario::RunSpec& spec, int step) {
-  uint64_t seed = (spec.data.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) + 1) ^ 0x5642455F494E56ull;
-  seed ^= seed >> 31;
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Generator generator = step_generator(spec, step, 0x5642455F494E56ull);
   std::map<std::string, std::vector<std::vector<int64_t>>> out;
   for (const auto& feature : spec.model.features()) {
     auto it = spec.data.stride_per_rank.find(feature);
@@ -142,10 +148,7 @@ dmp::KeyedJaggedTensor inline_batch(const scenario::RunSpec& spec, int step) {
 dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step) {
   if (!spec.data.from.empty()) return replayed_batch(spec, step);
   if (!spec.data.batches.empty()) return inline_batch(spec, step);
-  // splitmix-style mixing keeps nearby (seed, step) pairs far apart.
-  uint64_t seed = spec.data.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) + 1;
-  seed ^= seed >> 31;
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Generator generator = step_generator(spec, step);
   const int64_t bags = spec.batch_size * spec.world_size;
   const std::vector<std::string> keys = spec.model.features();
   std::vector<at::Tensor> lengths, values, weights;
