@@ -1,7 +1,7 @@
 """What dmpcheck costs against what it replaces, measured side by side in one run.
 
-Three comparisons, each timed as whole processes, in interleaved pairs (the order alternates from
-pair to pair so that neither side always runs on a warmer machine), reported as medians and as the
+Comparisons, each timed as whole processes, in interleaved pairs (the order alternates from pair
+to pair so that neither side always runs on a warmer machine), reported as medians and as the
 ratio of the medians:
 
   1. the seed cell (TorchRec #1739, unseeded, profile torchrec-0.6) under `dmpcheck run`, ranks
@@ -9,11 +9,18 @@ ratio of the medians:
      torchrun on a real torchrec 0.6.0 environment;
   2. the same cell with a fresh `dmpcheck worker` exec-ed per rank (the path before warm ranks);
   3. the regression suite's reference cells (`dmpcheck suite scenarios/regressions`, release
-     cells filtered out: they time TorchRec's own start-up), forked against exec-ed ranks.
+     cells filtered out), forked against exec-ed ranks;
+  4. a release cell (the seed, unseeded, on real torchrec 0.6.0) run 5 times in one command
+     (`--repeat 5`): ranks forked from the release's warm interpreter against fresh interpreters
+     (`--ranks exec`), per cell;
+  5. the seed's bisection over 0.6.0, 0.7.0, 0.8.0 and 1.9.2, warm against cold (skipped unless
+     the four environments are installed);
+  6. the whole regression suite, release cells included, warm against cold (--suite-pairs pairs,
+     1 by default: the cold side takes minutes).
 
-Every timed process must also do its job: the cell and the suites must exit 0, the reporter's
-script must print its four "False" lines (the bug, on 0.6.0). A run that does not is an error,
-not a number.
+Every timed process must also do its job: the cells and the suites must exit 0 (a repeat with
+identical digests), the bisection must name 0.8.0, the reporter's script must print its four
+"False" lines (the bug, on 0.6.0). A run that does not is an error, not a number.
 
 Standard library only; run with any Python 3 (ci/bench.sh uses Debian's /usr/bin/python3).
 """
@@ -35,6 +42,8 @@ REPORTER = os.path.join(ROOT, "benchmarks", "reporter-1739", "debug_dp_shard.py"
 CELL_FILTER = r"\[init\.mode=unseeded profile=torchrec-0\.6\]"
 # Reference cells only: a release cell's run name carries "torchrec==".
 SUITE_FILTER = r"^(?!.*torchrec==)"
+RELEASE_CELL_FILTER = r"\[init\.mode=unseeded system=torchrec==0\.6\.0\]"
+BISECT_RELEASES = ["0.6.0", "0.7.0", "0.8.0", "1.9.2"]
 
 
 def free_port():
@@ -59,6 +68,8 @@ def main():
                                                        "dmpcheck", "torchrec"),
                         help="where ci/torchrec-env.sh put the release environments")
     parser.add_argument("--pairs", type=int, default=5, help="timed pairs per comparison (default 5)")
+    parser.add_argument("--suite-pairs", type=int, default=1,
+                        help="pairs for the whole regression suite, warm against cold (default 1; 0 skips it)")
     parser.add_argument("--json", help="write the timings and ratios here")
     args = parser.parse_args()
 
@@ -78,21 +89,52 @@ def main():
         return timed([torchrun, "--nproc-per-node=2", "--master-addr=127.0.0.1", "--master-port=%d" % free_port(),
                       REPORTER], env, check=lambda out: out.count(" False") == 4)
 
-    def suite(mode):
-        return timed([args.dmpcheck, "suite", os.path.join(ROOT, "scenarios", "regressions"), "--filter", SUITE_FILTER,
-                      "--ranks", mode, "--out", os.path.join(scratch, "suite")], env)
+    def suite(mode, filter_=SUITE_FILTER):
+        args_ = [args.dmpcheck, "suite", os.path.join(ROOT, "scenarios", "regressions"), "--ranks", mode,
+                 "--out", os.path.join(scratch, "suite")]
+        if filter_:
+            args_ += ["--filter", filter_]
+        return timed(args_, dict(env, DMPCHECK_RANKS=mode))
 
+    repeats = 5
+
+    def release_cell(mode):
+        # DMPCHECK_RANKS reaches the release's ranks too: exec means fresh interpreters.
+        return timed([args.dmpcheck, "run", SEED, "--filter", RELEASE_CELL_FILTER, "--quiet", "--ranks", mode,
+                      "--repeat", str(repeats), "--out", os.path.join(scratch, "release")], dict(env, DMPCHECK_RANKS=mode),
+                     check=lambda out: "every digest identical over %d repetitions" % repeats in out) / repeats
+
+    def bisect(mode):
+        return timed([args.dmpcheck, "bisect", SEED, "--releases", ",".join(BISECT_RELEASES)], dict(env, DMPCHECK_RANKS=mode),
+                     check=lambda out: "0.8.0" in out)
+
+    installed = all(os.path.exists(os.path.join(args.envs, "torchrec-" + v, "dmpcheck-ready.json"))
+                    for v in BISECT_RELEASES)
     results = {}
     try:
         comparisons = [
-            ("seed cell: reporter's script on torchrec 0.6.0 / dmpcheck, forked ranks", reporter, lambda: cell("fork"), 10.0),
-            ("seed cell: dmpcheck with exec-ed ranks / forked ranks", lambda: cell("exec"), lambda: cell("fork"), None),
-            ("regression suite (reference cells): exec-ed ranks / forked ranks", lambda: suite("exec"), lambda: suite("fork"), 3.0),
+            ("seed cell: reporter's script on torchrec 0.6.0 / dmpcheck, forked ranks", reporter, lambda: cell("fork"), 20.0,
+             args.pairs),
+            ("seed cell: dmpcheck with exec-ed ranks / forked ranks", lambda: cell("exec"), lambda: cell("fork"), None,
+             args.pairs),
+            ("regression suite (reference cells): exec-ed ranks / forked ranks", lambda: suite("exec"), lambda: suite("fork"),
+             3.0, args.pairs),
+            ("release cell (0.6.0, per cell of --repeat %d): cold / warm interpreter" % repeats, lambda: release_cell("exec"),
+             lambda: release_cell("fork"), 3.0, args.pairs),
         ]
+        if installed:
+            comparisons.append(("seed bisect over %s: cold / warm" % ",".join(BISECT_RELEASES), lambda: bisect("exec"),
+                                lambda: bisect("fork"), None, args.pairs))
+        else:
+            print("seed bisect: skipped, it needs torchrec %s installed (bash ci/torchrec-env.sh %s)"
+                  % (", ".join(BISECT_RELEASES), " ".join(BISECT_RELEASES)))
+        if args.suite_pairs > 0:
+            comparisons.append(("regression suite (every cell): cold / warm", lambda: suite("exec", None),
+                                lambda: suite("fork", None), 2.5, args.suite_pairs))
         print("%-72s %10s %10s %8s %8s" % ("comparison (slow side / fast side)", "slow (s)", "fast (s)", "ratio", "target"))
-        for name, slow, fast, target in comparisons:
+        for name, slow, fast, target, pairs in comparisons:
             slow_t, fast_t = [], []
-            for i in range(args.pairs):
+            for i in range(pairs):
                 if i % 2 == 0:
                     slow_t.append(slow())
                     fast_t.append(fast())
@@ -103,10 +145,12 @@ def main():
             met = "" if target is None else (">= %.0fx %s" % (target, "met" if ratio >= target else "NOT met"))
             print("%-72s %10.3f %10.3f %7.1fx %s" % (name, statistics.median(slow_t), statistics.median(fast_t), ratio, met),
                   flush=True)
-            results[name] = {"slow_s": slow_t, "fast_s": fast_t, "ratio_of_medians": ratio, "target": target}
+            results[name] = {"slow_s": slow_t, "fast_s": fast_t, "ratio_of_medians": ratio, "target": target,
+                             "pairs": pairs}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print("(medians of %d interleaved pairs; every timed process checked to have done its job)" % args.pairs)
+    print("(medians of %d interleaved pairs, %d for the whole suite; every timed process checked to have done its job)"
+          % (args.pairs, args.suite_pairs))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

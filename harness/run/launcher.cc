@@ -29,6 +29,7 @@
 #include "common/file_io.h"
 #include "run/handover.h"
 #include "run/release_contract.h"
+#include "run/warm_interpreter.h"
 
 extern char** environ;
 
@@ -194,20 +195,55 @@ LaunchOutcome launch(const LaunchRequest& request) {
   const bool exec_demanded = request.exec_ranks || (ranks_mode != nullptr && std::string(ranks_mode) == "exec");
   const bool fork_warm = request.in_process && !exec_demanded && thread_count() == 1;
   outcome.forked = fork_warm;
+  // A Python rank program: forked from the warm interpreter of its environment where one serves.
+  std::shared_ptr<WarmInterpreter> warm;
+  if (!request.warm_preload.empty()) {
+    if (exec_demanded) {
+      outcome.cold_reason = "exec-ed ranks were asked for (--ranks exec or DMPCHECK_RANKS=exec)";
+    } else {
+      warm = WarmInterpreter::get(request.executable, request.environment, request.warm_preload, outcome.cold_reason);
+    }
+    outcome.warm_interpreter = warm != nullptr;
+    outcome.warm_import_s = warm ? warm->import_seconds() : 0.0;
+  }
+  // Whether `r` has ended (its wait status in r.status); options: WNOHANG, or 0 to wait for it.
+  auto reaped = [&](Rank& r, int options) {
+    if (warm) return warm->reap(r.pid, &r.status, options == 0);
+    return ::waitpid(r.pid, &r.status, options) == r.pid;
+  };
   if (fork_warm) std::fflush(nullptr);  // what this process buffered would be written again by every child
   for (int r = 0; r < request.world_size; ++r) {
     ChildImage image = make_image(request, r, file_store.path(), secret);
     int fds[2];
     DMP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, ErrorKind::kRankFailed, "pipe2 failed: {}", std::strerror(errno));
-    const pid_t pid = ::fork();
-    if (pid < 0) {
+    auto abandon = [&](const std::string& why) {
       ::close(fds[0]);
       ::close(fds[1]);
+      if (group != 0) ::kill(-group, SIGKILL);
       for (auto& started : ranks) {
-        if (started.pid > 0) ::kill(started.pid, SIGKILL);
+        if (started.pid > 0) {
+          ::kill(started.pid, SIGKILL);
+          reaped(started, 0);
+        }
+        if (started.output_fd >= 0) ::close(started.output_fd);
       }
-      throw_error(ErrorKind::kRankFailed, fmt::format("fork for rank {} failed: {}", r, std::strerror(errno)));
+      throw_error(ErrorKind::kRankFailed, why);
+    };
+    if (warm) {
+      pid_t pid = -1;
+      try {
+        pid = warm->spawn(std::vector<std::string>(request.arguments.begin(), request.arguments.end()),
+                          image.env_storage, request.threads_per_rank, group, fds[1]);
+      } catch (const Error& e) { abandon(fmt::format("rank {}: {}", r, e.what())); }
+      if (group == 0) group = pid;
+      ::close(fds[1]);
+      ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+      ranks[static_cast<size_t>(r)] = {r, pid, fds[0], true, 0, {}, {}};
+      outcome.pids.push_back(pid);
+      continue;
     }
+    const pid_t pid = ::fork();
+    if (pid < 0) abandon(fmt::format("fork for rank {} failed: {}", r, std::strerror(errno)));
     if (pid == 0) {
       ::setpgid(0, group);                      // rank 0 leads the run's process group
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);       // die with the launcher
@@ -260,7 +296,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
     auto reap = [&](int options) {  // whether any rank still runs
       bool any = false;
       for (auto& r : ranks) {
-        if (r.running && ::waitpid(r.pid, &r.status, options) == r.pid) r.running = false;
+        if (r.running && reaped(r, options)) r.running = false;
         any = any || r.running;
       }
       return any;
@@ -320,7 +356,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
       for (auto& other : ranks) {
         if (!other.running) continue;
         any = true;
-        if (::waitpid(other.pid, &other.status, WNOHANG) == other.pid) {
+        if (reaped(other, WNOHANG)) {
           other.running = false;
           drain(other, request);
           if (!(WIFEXITED(other.status) && WEXITSTATUS(other.status) == 0)) {
@@ -349,7 +385,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
     bool any_running = false;
     for (auto& r : ranks) {
       if (!r.running) continue;
-      if (::waitpid(r.pid, &r.status, WNOHANG) == r.pid) {
+      if (reaped(r, WNOHANG)) {
         r.running = false;
         const bool clean = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
         if (!clean && !outcome.failure) {

@@ -44,6 +44,11 @@ struct LaunchRequest {
   // fork would copy a half-held lock), in which case `executable` is exec-ed as before.
   std::function<int()> in_process;
   bool exec_ranks = false;
+  // Set for a Python program run as `executable -m MODULE ...` (a TorchRec rank): the modules a
+  // warm interpreter of `executable` under `environment` imports once (warm_interpreter.h); the
+  // ranks are then forked from it instead of each starting a fresh interpreter -- unless
+  // `exec_ranks` is set or DMPCHECK_RANKS=exec, or it cannot serve (the outcome says why).
+  std::vector<std::string> warm_preload;
 };
 
 struct LaunchOutcome {
@@ -53,6 +58,11 @@ struct LaunchOutcome {
   std::vector<int> pids;              // of the ranks, for tests that check nothing survived
   double seconds = 0.0;
   bool forked = false;  // ranks forked from this warm process, not exec-ed
+  // A request with warm_preload: whether its ranks were forked from a warm interpreter (and the
+  // seconds its import took, once, when it started), else why they were exec-ed.
+  bool warm_interpreter = false;
+  double warm_import_s = 0.0;
+  std::string cold_reason;
 };
 
 // Keys a rank may set: "result" (the RunResult JSON, rank 0) and "error/<rank>" (a JSON

@@ -312,9 +312,19 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     request.world_size = run.world_size;
     request.local_world_size = run.local_world_size;
     request.threads_per_rank = threads_per_rank(run, available_cores());
+    request.exec_ranks = options.exec_ranks;
     set_cell_budget_and_echo(run, options, spec.system.name() + label + " ", request);
     const LaunchOutcome launched = launch(request);
     seconds += launched.seconds;
+    if (label.empty()) {
+      result.system.notes.push_back(
+          launched.warm_interpreter
+              ? fmt::format("ranks forked from a warm interpreter of this environment (torch and torchrec imported "
+                            "once for the command, in {:.2f} s)",
+                            launched.warm_import_s)
+              : "ranks started as fresh interpreters" +
+                    (launched.cold_reason.empty() ? std::string() : " (" + launched.cold_reason + ")"));
+    }
     if (launched.ok) return std::nullopt;
     check::RunResult failed = failed_result(scenario, spec, launched);
     if (failed.failure && !label.empty()) failed.failure->message = label.substr(1) + ": " + failed.failure->message;
@@ -443,9 +453,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     }
     result.timings.init_s = meta.timings.import_s + meta.timings.init_s;
     result.timings.train_s = meta.timings.train_s;
-    result.system.notes.push_back(
-        fmt::format("import torch + torchrec took {:.2f} s on rank 0, TorchRec's planner {:.2f} s",
-                    meta.timings.import_s, meta.timings.plan_s));
+    result.system.notes.push_back(fmt::format(
+        "import torch + torchrec took {:.2f} s on rank 0{}, TorchRec's planner {:.2f} s", meta.timings.import_s,
+        meta.timings.import_s < 0.05 ? " (already imported)" : "", meta.timings.plan_s));
 
     const auto check_start = std::chrono::steady_clock::now();
     // TorchRec's tensors of `phase` against the reference's; the earliest step that breaks `tol` is kept.

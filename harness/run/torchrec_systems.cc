@@ -241,6 +241,17 @@ LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::s
   request.arguments = std::move(arguments);
   request.error_dir = error_dir;
   request.environment = python_environment(env.source_dir);
+  // What every rank imports first, once per command in a warm interpreter (warm_interpreter.h).
+  request.warm_preload = {"torch",
+                          "fbgemm_gpu",
+                          "torchrec",
+                          "torch.distributed.checkpoint",
+                          "torchrec.distributed.model_parallel",
+                          "torchrec.distributed.planner",
+                          "torchrec.distributed.train_pipeline",
+                          "torchrec.distributed.embedding",
+                          "torchrec.distributed.embeddingbag",
+                          "dmpcheck_torchrec.runner"};
   return request;
 }
 

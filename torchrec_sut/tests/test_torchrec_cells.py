@@ -626,40 +626,61 @@ optimizers: {sparse: {type: sgd, lr: 0.1}, dense: {type: sgd, lr: 0.1}}
 """
 
 
-def _start_long_run(tmp_path):
+def _tagged(tag):
+    """{pid: (name, environ)} of the processes whose environment carries DMPCHECK_TEST_TAG=tag."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = open("/proc/%s/environ" % entry, "rb").read().split(b"\0")
+            name = open("/proc/%s/comm" % entry).read().strip()
+            state = open("/proc/%s/stat" % entry).read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if ("DMPCHECK_TEST_TAG=" + tag).encode() in environ and state != "Z":
+            out[int(entry)] = (name, environ)
+    return out
+
+
+def _release_ranks(tag):
+    """{rank: pid} of a tagged run's TorchRec ranks: exec-ed ones (`python -m dmpcheck_torchrec.rank`,
+    RANK in their environment) or ones forked from a warm interpreter (named dmpcheck-r<rank>)."""
+    ranks = {}
+    for pid, (name, environ) in _tagged(tag).items():
+        if name.startswith("dmpcheck-r") and name[len("dmpcheck-r"):].isdigit():
+            ranks[int(name[len("dmpcheck-r"):])] = pid
+        elif b"dmpcheck_torchrec.rank" in open("/proc/%d/cmdline" % pid, "rb").read():
+            ranks[int([e for e in environ if e.startswith(b"RANK=")][0][5:])] = pid
+    return ranks
+
+
+def _start_long_run(tmp_path, env=None):
     """A long release run; returns (process, {rank: pid}) once rank 1 has finished its first step."""
     scenario = tmp_path / "long.yaml"
     scenario.write_text(LONG)
     exchange = tmp_path / "tmp"
     exchange.mkdir()
     tag = "dmpcheck-test-%d" % os.getpid()
-    env = dict(os.environ, TMPDIR=str(exchange), DMPCHECK_TEST_TAG=tag)
+    env = dict(os.environ, TMPDIR=str(exchange), DMPCHECK_TEST_TAG=tag, **(env or {}))
     proc = subprocess.Popen([DMPCHECK, "run", str(scenario), "--quiet", "--out", str(tmp_path / "reports")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.time() + 120
     while time.time() < deadline and not glob.glob(str(exchange / "dmpcheck-torchrec-*" / "out" / "rank1" / "step1.json")):
         assert proc.poll() is None, proc.stdout.read()
         time.sleep(0.05)
-    ranks = {}
-    for pid in subprocess.run(["pgrep", "-f", "dmpcheck_torchrec.rank"], capture_output=True, text=True).stdout.split():
-        try:
-            environ = open("/proc/%s/environ" % pid, "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if ("DMPCHECK_TEST_TAG=" + tag).encode() in environ:
-            rank = [e for e in environ if e.startswith(b"RANK=")][0][5:].decode()
-            ranks[int(rank)] = int(pid)
+    ranks = _release_ranks(tag)
     assert sorted(ranks) == [0, 1], ranks
     return proc, ranks, exchange, tag
 
 
 def _assert_nothing_left(exchange, tag):
+    """No exchange folder, and no process of the run (a rank, a warm interpreter) is left."""
     assert [p for p in exchange.iterdir() if p.name.startswith("dmpcheck-")] == []
-    for pid in subprocess.run(["pgrep", "-f", "dmpcheck_torchrec.rank"], capture_output=True, text=True).stdout.split():
-        try:
-            assert ("DMPCHECK_TEST_TAG=" + tag).encode() not in open("/proc/%s/environ" % pid, "rb").read(), pid
-        except OSError:
-            pass  # gone between pgrep and the read
+    deadline = time.time() + 10  # a killed dmpcheck's interpreter ends its ranks as it notices
+    while _tagged(tag) and time.time() < deadline:
+        time.sleep(0.05)
+    assert _tagged(tag) == {}
 
 
 def test_release_rank_that_crashes_is_named(tmp_path):
@@ -686,6 +707,28 @@ def test_release_rank_that_hangs_is_timed_out(tmp_path):
     assert "imed out" in out or "imeout" in out, out
     assert time.time() - start < 60, "the hang was not cut by timeout_s"
     _assert_nothing_left(exchange, tag)
+
+
+@pytest.mark.parametrize("ranks", ["warm", "exec"])
+def test_dmpcheck_stopped_or_killed_mid_release_run_leaves_nothing(tmp_path, ranks):
+    """Ctrl-C (SIGINT) to dmpcheck mid-run: exit 130; SIGKILL: nothing can run in it, yet its ranks and
+    its warm interpreter go too.  On both paths: ranks forked from the warm interpreter, and exec-ed."""
+    need("0.6.0")
+    env = {"DMPCHECK_RANKS": "exec"} if ranks == "exec" else {}
+    for sig, status in ((signal.SIGINT, 130), (signal.SIGKILL, -signal.SIGKILL)):
+        run_dir = tmp_path / sig.name
+        run_dir.mkdir()
+        proc, _, exchange, tag = _start_long_run(run_dir, env)
+        names = {name for name, _ in _tagged(tag).values()}
+        if ranks == "warm":  # dmpcheck, its warm interpreter (named after the python), two ranks
+            assert {"dmpcheck-r0", "dmpcheck-r1"} <= names and len(_tagged(tag)) == 4, names
+        os.kill(proc.pid, sig)
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == status, out
+        if sig == signal.SIGKILL:  # its private folders stay (nothing ran to remove them); its processes do not
+            for p in exchange.iterdir():
+                shutil.rmtree(p)
+        _assert_nothing_left(exchange, tag)
 
 
 def test_release_error_names_rank_and_cause(tmp_path):

@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include "run/scenario_runner.h"
+#include "run/warm_interpreter.h"
 #include "scenario/scenario.h"
 #include "test_util.h"
 
@@ -80,6 +81,8 @@ class MultiProcessTest : public ::testing::Test {
       ::kill(p.pid, SIGKILL);
       reap(p);
     }
+    // The warm interpreters a launch kept for this process's next cells (warm_interpreter.h).
+    run::WarmInterpreter::stop_all();
     // Anything else still a child of this test (a process the code under test forked and left).
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
       const std::string name = entry.path().filename().string();

@@ -1,0 +1,308 @@
+#include "run/warm_interpreter.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/file_io.h"
+#include "run/launcher.h"
+
+extern char** environ;
+
+namespace dmpcheck::run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long the interpreter may take to import the stack (a cold disk, a slow machine).
+constexpr auto kReadyTimeout = std::chrono::seconds(300);
+// How long it may take to answer a spawn request (it forks: milliseconds).
+constexpr auto kSpawnTimeout = std::chrono::seconds(60);
+constexpr size_t kMaxPacket = 1 << 20;
+
+size_t interpreters_kept() {
+  const char* v = std::getenv("DMPCHECK_WARM_INTERPRETERS");
+  const int n = v != nullptr ? std::atoi(v) : 4;
+  return static_cast<size_t>(std::max(1, n));
+}
+
+std::string tail_of(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(in, line);) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "\n  | " + all[i];
+  return out;
+}
+
+// Every interpreter this process started, by what it runs; failures are kept so as not to retry.
+struct Registry {
+  struct Entry {
+    std::shared_ptr<WarmInterpreter> warm;
+    std::string failed;
+    uint64_t last_used = 0;
+  };
+  std::mutex mutex;
+  std::map<std::string, Entry> entries;
+  uint64_t clock = 0;
+  // At exit: every interpreter is told to go (its socket closed) and waited for, so that nothing
+  // it forked outlives the command.
+  ~Registry() { entries.clear(); }
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+std::shared_ptr<WarmInterpreter> WarmInterpreter::get(const std::string& python,
+                                                      const std::map<std::string, std::string>& environment,
+                                                      const std::vector<std::string>& preload, std::string& why_not) {
+  std::string key = python;
+  for (const auto& [k, v] : environment) key += "\n" + k + "=" + v;
+  for (const auto& m : preload) key += "\n" + m;
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  auto found = reg.entries.find(key);
+  if (found != reg.entries.end() && found->second.warm && !found->second.warm->alive()) {
+    reg.entries.erase(found);  // it died (killed from outside): a new one is started
+    found = reg.entries.end();
+  }
+  if (found != reg.entries.end()) {
+    found->second.last_used = ++reg.clock;
+    why_not = found->second.failed;
+    return found->second.warm;
+  }
+  // Room for one more: the least recently used interpreter no launch holds goes.
+  std::vector<std::map<std::string, Registry::Entry>::iterator> idle;
+  size_t live = 0;
+  for (auto it = reg.entries.begin(); it != reg.entries.end(); ++it) {
+    if (!it->second.warm) continue;
+    ++live;
+    if (it->second.warm.use_count() == 1) idle.push_back(it);
+  }
+  std::sort(idle.begin(), idle.end(), [](auto a, auto b) { return a->second.last_used < b->second.last_used; });
+  for (size_t i = 0; live >= interpreters_kept() && i < idle.size(); ++i, --live) reg.entries.erase(idle[i]);
+
+  Registry::Entry entry;
+  entry.last_used = ++reg.clock;
+  std::shared_ptr<WarmInterpreter> warm(new WarmInterpreter());
+  const auto start = Clock::now();
+  try {
+    // The interpreter's own output (never a rank's) goes to a file shown when it fails to start.
+    warm->dir_ = std::make_unique<PrivateDir>("dmpcheck-warm");
+    warm->log_ = warm->dir_->path() + "/interpreter.log";
+    const int log_fd = ::open(warm->log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int sv[2];
+    DMP_CHECK(log_fd >= 0 && null_fd >= 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0,
+              ErrorKind::kRankFailed, "cannot set up a warm interpreter: {}", std::strerror(errno));
+    // Everything the child needs, built before fork(): between fork and exec only
+    // async-signal-safe calls are allowed (a suite may run cells on several threads).
+    std::vector<std::string> args = {python, "-m", "dmpcheck_torchrec.warm", std::to_string(sv[1])};
+    args.insert(args.end(), preload.begin(), preload.end());
+    // Importing torch starts its OpenMP pool unless told to keep one thread: a fork would copy a
+    // pool without its threads.  Each rank sets its own count after the fork.
+    std::map<std::string, std::string> ours = environment;
+    ours["OMP_NUM_THREADS"] = "1";
+    ours["MKL_NUM_THREADS"] = "1";
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry_text(*e);
+      const std::string name = entry_text.substr(0, entry_text.find('='));
+      if (!ours.count(name) && name != "MASTER_PORT") env.push_back(entry_text);
+    }
+    for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+    std::vector<char*> argv, envp;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      // A process group of its own: Ctrl-C at a terminal is dmpcheck's to handle.
+      ::setpgid(0, 0);
+      ::fcntl(sv[1], F_SETFD, 0);  // the one descriptor it keeps across exec
+      ::dup2(null_fd, STDIN_FILENO);
+      ::dup2(log_fd, STDOUT_FILENO);
+      ::dup2(log_fd, STDERR_FILENO);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    ::close(sv[1]);
+    ::close(log_fd);
+    ::close(null_fd);
+    if (pid < 0) {
+      ::close(sv[0]);
+      throw_error(ErrorKind::kRankFailed, fmt::format("fork failed: {}", std::strerror(errno)));
+    }
+    warm->pid_ = pid;
+    warm->socket_ = sv[0];
+    // Its first word: ready, or why not.
+    while (warm->pending_.empty() && warm->alive_ && Clock::now() - start < kReadyTimeout && !interrupt_requested())
+      warm->read_messages(100);
+    DMP_CHECK(!warm->pending_.empty(), ErrorKind::kRankFailed, "{}{}",
+              warm->alive_ ? "it did not say it was ready within 300 s" : "it ended before it was ready",
+              tail_of(warm->log_, 6));
+    const auto ready = nlohmann::json::parse(warm->pending_.front());
+    warm->pending_.clear();
+    DMP_CHECK(ready.value("ready", false), ErrorKind::kRankFailed, "{}", ready.value("why", ready.dump()));
+    warm->import_s_ = ready.value("import_s", 0.0);
+    entry.warm = warm;
+  } catch (const std::exception& e) {
+    entry.failed = fmt::format("the warm interpreter of {} could not serve ({}): ranks start cold", python, e.what());
+    why_not = entry.failed;
+    // `warm` goes with this scope: its socket closes and its process is reaped.
+  }
+  reg.entries[key] = entry;
+  return entry.warm;
+}
+
+void WarmInterpreter::stop_all() {
+  Registry& reg = registry();
+  std::map<std::string, Registry::Entry> going;
+  {
+    std::lock_guard<std::mutex> lock(reg.mutex);
+    going.swap(reg.entries);
+  }
+}
+
+WarmInterpreter::~WarmInterpreter() {
+  if (socket_ >= 0) ::close(socket_);  // it kills what it forked and exits
+  if (pid_ > 0) {
+    int status = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      ::usleep(2000);
+    }
+  }
+}
+
+bool WarmInterpreter::alive() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return read_messages(0);
+}
+
+bool WarmInterpreter::read_messages(int timeout_ms) {
+  if (!alive_) return false;
+  pollfd p{socket_, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) <= 0) return alive_;
+  std::string buffer(kMaxPacket, '\0');
+  for (;;) {
+    const ssize_t n = ::recv(socket_, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;  // nothing more now
+    if (n == 0) {      // it is gone; so are the ranks it forked
+      alive_ = false;
+      break;
+    }
+    const std::string text(buffer.data(), static_cast<size_t>(n));
+    nlohmann::json message;
+    try {
+      message = nlohmann::json::parse(text);
+    } catch (const std::exception&) {
+      pending_.push_back(nlohmann::json{{"refused", "the warm interpreter sent: " + text}}.dump());
+      continue;
+    }
+    if (message.contains("exit")) {
+      ended_[message.at("exit").get<pid_t>()] = message.at("status").get<int>();
+    } else {
+      pending_.push_back(text);
+    }
+  }
+  return alive_;
+}
+
+pid_t WarmInterpreter::spawn(const std::vector<std::string>& arguments, const std::vector<std::string>& environment,
+                             int threads, pid_t group, int output_fd) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json env = nlohmann::json::object();
+  for (const auto& entry : environment) {
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  const std::string request = nlohmann::json{
+      {"argv", arguments},
+      {"env", env},
+      {"cwd", std::filesystem::current_path().string()},
+      {"threads", threads},
+      {"group", group}}.dump();
+  DMP_CHECK(request.size() < kMaxPacket, ErrorKind::kRankFailed, "a warm rank's request of {} bytes is too large",
+            request.size());
+  DMP_CHECK(alive_, ErrorKind::kRankFailed, "the warm interpreter (pid {}) has ended{}", pid_, tail_of(log_, 6));
+  iovec io{const_cast<char*>(request.data()), request.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &io;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &output_fd, sizeof(int));
+  ssize_t sent;
+  do { sent = ::sendmsg(socket_, &msg, MSG_NOSIGNAL); } while (sent < 0 && errno == EINTR);
+  DMP_CHECK(sent == static_cast<ssize_t>(request.size()), ErrorKind::kRankFailed,
+            "cannot reach the warm interpreter (pid {}): {}", pid_, std::strerror(errno));
+  const auto deadline = Clock::now() + kSpawnTimeout;
+  while (pending_.empty() && read_messages(50) && Clock::now() < deadline) {}
+  DMP_CHECK(!pending_.empty(), ErrorKind::kRankFailed, "the warm interpreter (pid {}) did not fork the rank: {}{}",
+            pid_, alive_ ? "no answer within 60 s" : "it ended", tail_of(log_, 6));
+  const auto reply = nlohmann::json::parse(pending_.front());
+  pending_.erase(pending_.begin());
+  DMP_CHECK(reply.contains("pid"), ErrorKind::kRankFailed, "the warm interpreter refused to fork a rank: {}",
+            reply.value("refused", reply.dump()));
+  return reply.at("pid").get<pid_t>();
+}
+
+bool WarmInterpreter::reap(pid_t pid, int* status, bool block) {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto it = ended_.find(pid); it != ended_.end()) {
+        *status = it->second;
+        ended_.erase(it);
+        return true;
+      }
+      if (!alive_) {  // its ranks died with it (PR_SET_PDEATHSIG)
+        *status = SIGKILL;
+        return true;
+      }
+      read_messages(block ? 20 : 0);
+      if (auto it = ended_.find(pid); it != ended_.end()) {
+        *status = it->second;
+        ended_.erase(it);
+        return true;
+      }
+    }
+    if (!block) return false;
+  }
+}
+
+}  // namespace dmpcheck::run

@@ -1,0 +1,73 @@
+// A warm interpreter per Python environment: one long-lived `python -m dmpcheck_torchrec.warm`
+// that imported the rank program's stack (a release's torch, fbgemm_gpu, torchrec) once, and
+// forks a rank for each request instead of a fresh interpreter paying that import per rank.
+//
+// Lifetime: started on first use, kept for the rest of this process (at most
+// $DMPCHECK_WARM_INTERPRETERS at once, default 4: each holds about 0.5 GB; the least recently used idle one goes
+// first), gone with it.  The interpreter watches its socket to this process, so however dmpcheck ends (exit, Ctrl-C, a
+// crash, SIGKILL) the kernel closes the socket and the interpreter kills every rank it forked and exits; a rank also
+// dies with the interpreter (PR_SET_PDEATHSIG).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace dmpcheck {
+class PrivateDir;
+}
+
+namespace dmpcheck::run {
+
+class WarmInterpreter {
+ public:
+  // The warm interpreter of `python` under `environment` (on top of this process's own) that
+  // imported `preload`, started now if there is none yet; nullptr with `why_not` when it cannot
+  // serve (an import failed there, it is not single-threaded after the import, it did not start).
+  // A failure is remembered: the same interpreter is not started twice by one process.
+  static std::shared_ptr<WarmInterpreter> get(const std::string& python,
+                                              const std::map<std::string, std::string>& environment,
+                                              const std::vector<std::string>& preload, std::string& why_not);
+
+  // Every interpreter this process started is told to go and waited for (the CLI's end, a test's).
+  static void stop_all();
+
+  ~WarmInterpreter();
+  WarmInterpreter(const WarmInterpreter&) = delete;
+  WarmInterpreter& operator=(const WarmInterpreter&) = delete;
+
+  // Forks one rank that runs `arguments` (`-m MODULE ARG ...`) as `python` would, with `environment`
+  // ("K=V" entries, the whole of it), `threads` intra-op threads, in process group `group` (0: its
+  // own), its stdout and stderr on `output_fd`.  Returns its pid; throws Error(kRankFailed) when the
+  // interpreter refuses or is gone.
+  pid_t spawn(const std::vector<std::string>& arguments, const std::vector<std::string>& environment, int threads,
+              pid_t group, int output_fd);
+  // Whether `pid` (a rank this interpreter forked) has ended, with its wait status; `block`: wait
+  // for it.  A rank of an interpreter that died is reported as killed by SIGKILL.
+  bool reap(pid_t pid, int* status, bool block);
+
+  double import_seconds() const { return import_s_; }
+  pid_t pid() const { return pid_; }
+  bool alive();
+
+ private:
+  WarmInterpreter() = default;
+  // Reads what the interpreter sent: exits into `ended_`.  Returns false when it is gone.
+  bool read_messages(int timeout_ms);
+
+  pid_t pid_ = -1;
+  int socket_ = -1;
+  double import_s_ = 0;
+  bool alive_ = true;
+  std::unique_ptr<PrivateDir> dir_;  // holds log_, the interpreter's own output (not its ranks')
+  std::string log_;
+  std::mutex mutex_;
+  std::map<pid_t, int> ended_;
+  std::vector<std::string> pending_;  // replies to a spawn, in order
+};
+
+}  // namespace dmpcheck::run
