@@ -106,7 +106,7 @@ def main():
 
     def bisect(mode):
         return timed([args.dmpcheck, "bisect", SEED, "--releases", ",".join(BISECT_RELEASES)], dict(env, DMPCHECK_RANKS=mode),
-                     check=lambda out: "0.8.0" in out)
+                     check=lambda out: "first release that behaves differently: 0.8.0" in out)
 
     installed = all(os.path.exists(os.path.join(args.envs, "torchrec-" + v, "dmpcheck-ready.json"))
                     for v in BISECT_RELEASES)

@@ -3,10 +3,11 @@
 // forks a rank for each request instead of a fresh interpreter paying that import per rank.
 //
 // Lifetime: started on first use, kept for the rest of this process (at most
-// $DMPCHECK_WARM_INTERPRETERS at once, default 4: each holds about 0.5 GB; the least recently used idle one goes
-// first), gone with it.  The interpreter watches its socket to this process, so however dmpcheck ends (exit, Ctrl-C, a
-// crash, SIGKILL) the kernel closes the socket and the interpreter kills every rank it forked and exits; a rank also
-// dies with the interpreter (PR_SET_PDEATHSIG).
+// $DMPCHECK_WARM_INTERPRETERS at once, default 4, each holding 0.45-0.7 GB shared copy-on-write
+// with its ranks; the least recently used idle one goes first), gone with it.  The interpreter
+// watches its socket to this process, so however dmpcheck ends (exit, Ctrl-C, a crash, SIGKILL)
+// the kernel closes the socket and the interpreter kills every rank it forked and exits; a rank
+// also dies with the interpreter (PR_SET_PDEATHSIG).
 #pragma once
 
 #include <map>
