@@ -232,8 +232,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (warm) {
       pid_t pid = -1;
       try {
-        pid = warm->spawn(std::vector<std::string>(request.arguments.begin(), request.arguments.end()),
-                          image.env_storage, request.threads_per_rank, group, fds[1]);
+        pid = warm->spawn(request.arguments, image.env_storage, request.threads_per_rank, group, fds[1]);
       } catch (const Error& e) { abandon(fmt::format("rank {}: {}", r, e.what())); }
       if (group == 0) group = pid;
       ::close(fds[1]);

@@ -211,16 +211,16 @@ bool WarmInterpreter::read_messages(int timeout_ms) {
   if (!alive_) return false;
   pollfd p{socket_, POLLIN, 0};
   if (::poll(&p, 1, timeout_ms) <= 0) return alive_;
-  std::string buffer(kMaxPacket, '\0');
+  buffer_.resize(kMaxPacket);  // once: the messages are small, and reap() polls this often
   for (;;) {
-    const ssize_t n = ::recv(socket_, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    const ssize_t n = ::recv(socket_, buffer_.data(), buffer_.size(), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) break;  // nothing more now
     if (n == 0) {      // it is gone; so are the ranks it forked
       alive_ = false;
       break;
     }
-    const std::string text(buffer.data(), static_cast<size_t>(n));
+    const std::string text(buffer_.data(), static_cast<size_t>(n));
     nlohmann::json message;
     try {
       message = nlohmann::json::parse(text);

@@ -69,6 +69,7 @@ class WarmInterpreter {
   std::mutex mutex_;
   std::map<pid_t, int> ended_;
   std::vector<std::string> pending_;  // replies to a spawn, in order
+  std::vector<char> buffer_;          // one packet
 };
 
 }  // namespace dmpcheck::run
