@@ -13,6 +13,7 @@ packages=(
   pybind11-dev python3-dev python3-pytest   # the module and its tests, for Debian's /usr/bin/python3
   python3-venv                              # the TorchRec release environments (ci/torchrec-env.sh)
   openmpi-bin iproute2                      # the multi-host tests: real mpirun across network namespaces
+  slurmctld slurmd slurm-client munge       # ... and real srun/sbatch on a two-node Slurm cluster made there
   libjs-chart.js                            # inlined into the HTML report's plot
   chromium                                  # the HTML report's browser test
 )

@@ -1,70 +1,31 @@
-"""Ranks on different "hosts": network namespaces joined by a veth pair, made and removed here.
+"""Ranks on different "hosts": network namespaces joined by a veth pair (shared.py).
 
-Each namespace is a host with its own address (10.77.N.1 and 10.77.N.2); ranks in one cannot
-reach the other's loopback.  The seed scenario and a table_row_wise scenario of two hosts x two
-ranks run through `dmpcheck worker` under the real launchers: torchrun (torch 2.14, from the
-torchrec 1.9.2 environment) with one node and with two nodes (c10d rendezvous), Open MPI's
-mpirun (Debian's openmpi-bin, its rsh agent entering the other namespace), and by hand with
-torchrun's variables.  Needs root (CI is root); skips otherwise unless DMPCHECK_REQUIRE_MULTIHOST=1.
+The seed scenario and a table_row_wise scenario of two hosts x two ranks run through `dmpcheck
+worker` under the real launchers: torchrun (torch 2.14, from the torchrec 1.9.2 environment) with
+one node and with two nodes (c10d rendezvous), Open MPI's mpirun (Debian's openmpi-bin, its rsh
+agent entering the other namespace), and by hand with torchrun's variables; Slurm's srun and
+sbatch are in test_slurm.py.  Needs root (CI is root); skips otherwise unless DMPCHECK_REQUIRE_MULTIHOST=1.
 """
-import glob
-import json
 import os
 import shutil
 import subprocess
 
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-BUILD = os.environ.get("DMPCHECK_BUILD_DIR", os.path.join(ROOT, "build"))
-DMPCHECK = os.environ.get("DMPCHECK_BIN", os.path.join(BUILD, "harness", "dmpcheck"))
-SEED = os.path.join(ROOT, "scenarios", "regressions", "torchrec-1739-dp-tables-not-broadcast.yaml")
-TWRW = os.path.join(os.path.dirname(__file__), "table_row_wise_2x2.yaml")
-ENVS = os.environ.get("DMPCHECK_TORCHREC_ENVS",
-                      os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dmpcheck", "torchrec"))
-TORCHRUN = os.path.join(ENVS, "torchrec-1.9.2", "bin", "torchrun")
-
-
-def unavailable(why):
-    if os.environ.get("DMPCHECK_REQUIRE_MULTIHOST") == "1":
-        pytest.fail(why)
-    pytest.skip(why)
-
-
-def sh(*args, check=True):
-    return subprocess.run(list(args), capture_output=True, text=True, check=check)
+from shared import DMPCHECK, LONG, SEED, TORCHRUN, TWRW, assert_seed, assert_twrw, reports, sh, two_hosts, unavailable
 
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    """Two namespaces joined by a veth pair; removed whatever happens."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        unavailable("needs root and iproute2 to make network namespaces")
-    n = os.getpid() % 200 + 20
-    names = ("dmpA%d" % os.getpid(), "dmpB%d" % os.getpid())
-    addrs = ("10.77.%d.1" % n, "10.77.%d.2" % n)
-    veth = ("dva%d" % os.getpid(), "dvb%d" % os.getpid())
-    try:
-        for ns in names:
-            sh("ip", "netns", "add", ns)
-        sh("ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
-        for ns, dev, addr in zip(names, veth, addrs):
-            sh("ip", "link", "set", dev, "netns", ns)
-            sh("ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
+    """Two namespaces joined by a veth pair (shared.py); removed whatever happens."""
+    with two_hosts() as made:
+        names, addrs = made["ns"], made["addr"]
         agent = tmp_path_factory.mktemp("bin") / "netns-rsh"
         agent.write_text("#!/bin/sh\n# mpirun's rsh agent: a host address is a namespace.\nhost=$1; shift\n"
                          "case \"$host\" in %s) ns=%s ;; %s) ns=%s ;; *) echo \"unknown host $host\" >&2; exit 1 ;; esac\n"
                          "exec ip netns exec \"$ns\" sh -c \"$*\"\n" % (addrs[0], names[0], addrs[1], names[1]))
         agent.chmod(0o755)
-        yield {"ns": names, "addr": addrs, "agent": str(agent)}
-    finally:
-        for ns in names:
-            sh("ip", "netns", "pids", ns, check=False)
-            for pid in sh("ip", "netns", "pids", ns, check=False).stdout.split():
-                subprocess.run(["kill", "-9", pid])
-            sh("ip", "netns", "del", ns, check=False)
+        yield dict(made, agent=str(agent))
 
 
 # The same secret on every rank, as a user of an external launcher sets it (docs/reliability.md).
@@ -90,49 +51,12 @@ def wait_all(procs, logs, timeout=300):
     return codes
 
 
-def reports(out, name):
-    return {os.path.basename(f)[:-5]: json.load(open(f)) for f in glob.glob(os.path.join(out, name, "*.json"))}
-
-
-def assert_seed(out):
-    got = {k: v for k, v in reports(out, "torchrec-1739-dp-tables-not-broadcast").items() if v["verdict"] != "skipped"}
-    assert sorted(got) == ["seeded_torchrec-0.6", "seeded_torchrec-1.9", "unseeded_torchrec-0.6", "unseeded_torchrec-1.9"], sorted(got)
-    for slug, r in got.items():
-        assert r["verdict"] == "pass", (slug, r["expectation"], r["failure"])
-        assert r["environment"]["world_size"] == 2
-    assert sum(not c["equal"] for c in got["unseeded_torchrec-0.6"]["replicas"]) == 8
-
-
-def assert_twrw(out):
-    got = reports(out, "multihost-table-row-wise-2x2")
-    assert len(got) == 2, sorted(got)
-    for slug, r in got.items():
-        assert r["verdict"] == "pass", (slug, r["expectation"], r["failure"])
-        # Each table_row_wise table lives on one host: its shards on ranks {0,1} or {2,3}.
-        for table in r["plan"]:
-            if table["sharding"] == "table_row_wise":
-                ranks = {s["rank"] for s in table["shards"] if s["rows"] > 0}
-                assert ranks <= {0, 1} or ranks <= {2, 3}, table
-
-
 def test_plain_run_inside_a_host_needs_nothing_but_its_loopback(hosts, tmp_path):
     """`dmpcheck run` in a namespace: its launcher, store and ranks live on that host's loopback."""
     out, log = str(tmp_path / "out"), str(tmp_path / "run.log")
     p = in_ns(hosts["ns"][1], [DMPCHECK, "run", SEED, "--quiet", "--out", out], {"DMPCHECK_TORCHREC_ENVS": str(tmp_path / "none")}, log)
     assert wait_all([p], [log]) == [0], open(log).read()[-3000:]
     assert_seed(out)  # the release cells are skipped here (no environments): the reference's four remain
-
-
-LONG = """version: 1
-name: long-reference-run
-world_size: 2
-steps: 100000
-batch_size: 4
-timeout_s: 30
-tables:
-  - {name: t0, rows: 16, dim: 4, features: [f0], sharding: {types: [data_parallel]}}
-  - {name: t1, rows: 16, dim: 4, features: [f1], sharding: {types: [table_wise]}}
-"""
 
 
 def sockets(ns):
