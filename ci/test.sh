@@ -22,3 +22,9 @@ DMPCHECK_REQUIRE_TORCHREC=1 DMPCHECK_REQUIRE_MULTIHOST=$([ "$(id -u)" -eq 0 ] &&
 echo "ci/test.sh: tests ran in $(( $(date +%s) - start )) s"
 # The same tests against torch 2.14.1's libtorch, and `pip install .` in a fresh venv.
 bash ci/torch2.sh
+# The GPU checks' script (ci/device.sh, docs/performance.md) as a dry run: its own build from the
+# carried dependencies only (this machine's copies hidden, as root), every step, NCCL's skipped
+# with the reason.
+bash ci/device-deps.sh
+bash ci/device.sh --dry-run --python "${XDG_CACHE_HOME:-$HOME/.cache}/dmpcheck/torch2-dev/bin/python" \
+  $([ "$(id -u)" -eq 0 ] && echo --mask-system-deps)

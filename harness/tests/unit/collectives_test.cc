@@ -128,6 +128,54 @@ TEST(NcclCollectives, EveryCollectiveGivesTheKnownResultOnEachGpuCount) {
   if (ran == 0) GTEST_SKIP() << "NCCL: " << *comm::nccl_unavailable_reason(1);
 }
 
+// What one GPU allows (world size 1): a host tensor staged through the communicator's device
+// buffer at sizes that make it grow and then reuse it, each result exact and timed on the device.
+TEST(NcclCollectives, EveryStagingSizeRoundTripsExactly) {
+  if (const auto why = comm::nccl_unavailable_reason(1)) GTEST_SKIP() << "NCCL: " << *why;
+  on_ranks("nccl", 1, [](comm::Communicator& c) {
+    for (const int64_t n : {int64_t{1}, int64_t{1} << 20, int64_t{1} << 24, int64_t{3}, int64_t{1} << 22}) {
+      SCOPED_TRACE(n);
+      at::Tensor t = at::arange(n, at::kFloat).remainder(9973.0);
+      const at::Tensor expected = t.clone();
+      c.all_reduce(t, comm::ReduceOp::kSum);  // one rank: the sum is the input, bit for bit
+      EXPECT_TRUE(t.equal(expected));
+      at::Tensor b = at::arange(n, at::kDouble);
+      c.broadcast(b, 0);
+      EXPECT_TRUE(b.equal(at::arange(n, at::kDouble)));
+      EXPECT_TRUE(c.last_device_seconds().has_value());
+    }
+  });
+}
+
+// A call NCCL would misread is refused before it reaches NCCL, as invalid input that says what
+// was wrong, and the communicator stays usable.
+TEST(NcclCollectives, ErrorPathsRefuseBadCallsAndLeaveTheCommunicatorUsable) {
+  if (const auto why = comm::nccl_unavailable_reason(1)) GTEST_SKIP() << "NCCL: " << *why;
+  on_ranks("nccl", 1, [](comm::Communicator& c) {
+    auto refused = [&c](const std::function<void()>& call, const std::string& words) {
+      try {
+        call();
+        ADD_FAILURE() << "not refused: " << words;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << e.what();
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      }
+      at::Tensor t = input_of(0, 4);
+      c.broadcast(t, 0);
+      EXPECT_TRUE(t.equal(input_of(0, 4))) << "after: " << words;
+    };
+    refused(
+        [&c] {
+          at::Tensor t = input_of(0, 4);
+          c.broadcast(t, 1);
+        },
+        "broadcast from rank 1 in a world of 1");
+    refused([&c] { c.all_to_all(input_of(0, 4), {-1}, {4}); }, "is negative");
+    refused([&c] { c.all_to_all(input_of(0, 4), {3}, {3}); }, "do not add up to the 4 rows");
+    refused([&c] { c.all_to_all(at::scalar_tensor(1.0), {1}, {1}); }, "needs a tensor with rows");
+  });
+}
+
 TEST(NcclCollectives, WithoutAGpuTheReasonSaysWhyNotThatItFailed) {
   const auto reason = comm::nccl_unavailable_reason(1);
   if (!reason) GTEST_SKIP() << "this machine has a GPU for NCCL";
