@@ -101,6 +101,8 @@ def two_hosts():
         yield {"ns": names, "addr": addrs}
     finally:
         remove(names)
+        # A veth not yet moved into a namespace when something failed stays in this one.
+        sh("ip", "link", "del", veth[0], check=False)
 
 
 def remove(names):

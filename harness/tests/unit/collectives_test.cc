@@ -133,16 +133,17 @@ TEST(NcclCollectives, EveryCollectiveGivesTheKnownResultOnEachGpuCount) {
 TEST(NcclCollectives, EveryStagingSizeRoundTripsExactly) {
   if (const auto why = comm::nccl_unavailable_reason(1)) GTEST_SKIP() << "NCCL: " << *why;
   on_ranks("nccl", 1, [](comm::Communicator& c) {
+    EXPECT_FALSE(c.last_device_seconds().has_value());  // until a collective has run on the device
     for (const int64_t n : {int64_t{1}, int64_t{1} << 20, int64_t{1} << 24, int64_t{3}, int64_t{1} << 22}) {
       SCOPED_TRACE(n);
       at::Tensor t = at::arange(n, at::kFloat).remainder(9973.0);
       const at::Tensor expected = t.clone();
       c.all_reduce(t, comm::ReduceOp::kSum);  // one rank: the sum is the input, bit for bit
       EXPECT_TRUE(t.equal(expected));
+      EXPECT_TRUE(c.last_device_seconds().has_value());
       at::Tensor b = at::arange(n, at::kDouble);
       c.broadcast(b, 0);
       EXPECT_TRUE(b.equal(at::arange(n, at::kDouble)));
-      EXPECT_TRUE(c.last_device_seconds().has_value());
     }
   });
 }
