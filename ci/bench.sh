@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The benchmarks behind docs/performance.md, all in one run, each printing its ratios measured
-# side by side.  Outputs (tables, JSON) go to reports/bench/<timestamp>/.  About 4 minutes once built
-# on 2 cores (2 of them for section 5's paired runs); the 1 GiB scenario needs several GiB of memory
-# per rank.  Pass --quick to skip it.
+# side by side.  Outputs (tables, JSON) go to reports/bench/<timestamp>/.  About 28 minutes once built
+# on 2 cores (measured 2026-12-03; section 5's interleaved pairs, the whole suite cold and warm among
+# them, are most of it); the 1 GiB scenario needs several GiB of memory per rank.  Pass --quick to
+# skip it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
