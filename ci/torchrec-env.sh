@@ -10,7 +10,8 @@
 # common with the ready ones (the same torch, numpy ...) become hard links to theirs
 # (ci/share-env-files.py; DMPCHECK_TORCHREC_SHARE=0 turns it off).  A folder is ready when
 # it holds dmpcheck-ready.json (written last, after `import torch, fbgemm_gpu, torchrec` succeeded,
-# with the versions that import reported); a folder without it is a broken install and is rebuilt.
+# with the versions that import reported, as the rank program's probe answer); a folder
+# without it is a broken install and is rebuilt.
 # Running it again for a ready release does nothing.  About 5 GB and 1.5-2 minutes per release.
 #
 # The environments stay within a disk budget, $DMPCHECK_TORCHREC_BUDGET_GB (default 40): before a
@@ -30,7 +31,7 @@ env_mb=6144  # what one environment takes, rounded up (measured: 5.0-5.6 GB)
 budget_mb=${DMPCHECK_TORCHREC_BUDGET_MB:-$budget_mb}
 env_mb=${DMPCHECK_TORCHREC_ENV_MB:-$env_mb}
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 
 # Removes least recently used ready environments (not $1, none used in the last 10 minutes) until
 # the ones left and a new one fit in the budget.
@@ -122,15 +123,10 @@ for rel in "${wanted[@]}"; do
     echo "ci/torchrec-env.sh: pip failed for torchrec $trec; $env_dir left without dmpcheck-ready.json (run again to retry)" >&2
     status=1; exec {lock}>&-; continue
   fi
-  if ! OMP_NUM_THREADS=1 "$env_dir/bin/python" - "$env_dir/dmpcheck-ready.json.tmp" <<'PY'
-import json, sys, platform
-import torch, fbgemm_gpu, torchrec  # the whole point: these three must import together
-from importlib.metadata import version
-info = {"torchrec": version("torchrec"), "torch": torch.__version__,
-        "fbgemm_gpu": version("fbgemm-gpu-cpu"), "python": platform.python_version()}
-json.dump(info, open(sys.argv[1], "w"))
-print("  imported:", info)
-PY
+  # The marker is the rank program's probe answer (a contract document: the versions the imports
+  # report), written only when torch, fbgemm_gpu and torchrec import together.
+  if ! OMP_NUM_THREADS=1 PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="${DMPCHECK_TORCHREC_SUT:-$PWD/torchrec_sut}" \
+       "$env_dir/bin/python" -m dmpcheck_torchrec.probe "$env_dir/dmpcheck-ready.json.tmp"
   then
     echo "ci/torchrec-env.sh: torchrec $trec installed but does not import (see above); not marked ready" >&2
     status=1; exec {lock}>&-; continue
@@ -139,6 +135,7 @@ PY
   if [ "${DMPCHECK_TORCHREC_SHARE:-1}" = 1 ]; then
     "$python" ci/share-env-files.py "$root" "torchrec-$trec" || echo "ci/torchrec-env.sh: sharing files failed (the environment works without it)" >&2
   fi
+  echo "  imported: $(cat "$env_dir/dmpcheck-ready.json.tmp")"
   mv "$env_dir/dmpcheck-ready.json.tmp" "$env_dir/dmpcheck-ready.json"
   exec {lock}>&-
   echo "ci/torchrec-env.sh: torchrec $trec ready in $env_dir ($(( $(date +%s) - start )) s)"

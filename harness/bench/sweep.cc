@@ -443,7 +443,7 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
                                     scenario.name, spec.name, backend, spec.world_size)
                      << std::flush;
       }
-      const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+      const int local_world_size = spec.ranks_per_host();
       if (auto reason = comm::backend_unavailable_reason(backend, local_world_size)) {
         if (options.out) *options.out << "   skipped: " << *reason << "\n";
         results.push_back({{"run", spec.name}, {"backend", backend}, {"skipped", true}, {"skip_reason", *reason}});

@@ -11,8 +11,9 @@ namespace dmpcheck::check {
 namespace {
 
 std::string describe_difference(const TensorCheck& c) {
-  return fmt::format("{} differs at {} on rank(s) {} vs rank 0: max |diff| {:.3g}, {} of {} elements", c.name, c.phase,
-                     fmt::join(c.differing_ranks, ","), c.max_abs_diff, c.elements_differing, c.numel);
+  return fmt::format("{} differs at {} on rank(s) {} vs rank 0: max |diff| {:.3g}, {} of {} elements", c.name,
+                     scenario::phase_name(c.phase), fmt::join(c.differing_ranks, ","), c.max_abs_diff,
+                     c.elements_differing, c.numel);
 }
 
 // The words of one tolerance comparison's failures (the unsharded model's, the resumed run's).
@@ -62,14 +63,14 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     }
   }
   for (const auto& c : result.replicas) {
-    const bool phase_expects_divergence = std::any_of(
-        expect.at.begin(), expect.at.end(), [&](scenario::Phase p) { return c.phase == scenario::phase_name(p); });
+    const bool phase_expects_divergence =
+        std::any_of(expect.at.begin(), expect.at.end(), [&](scenario::Phase p) { return c.phase == p; });
     const bool may_diverge =
         expect.replicas == scenario::ReplicaExpectation::kDiverge && expected_diverged.count(c.name);
     const bool should_diverge = may_diverge && phase_expects_divergence;
     if (should_diverge && c.equal) {
-      out.failures.push_back(
-          fmt::format("{} was expected to diverge at {} but is equal on every rank", c.name, c.phase));
+      out.failures.push_back(fmt::format("{} was expected to diverge at {} but is equal on every rank", c.name,
+                                         scenario::phase_name(c.phase)));
     } else if (!c.equal && !may_diverge) {
       out.failures.push_back(describe_difference(c) + " (expected equal)");
     }

@@ -21,7 +21,7 @@ at::Tensor bits_differ(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-TensorCheck compare_copies(const std::string& name, const std::string& sharding, const std::string& phase,
+TensorCheck compare_copies(const std::string& name, const std::string& sharding, scenario::Phase phase,
                            const std::vector<at::Tensor>& copies) {
   const at::Tensor& reference = copies.front();
   TensorCheck check{name, sharding, phase, true, 0.0, 0, reference.numel(), {}};
@@ -42,7 +42,7 @@ TensorCheck compare_copies(const std::string& name, const std::string& sharding,
 }
 
 std::vector<TensorCheck> check_replicas(comm::Communicator& comm, const std::vector<dmp::StateTensor>& tensors,
-                                        const std::string& phase) {
+                                        scenario::Phase phase) {
   // First agree on what is compared: the same names, shapes and dtypes on every rank.
   std::string signature;
   for (const auto& t : tensors) {
@@ -51,8 +51,8 @@ std::vector<TensorCheck> check_replicas(comm::Communicator& comm, const std::vec
   }
   const int differs = comm::first_rank_disagreeing(comm, signature);
   DMP_CHECK(differs < 0, ErrorKind::kInternal,
-            "rank {} and rank 0 hold different sets of replicated tensors at {}; rank {} holds:\n{}", differs, phase,
-            comm.rank(), signature);
+            "rank {} and rank 0 hold different sets of replicated tensors at {}; rank {} holds:\n{}", differs,
+            scenario::phase_name(phase), comm.rank(), signature);
   std::vector<TensorCheck> checks;
   for (const auto& t : tensors) {
     checks.push_back(compare_copies(t.name, t.sharding, phase, comm.all_gather(t.tensor.detach().contiguous())));

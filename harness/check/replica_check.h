@@ -18,10 +18,10 @@ namespace dmpcheck::check {
 // Collective.  `tensors` are this rank's replicated tensors; every rank must hold the same
 // names, shapes and dtypes (checked first: Error(kInternal) names the first mismatch).
 std::vector<TensorCheck> check_replicas(comm::Communicator& comm, const std::vector<dmp::StateTensor>& tensors,
-                                        const std::string& phase);
+                                        scenario::Phase phase);
 
 // Compares a tensor set across ranks bitwise: the pure core of check_replicas, for tests.
-TensorCheck compare_copies(const std::string& name, const std::string& sharding, const std::string& phase,
+TensorCheck compare_copies(const std::string& name, const std::string& sharding, scenario::Phase phase,
                            const std::vector<at::Tensor>& copies);
 
 // How many of `checks` differ across ranks and the largest |diff|, as the divergence of one step.

@@ -11,6 +11,7 @@
 
 #include "check/outcome.h"
 #include "dmp/planner.h"
+#include "scenario/phase.h"
 
 namespace dmpcheck::check {
 
@@ -49,8 +50,8 @@ struct BroadcastProbe {
 // One replicated tensor compared across ranks at one phase.  Agreed by all ranks.
 struct TensorCheck {
   std::string name;
-  std::string sharding;            // data_parallel, dense
-  std::string phase;               // init, final
+  std::string sharding;  // data_parallel, dense
+  scenario::Phase phase = scenario::Phase::kInit;
   bool equal = true;               // bitwise identical on every rank
   double max_abs_diff = 0.0;       // largest |x_r - x_0| over ranks r and elements
   int64_t elements_differing = 0;  // elements where some rank differs from rank 0
@@ -170,8 +171,9 @@ struct RunResult {
   SystemUnderTest system;
   Environment environment;
   std::vector<TablePlacement> plan;
-  std::vector<TensorCheck> replicas;       // every replicated tensor at init and at the end
-  std::vector<StepDivergence> divergence;  // per step, from init on
+  std::vector<TablePlacement> resumed_plan;  // `resume`: the plan the run resumed under
+  std::vector<TensorCheck> replicas;         // every replicated tensor at init and at the end
+  std::vector<StepDivergence> divergence;    // per step, from init on
   bool global_model_checked = false;
   std::vector<GlobalModelCheck> global_model;
   // TorchRec cells with `expect: reference`: every tensor after every step against the

@@ -118,7 +118,7 @@ void UnshardedModel::sparse_step(Table& table, const at::Tensor& rows) {
   at::Tensor updated;
   // An fp16 table's SGD and Adagrad add their step rounded to fp16, then round the sum (FBGEMM's
   // CPU kernels); the other optimizers' results are rounded once, below.
-  const bool fp16 = table.config.data_type == "fp16";
+  const bool fp16 = table.config.data_type == dmp::DataType::kFp16;
   auto plus_fp16_step = [&](const at::Tensor& step) {
     return (w + step.to(at::kHalf).to(at::kFloat)).to(at::kHalf).to(at::kFloat);
   };

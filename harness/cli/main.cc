@@ -89,17 +89,22 @@ int command_explain(const std::vector<std::string>& files, const std::vector<std
       if (run.on_torchrec()) continue;  // a release cell plans with the release (--release shows how)
       std::cout << report::explain_run(run);
       for (const auto& version : releases) {
-        std::string label;
-        const dmp::ShardingPlan theirs = run::torchrec_planner_plan(run, version, &label);
         // Bytes are the reference's estimate; the release's plan has none, so compare placements only.
-        dmp::ShardingPlan ours = dmp::plan_sharding(scenario::planner_input(run), run.profile);
-        for (auto& t : ours.tables) {
-          for (auto& shard : t.shards) shard.bytes = 0;
-        }
-        std::cout << fmt::format("  {}'s own planner{}:\n", label,
-                                 ours.serialize() == theirs.serialize() ? " places every shard as above"
-                                                                        : " places them differently")
-                  << report::explain_placement(run, theirs);
+        auto compare = [&](const scenario::RunSpec& planned, const std::string& when) {
+          std::string label;
+          const dmp::ShardingPlan theirs = run::torchrec_planner_plan(planned, version, &label);
+          dmp::ShardingPlan ours = dmp::plan_sharding(scenario::planner_input(planned), run.profile);
+          for (auto& t : ours.tables) {
+            for (auto& shard : t.shards) shard.bytes = 0;
+          }
+          std::cout << fmt::format("  {}'s own planner{}{}:\n", label, when,
+                                   ours.serialize() == theirs.serialize() ? " places every shard as above"
+                                                                          : " places them differently")
+                    << report::explain_placement(planned, theirs);
+        };
+        compare(run, "");
+        if (run.resume)
+          compare(scenario::resumed_run(run), fmt::format(", resumed after step {},", run.resume->after_step));
       }
     }
   }

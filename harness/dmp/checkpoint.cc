@@ -114,6 +114,7 @@ FullState load_sharded_checkpoint(const std::string& directory) {
   const int64_t world_size = field(head, "world_size", first).toInt();
   FullState state;
   state.steps = field(head, "steps", first).toInt();
+  state.plan = field(head, "plan", first).toStringRef();
   for (int64_t r = 0; r < world_size; ++r) {
     const std::string path = fmt::format("{}/rank{}.pt", directory, r);
     DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "{}: missing; the checkpoint was saved by {} ranks", path,

@@ -27,6 +27,7 @@ namespace dmpcheck::dmp {
 
 struct FullState {
   int64_t steps = 0;  // training steps taken before the checkpoint
+  std::string plan;   // a sharded checkpoint's plan (ShardingPlan::serialize); empty for an unsharded one
   std::map<std::string, at::Tensor> tensors;
 };
 

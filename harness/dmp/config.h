@@ -12,6 +12,12 @@ namespace dmpcheck::dmp {
 
 enum class PoolingType { kSum, kMean };
 
+// A table's storage type, as TorchRec's config names it (torchrec.DataType).
+enum class DataType { kFp32, kFp16, kBf16 };
+inline constexpr Named<DataType> kDataTypeNames[] = {
+    {DataType::kFp32, "fp32"}, {DataType::kFp16, "fp16"}, {DataType::kBf16, "bf16"}};
+inline const char* data_type_name(DataType type) { return name_in(kDataTypeNames, type); }
+
 struct EmbeddingBagConfig {
   std::string name;
   int64_t num_embeddings = 0;  // rows
@@ -19,9 +25,9 @@ struct EmbeddingBagConfig {
   std::vector<std::string> feature_names;
   PoolingType pooling = PoolingType::kSum;
   bool weighted = false;  // its features carry per-id weights (TorchRec's weighted EBC)
-  // The table's storage type as TorchRec's config names it: "fp32", "fp16" or "bf16".  The
-  // reference DMP models fp32 only; release cells run the others (torchrec.DataType).
-  std::string data_type = "fp32";
+  // The table's storage type.  The reference DMP models fp32, and fp16 where a sharded table
+  // keeps its weights in half precision; release cells run them all.
+  DataType data_type = DataType::kFp32;
   // A sequence table (`pooling: none`): TorchRec keeps it in an EmbeddingCollection, which
   // returns each id's row, not a bag's pooled sum.  dmpcheck's model sums each bag's rows before
   // the dense layers, so the reference computes it as a sum-pooled table (`pooling` is kSum):

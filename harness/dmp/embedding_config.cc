@@ -14,7 +14,7 @@ double EmbeddingBagConfig::init_bound() const { return std::sqrt(1.0 / static_ca
 
 const char* pooling_name(PoolingType pooling) { return pooling == PoolingType::kSum ? "sum" : "mean"; }
 void round_to_storage(const EmbeddingBagConfig& table, at::Tensor& weight) {
-  if (table.data_type != "fp16") return;
+  if (table.data_type != DataType::kFp16) return;
   at::NoGradGuard no_grad;
   weight.copy_(weight.to(at::kHalf).to(at::kFloat));
 }

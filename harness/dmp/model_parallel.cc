@@ -140,7 +140,7 @@ DistributedModelParallel::DistributedModelParallel(comm::Communicator& comm, con
       TableShard local{
           config, placement.type, shard, drawn.at(config.name).at(piece++),
           fused ? std::make_unique<FusedOptimizer>(options_.sparse_optimizer, shard.rows, shard.cols) : nullptr};
-      if (local.optimizer) local.optimizer->set_fp16_storage(config.data_type == "fp16");
+      if (local.optimizer) local.optimizer->set_fp16_storage(config.data_type == DataType::kFp16);
       (placement.type == ShardingType::kDataParallel ? data_parallel : model_parallel).push_back(std::move(local));
     }
     if (placement.type != ShardingType::kDataParallel) {
@@ -427,6 +427,21 @@ ShardingPlan collective_plan(comm::Communicator& comm, PlannerInput input, const
   return plan;
 }
 
+void check_same_sharding(const ShardingPlan& saved, const ShardingPlan& now, const BehaviourProfile& profile) {
+  if (!profile.load_requires_same_sharding) return;
+  for (const auto& t : now.tables) {
+    const auto before =
+        std::find_if(saved.tables.begin(), saved.tables.end(), [&](const TablePlan& s) { return s.table == t.table; });
+    if (before == saved.tables.end() || before->type == t.type) continue;
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("cannot load table '{}': the checkpoint holds it {} ({}), the model now shards it {} "
+                            "('Tensor' object has no attribute 'local_shards', TorchRec #1497)",
+                            t.table, sharding_type_name(before->type),
+                            before->type == ShardingType::kDataParallel ? "a plain tensor" : "a sharded tensor",
+                            sharding_type_name(t.type)));
+  }
+}
+
 std::unique_ptr<DistributedModelParallel> reshard(comm::Communicator& comm, DistributedModelParallel& old,
                                                   const ModelConfig& model, const ShardingPlan& plan,
                                                   at::Generator& generator, const DmpOptions& options, int64_t steps) {
@@ -443,17 +458,7 @@ std::unique_ptr<DistributedModelParallel> reshard(comm::Communicator& comm, Dist
       }
     }
   }
-  if (options.profile.load_requires_same_sharding) {
-    for (const auto& t : plan.tables) {
-      const ShardingType before = old.plan().of(t.table).type;
-      DMP_CHECK(before == t.type, ErrorKind::kInvalidInput,
-                "cannot load table '{}': the checkpoint holds it {} ({}), the model now shards it {} "
-                "('Tensor' object has no attribute 'local_shards', TorchRec #1497)",
-                t.table, sharding_type_name(before),
-                before == ShardingType::kDataParallel ? "a plain tensor" : "a sharded tensor",
-                sharding_type_name(t.type));
-    }
-  }
+  check_same_sharding(old.plan(), plan, options.profile);
   auto resharded = std::make_unique<DistributedModelParallel>(comm, model, plan, generator, options);
   resharded->resume(state, steps);
   return resharded;

@@ -121,6 +121,10 @@ class DistributedModelParallel {
 // ranks different plans is a class of bug of its own): a communication error names the rank.
 ShardingPlan collective_plan(comm::Communicator& comm, PlannerInput input, const BehaviourProfile& profile);
 
+// Under the profile's load_requires_same_sharding (TorchRec #1497): Error(kInvalidInput) naming
+// the first table `now` shards another way than the checkpoint saved under `saved` holds it.
+void check_same_sharding(const ShardingPlan& saved, const ShardingPlan& now, const BehaviourProfile& profile);
+
 // Collective.  The model again under `plan` from `old`'s full state after `steps` steps, as a
 // checkpoint carries it from one plan to another, with the profile's checkpoint switches:
 // data_parallel_state_keys_differ (TorchRec #2394) and load_requires_same_sharding (#1497).

@@ -19,7 +19,7 @@ constexpr double kPlannerBatch = 512;
 constexpr double kCpuMemoryBandwidth = 51.0 * 1024 * 1024 * 1024 / 1000;  // bytes per ms
 constexpr double kIntraHostBandwidth = 600.0 * 1024 * 1024 * 1024 / 1000;
 
-int64_t element_bytes(const EmbeddingBagConfig& t) { return t.data_type == "fp32" ? 4 : 2; }
+int64_t element_bytes(const EmbeddingBagConfig& t) { return t.data_type == DataType::kFp32 ? 4 : 2; }
 
 // Row blocks of ceil(rows / n) over `ranks`, in order.
 std::vector<Shard> row_blocks(const EmbeddingBagConfig& t, const std::vector<int>& ranks) {

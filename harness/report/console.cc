@@ -36,8 +36,8 @@ std::string render_run_table(const check::RunResult& r) {
                      "equal", "max|diff|", "differing", "ranks");
   for (const auto& c : r.replicas) {
     out += fmt::format(
-        "   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10.3g}  {:>9}  {}\n", c.name, width, c.sharding, c.phase,
-        c.equal ? "yes" : "NO", c.max_abs_diff, c.elements_differing,
+        "   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10.3g}  {:>9}  {}\n", c.name, width, c.sharding,
+        scenario::phase_name(c.phase), c.equal ? "yes" : "NO", c.max_abs_diff, c.elements_differing,
         c.differing_ranks.empty() ? std::string("-") : fmt::format("{}", fmt::join(c.differing_ranks, ",")));
   }
   if (r.global_model_checked && !r.global_model.empty()) {
@@ -158,7 +158,7 @@ std::string render_verdict_line(const check::RunResult& r) {
     if (c.equal) continue;
     auto it = std::find_if(diverged.begin(), diverged.end(), [&](const auto& d) { return d.first == c.name; });
     if (it == diverged.end()) it = diverged.insert(diverged.end(), {c.name, {}});
-    it->second.push_back(c.phase);
+    it->second.push_back(scenario::phase_name(c.phase));
   }
   std::vector<std::string> parts;
   for (const auto& [name, phases] : diverged) parts.push_back(fmt::format("{} ({})", name, fmt::join(phases, ", ")));

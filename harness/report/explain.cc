@@ -48,6 +48,11 @@ std::string explain_run(const scenario::RunSpec& run) {
                   run.world_size, plan.topology.local_world_size, run.profile.name,
                   dmp::fused_optimizer_name(run.sparse_optimizer.type), run.batch_size);
   out += explain_placement(run, plan);
+  if (run.resume) {
+    const scenario::RunSpec resumed = scenario::resumed_run(run);
+    out += fmt::format("  after step {}, resumed on {} ranks under:\n", run.resume->after_step, resumed.world_size);
+    out += explain_placement(resumed, dmp::plan_sharding(scenario::planner_input(resumed), run.profile));
+  }
   int64_t dp_elements = 0;
   int64_t dp_rows = 0;
   int64_t items = 0;

@@ -19,6 +19,18 @@ void from_json(const nlohmann::json& j, FailureKind& v) {
 
 }  // namespace dmpcheck
 
+namespace dmpcheck::scenario {
+
+void to_json(nlohmann::json& j, const Phase& p) { j = std::string(phase_name(p)); }
+void from_json(const nlohmann::json& j, Phase& p) {
+  const auto parsed = value_in(kPhaseNames, j.get<std::string>());
+  DMP_CHECK(parsed.has_value(), ErrorKind::kInvalidInput, "a run report's phase '{}' is none of {}",
+            j.get<std::string>(), fmt::join(names_in(kPhaseNames), ", "));
+  p = *parsed;
+}
+
+}  // namespace dmpcheck::scenario
+
 namespace dmpcheck::report {
 
 void write_json_file(const check::RunResult& result, const std::string& path) {

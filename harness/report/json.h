@@ -24,6 +24,11 @@ void from_json(const nlohmann::json& j, FailureKind& v);
 
 }  // namespace dmpcheck
 
+namespace dmpcheck::scenario {  // a phase by its name; one this build does not know is an error
+void to_json(nlohmann::json& j, const Phase& p);
+void from_json(const nlohmann::json& j, Phase& p);
+}  // namespace dmpcheck::scenario
+
 namespace dmpcheck::dmp {  // where nlohmann::json looks for a plan's shard
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Shard, rank, row_offset, rows, col_offset, cols, bytes)
 }  // namespace dmpcheck::dmp
@@ -53,9 +58,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ReferenceDiff, name, step, max_a
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SystemUnderTest, name, torchrec, torch, fbgemm_gpu, simulated, notes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankLoop, rank, batches, next_after_exhausted, eval_batches)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunResult, scenario, scenario_file, run, slug, cell, profile, switches,
-                                                init_mode, system, environment, plan, replicas, divergence,
-                                                global_model_checked, global_model, reference_compared, reference,
-                                                reference_first_break_step, init_from_compared, init_from,
+                                                init_mode, system, environment, plan, resumed_plan, replicas,
+                                                divergence, global_model_checked, global_model, reference_compared,
+                                                reference, reference_first_break_step, init_from_compared, init_from,
                                                 resumed_compared, resumed_world_size, resumed, init_broadcast,
                                                 broadcast_probe, losses, loop, loops, digests, timings, failure,
                                                 expectation, verdict, skip_reason)

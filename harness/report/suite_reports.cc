@@ -67,7 +67,9 @@ std::map<std::string, std::vector<const check::RunResult*>> by_scenario(const st
 std::string diverged_summary(const check::RunResult& r) {
   std::vector<std::string> names;
   for (const auto& c : r.replicas) {
-    if (!c.equal) names.push_back(fmt::format("{}@{} (ranks {})", c.name, c.phase, fmt::join(c.differing_ranks, ",")));
+    if (!c.equal)
+      names.push_back(
+          fmt::format("{}@{} (ranks {})", c.name, scenario::phase_name(c.phase), fmt::join(c.differing_ranks, ",")));
   }
   return names.empty() ? "all replicas equal" : fmt::format("diverged: {}", fmt::join(names, "; "));
 }
@@ -198,8 +200,8 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js) 
       if (c.equal) continue;
       tensors += fmt::format(
           "<tr><td>{} [{}]</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3g}</td><td>{} of {}</td><td>{}</td></tr>\n",
-          xml_escape(r.scenario), xml_escape(r.run), xml_escape(c.name), c.sharding, c.phase, c.max_abs_diff,
-          c.elements_differing, c.numel, fmt::join(c.differing_ranks, ","));
+          xml_escape(r.scenario), xml_escape(r.run), xml_escape(c.name), c.sharding, scenario::phase_name(c.phase),
+          c.max_abs_diff, c.elements_differing, c.numel, fmt::join(c.differing_ranks, ","));
     }
   }
   // Broadcast cost points per backend: x = bytes, y = seconds.

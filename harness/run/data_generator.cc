@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <tuple>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -22,7 +24,20 @@ dmp::KeyedJaggedTensor replayed_batch(const scenario::RunSpec& spec, int step) {
   const std::string path = fmt::format("{}/batch{}.pt", spec.data.from, step);
   DMP_CHECK(std::filesystem::is_regular_file(path), ErrorKind::kInvalidInput,
             "data.from: {} does not exist; step {} of the run reads it (batches are counted from 0)", path, step + 1);
-  const dmp::KeyedJaggedTensor batch = dmp::load_batch(path);
+  // Read once per process while the file is unchanged: preflight reads every step's file before
+  // any cell starts, and the ranks it forks (and the matrix's other runs over the same files)
+  // find it here.
+  using Stamp = std::pair<std::filesystem::file_time_type, std::uintmax_t>;
+  static std::mutex mutex;
+  static std::map<std::string, std::pair<Stamp, dmp::KeyedJaggedTensor>> loaded;
+  const dmp::KeyedJaggedTensor batch = [&] {
+    const Stamp stamp{std::filesystem::last_write_time(path), std::filesystem::file_size(path)};
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = loaded.find(path);
+    if (it == loaded.end() || it->second.first != stamp)
+      it = loaded.insert_or_assign(path, std::make_pair(stamp, dmp::load_batch(path))).first;
+    return it->second.second;
+  }();
   const std::vector<std::string> features = spec.model.features();
   for (const auto& key : batch.keys()) {
     DMP_CHECK(std::find(features.begin(), features.end(), key) != features.end(), ErrorKind::kInvalidInput,

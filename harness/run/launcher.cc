@@ -91,14 +91,8 @@ ChildImage make_image(const LaunchRequest& request, int rank, const std::string&
   // Programs with a rendezvous of their own (a TorchRec rank) get its port; dmpcheck's ranks need
   // none: their store is a file.
   if (request.master_port > 0) ours["MASTER_PORT"] = std::to_string(request.master_port);
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string key = entry.substr(0, entry.find('='));
-    // A MASTER_PORT inherited from whatever started dmpcheck is not the run's.
-    if (!ours.count(key) && !request.environment.count(key) && key != "MASTER_PORT") image.env_storage.push_back(entry);
-  }
-  for (const auto& [k, v] : ours) image.env_storage.push_back(k + "=" + v);
-  for (const auto& [k, v] : request.environment) image.env_storage.push_back(k + "=" + v);
+  ours.insert(request.environment.begin(), request.environment.end());  // the rank's own names are ours
+  image.env_storage = child_environment(ours);
   for (auto& s : image.argv_storage) image.argv.push_back(s.data());
   image.argv.push_back(nullptr);
   for (auto& s : image.env_storage) image.envp.push_back(s.data());
@@ -152,6 +146,17 @@ const char* signal_name(int sig) {
 }
 
 }  // namespace
+
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& ours) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string key = entry.substr(0, entry.find('='));
+    if (!ours.count(key) && key != "MASTER_PORT") env.push_back(entry);
+  }
+  for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+  return env;
+}
 
 void install_interrupt_handlers() { set_disposition(on_interrupt, {SIGINT, SIGTERM}); }
 

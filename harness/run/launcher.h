@@ -69,6 +69,10 @@ struct LaunchOutcome {
 // object {kind, message} describing why the rank is about to exit non-zero).
 LaunchOutcome launch(const LaunchRequest& request);
 
+// This process's environment with `ours` in place of the same names, and without an inherited
+// MASTER_PORT (never the run's), as execve takes it.
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& ours);
+
 // SIGINT and SIGTERM to this process make a running launch() stop and reap every rank and
 // return a failure of kind "interrupted" (the CLI then exits 130).  Call once from main().
 void install_interrupt_handlers();

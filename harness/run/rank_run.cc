@@ -36,6 +36,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+std::vector<check::TablePlacement> placements_of(const dmp::ShardingPlan& plan) {
+  std::vector<check::TablePlacement> out;
+  for (const auto& t : plan.tables) out.push_back({t.table, dmp::sharding_type_name(t.type), t.shards});
+  return out;
+}
+
 // The plan handed to the run (a release's own placement), checked against the model: every table
 // once, in model order, its shards inside the table and on ranks of the world.
 dmp::ShardingPlan given_plan(const scenario::RunSpec& spec) {
@@ -211,7 +217,7 @@ class RankRun {
               spec_.local_world_size);
     planner_ = scenario::planner_input(spec_, given);
     plan_ = spec_.given_plan.empty() ? dmp::collective_plan(comm_, planner_, spec_.profile) : given_plan(spec_);
-    for (const auto& t : plan_.tables) result_.plan.push_back({t.table, dmp::sharding_type_name(t.type), t.shards});
+    result_.plan = placements_of(plan_);
   }
 
   // The generator is seeded per the init mode before the model exists; then the model, what it
@@ -224,6 +230,8 @@ class RankRun {
     std::optional<dmp::FullState> checkpoint;
     if (!spec_.init.from.empty()) {
       checkpoint = dmp::load_checkpoint(spec_.init.from);
+      if (!checkpoint->plan.empty())
+        dmp::check_same_sharding(dmp::ShardingPlan::deserialize(checkpoint->plan), plan_, spec_.profile);
       if (!spec_.init.load_before_wrap) {
         model_->resume(checkpoint->tensors, checkpoint->steps);
         steps_done_ = checkpoint->steps;
@@ -266,7 +274,7 @@ class RankRun {
 
   // The replicas at init; the unsharded model starts from the same state when it is compared.
   void check_start() {
-    result_.replicas = check::check_replicas(comm_, replicated(model_->state()), "init");
+    result_.replicas = check::check_replicas(comm_, replicated(model_->state()), scenario::Phase::kInit);
     result_.divergence.push_back(check::step_divergence(0, result_.replicas));
     dump_full_state("init");
     if (spec_.expect.global_model) {
@@ -313,7 +321,7 @@ class RankRun {
       dump_full_state(fmt::format("step{}", global_step + 1));
       const auto check_start = Clock::now();
       if (step + 1 < spec_.steps) {  // the last step is checked in full by check_end
-        const auto checks = check::check_replicas(comm_, replicated(model_->state()), "step");
+        const auto checks = check::check_replicas(comm_, replicated(model_->state()), scenario::Phase::kStep);
         result_.divergence.push_back(check::step_divergence(step + 1, checks));
       }
       if (compare_global) {
@@ -329,7 +337,10 @@ class RankRun {
         for (const auto& [table, constraints] : spec_.resume->constraints) planner.constraints[table] = constraints;
         model_ = dmp::reshard(comm_, *model_, spec_.model, dmp::collective_plan(comm_, planner, spec_.profile),
                               generator_, dmp_options_, steps_done_ + step + 1);
-        say(fmt::format("resumed after step {} under another plan", step + 1));
+        result_.resumed_plan = placements_of(model_->plan());
+        std::vector<std::string> placed;
+        for (const auto& t : result_.resumed_plan) placed.push_back(t.table + " " + t.sharding);
+        say(fmt::format("resumed after step {} under another plan: {}", step + 1, fmt::join(placed, ", ")));
       }
     }
     if (gather_outputs_too && spec_.steps == 0) {
@@ -354,7 +365,7 @@ class RankRun {
   // The replicas at the end, the unsharded model's verdict, the digests, the expectation.
   check::RunResult check_end() {
     const auto check_start = Clock::now();
-    auto final_checks = check::check_replicas(comm_, replicated(model_->state()), "final");
+    auto final_checks = check::check_replicas(comm_, replicated(model_->state()), scenario::Phase::kFinal);
     result_.replicas.insert(result_.replicas.end(), final_checks.begin(), final_checks.end());
     if (spec_.steps > 0) result_.divergence.push_back(check::step_divergence(spec_.steps, final_checks));
     if (tracker_) {

@@ -7,6 +7,10 @@
 namespace dmpcheck::run::contract {
 namespace {
 
+[[noreturn]] void throw_malformed(const std::string& what, const std::string& why) {
+  throw_error(ErrorKind::kRankFailed, fmt::format("{}: not a valid contract document: {}", what, why));
+}
+
 std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
 // Every key of `got` is one of `want`'s and the other way round, at every depth; `want` is the
@@ -35,11 +39,8 @@ void same_fields(const nlohmann::json& got, const nlohmann::json& want, const st
 
 }  // namespace
 
-void throw_malformed(const std::string& what, const std::string& why) {
-  throw_error(ErrorKind::kRankFailed, fmt::format("{}: not a valid contract document: {}", what, why));
-}
-
-void check_schema_version(const nlohmann::json& document, const std::string& what) {
+void read_checked(const nlohmann::json& document, const std::string& what,
+                  const std::function<nlohmann::json(const nlohmann::json&)>& parse) {
   if (!document.is_object()) throw_malformed(what, fmt::format("{}, expected an object", document.type_name()));
   const auto it = document.find("schema_version");
   if (it == document.end() || !it->is_number_integer()) throw_malformed(what, "no whole-number 'schema_version'");
@@ -48,9 +49,10 @@ void check_schema_version(const nlohmann::json& document, const std::string& wha
                                       "DMPCHECK_TORCHREC_SUT is from another dmpcheck)",
                                       it->get<int>(), kSchemaVersion));
   }
-}
-
-void check_fields(const nlohmann::json& document, const nlohmann::json& canonical, const std::string& what) {
+  nlohmann::json canonical;
+  try {
+    canonical = parse(document);
+  } catch (const nlohmann::json::exception& e) { throw_malformed(what, e.what()); }
   same_fields(document, canonical, "", what);
 }
 

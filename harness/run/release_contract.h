@@ -5,13 +5,14 @@
 // writes and the other does not know is an error naming it, never a silent drop, and so is a
 // missing one.  fixtures/contract/ holds one document of each kind with every field set; the C++
 // and the Python contract tests both read and write exactly those (neither needs torch).
-// (Outside it: dmpcheck-ready.json, which ci/torchrec-env.sh writes when it installs a release.)
+// A release environment's marker, dmpcheck-ready.json, is the probe's answer (ci/torchrec-env.sh).
 //
 // A new field is added here (the struct and its macro line), in contract.py, in the fixture, and
 // where it is filled or used.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -223,19 +224,18 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Batch, schema_version, keys, len
 
 // Strict reading: `document` has this build's schema_version and exactly the fields of its type,
 // at every depth, each of the type's kind.  Error(kRankFailed) naming `what` and the field
-// otherwise (what comes back from a release is the release's output).
-void check_schema_version(const nlohmann::json& document, const std::string& what);
-void check_fields(const nlohmann::json& document, const nlohmann::json& canonical, const std::string& what);
-[[noreturn]] void throw_malformed(const std::string& what, const std::string& why);
+// otherwise (what comes back from a release is the release's output).  `parse` reads the
+// document into its type and gives back what that type writes.
+void read_checked(const nlohmann::json& document, const std::string& what,
+                  const std::function<nlohmann::json(const nlohmann::json&)>& parse);
 
 template <typename T>
 T read_document(const nlohmann::json& document, const std::string& what) {
-  check_schema_version(document, what);
   T value;
-  try {
-    value = document.get<T>();
-  } catch (const nlohmann::json::exception& e) { throw_malformed(what, e.what()); }
-  check_fields(document, nlohmann::json(value), what);
+  read_checked(document, what, [&value](const nlohmann::json& d) {
+    value = d.get<T>();
+    return nlohmann::json(value);
+  });
   return value;
 }
 

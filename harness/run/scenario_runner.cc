@@ -57,7 +57,7 @@ check::RunResult failed_result(const scenario::Scenario& scenario, const scenari
 check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const ScenarioRunOptions& options) {
   const scenario::RunSpec& spec = scenario.runs.at(i);
   if (spec.on_torchrec() && !options.reference_half) return run_torchrec_cell(scenario, i, options);
-  const int local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+  const int local_world_size = spec.ranks_per_host();
   std::optional<std::string> reason = comm::backend_unavailable_reason(spec.backend, local_world_size);
   if (!reason) {
     // Said plainly, as a skip: the release cells of the same scenario still run.

@@ -59,7 +59,7 @@ int free_loopback_port() {
 // The plan a release chose, as the reference's ShardingPlan in model order.
 dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const std::vector<contract::PlanRow>& rows) {
   dmp::ShardingPlan plan;
-  plan.topology = {spec.world_size, spec.local_world_size > 0 ? spec.local_world_size : spec.world_size, 0};
+  plan.topology = {spec.world_size, spec.ranks_per_host(), 0};
   for (const auto& config : spec.model.tables) {
     const auto row =
         std::find_if(rows.begin(), rows.end(), [&](const contract::PlanRow& r) { return r.table == config.name; });
@@ -82,7 +82,7 @@ dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const std::vector<
 contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start start) {
   contract::RunSpec out;
   out.world_size = spec.world_size;
-  out.local_world_size = spec.local_world_size > 0 ? spec.local_world_size : spec.world_size;
+  out.local_world_size = spec.ranks_per_host();
   out.memory_per_rank = spec.memory_per_rank;
   out.steps = spec.steps;
   out.batch_size = spec.batch_size;
@@ -109,7 +109,7 @@ contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start st
       constraints.column_shards = it->second.column_shards;
     }
     out.tables.push_back({t.name, t.num_embeddings, t.embedding_dim, t.feature_names, dmp::pooling_name(t), t.weighted,
-                          t.data_type, constraints});
+                          dmp::data_type_name(t.data_type), constraints});
   }
   out.dense_layers = spec.model.dense_layers;
   const auto& so = spec.sparse_optimizer;
@@ -167,7 +167,7 @@ std::vector<std::vector<ExchangePiece>> read_ranks(const std::string& out, int w
 }
 
 std::vector<check::TensorCheck> replica_checks(const std::vector<std::vector<ExchangePiece>>& per_rank,
-                                               const std::string& phase) {
+                                               scenario::Phase phase) {
   std::vector<check::TensorCheck> out;
   for (const auto& piece : per_rank.at(0)) {
     if (!piece.replicated) continue;
@@ -200,6 +200,17 @@ std::vector<check::ReferenceDiff> compare_with_reference(const std::map<std::str
     if (torchrec.count(name)) continue;
     out.push_back(
         check::absent_tensor(name, step, b.numel(), "only in the reference (TorchRec holds no tensor of that name)"));
+  }
+  return out;
+}
+
+// A release's plan, as a report records a plan.
+std::vector<check::TablePlacement> placements_of(const std::vector<contract::PlanRow>& plan) {
+  std::vector<check::TablePlacement> out;
+  for (const auto& t : plan) {
+    check::TablePlacement placement{t.table, t.sharding, {}};
+    for (const auto& s : t.shards) placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, 0});
+    out.push_back(placement);
   }
   return out;
 }
@@ -345,12 +356,8 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
   // steps on the same global batches (each split among its ranks).
   const int resumed_after = spec.resume ? spec.resume->after_step : spec.steps + 1;
   const std::string resumed_dir = exchange.path() + "/resumed";
-  scenario::RunSpec resumed_run = spec;
+  scenario::RunSpec resumed_run = spec.resume ? scenario::resumed_run(spec) : spec;
   if (spec.resume) {
-    resumed_run.world_size = spec.resume->world_size;
-    resumed_run.local_world_size = 0;
-    resumed_run.batch_size = spec.batch_size * spec.world_size / resumed_run.world_size;
-    for (const auto& [table, c] : spec.resume->constraints) resumed_run.constraints[table] = c;
     resumed_run.expect.global_model.reset();  // the oracle trained uninterrupted, in the first run
     write_batches(spec, resumed_dir + "/batches", resumed_after,
                   spec.expect.outputs ? std::max(spec.steps, 1) : spec.steps, resumed_run.world_size,
@@ -386,17 +393,13 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     result.system.torch = meta.versions.torch;
     result.system.fbgemm_gpu = meta.versions.fbgemm_gpu;
     result.system.notes.insert(result.system.notes.end(), meta.notes.begin(), meta.notes.end());
-    for (const auto& t : meta.plan) {
-      check::TablePlacement placement{t.table, t.sharding, {}};
-      for (const auto& s : t.shards)
-        placement.shards.push_back({s.rank, s.row_offset, s.rows, s.col_offset, s.cols, 0});
-      result.plan.push_back(placement);
-    }
+    result.plan = placements_of(meta.plan);
     result.losses = meta.losses;
     if (spec.resume) {
       const auto second = contract::read_document_file<contract::RunMeta>(resumed_dir + "/out/meta.json");
       result.losses.resize(std::min<size_t>(result.losses.size(), resumed_after));
       result.losses.insert(result.losses.end(), second.losses.begin(), second.losses.end());
+      result.resumed_plan = placements_of(second.plan);
       std::vector<std::string> placed;
       for (const auto& t : second.plan) placed.push_back(t.table + " " + t.sharding);
       result.system.notes.push_back(fmt::format(
@@ -524,7 +527,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
         }
       }
       const bool final_phase = step == steps;
-      const auto checks = replica_checks(per_rank, step == 0 ? "init" : final_phase ? "final" : "step");
+      const auto checks = replica_checks(per_rank, step == 0     ? scenario::Phase::kInit
+                                                   : final_phase ? scenario::Phase::kFinal
+                                                                 : scenario::Phase::kStep);
       result.divergence.push_back(check::step_divergence(step, checks));
       if (step == 0) result.replicas = checks;
       if (final_phase && step > 0) result.replicas.insert(result.replicas.end(), checks.begin(), checks.end());
@@ -540,7 +545,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       if (spec.expect.global_model) unsharded(per_rank, phase, step, *spec.expect.outputs);
     }
     if (steps == 0) {  // nothing trained: the final state is the initial one
-      const auto again = replica_checks(last, "final");
+      const auto again = replica_checks(last, scenario::Phase::kFinal);
       result.replicas.insert(result.replicas.end(), again.begin(), again.end());
     }
     result.reference_compared = spec.expect.reference.has_value();

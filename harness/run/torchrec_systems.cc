@@ -62,6 +62,39 @@ std::map<std::string, std::string> python_environment(const std::string& source_
           {"PYTHONUNBUFFERED", "1"}, {"PYTHONWARNINGS", "ignore"}, {"TORCH_CPP_LOG_LEVEL", "ERROR"}};
 }
 
+// `python -m dmpcheck_torchrec.probe` in `python`: what it imports.  Error(kInvalidInput) naming
+// `name` and the import that failed (or Python's own failure) when it cannot run TorchRec cells.
+contract::ProbeAnswer probe(const std::string& python, const std::string& name) {
+  const PrivateDir scratch("dmpcheck-probe");
+  const std::string answer_path = scratch.path() + "/probe.json";
+  const Captured c = capture({python, "-m", "dmpcheck_torchrec.probe", answer_path}, python_environment(""),
+                             std::chrono::seconds(300));
+  if (c.ok()) {
+    try {
+      return contract::read_document_file<contract::ProbeAnswer>(answer_path);
+    } catch (const Error& e) {
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{}: its answer to the probe is unreadable: {}", name, e.what()));
+    }
+  }
+  // The probe's own line names the import that failed; anything else (Python's own failure) as it came.
+  const auto said = c.output.rfind("import ");
+  const bool named = said != std::string::npos && c.output.find(" failed: ", said) != std::string::npos;
+  throw_error(
+      ErrorKind::kInvalidInput,
+      fmt::format("{} cannot run TorchRec cells, which need torch, fbgemm_gpu and torchrec to import there: {}", name,
+                  c.timed_out ? std::string("its imports took longer than 300 s")
+                  : named     ? trim(c.output.substr(said))
+                              : fmt::format("`{} -m dmpcheck_torchrec.probe` exited {}:{}", python, c.exit_code,
+                                            last_lines(c.output, 6))));
+}
+
+void take_versions(TorchRecEnvironment& env, const contract::ProbeAnswer& answer) {
+  env.torchrec = answer.versions.torchrec;
+  env.torch = answer.versions.torch;
+  env.fbgemm_gpu = answer.versions.fbgemm_gpu;
+}
+
 // ci/torchrec-env.sh X (its own lock, budget and progress lines), its output shown as it comes.
 void install_release(const std::string& version) {
   const std::string script =
@@ -103,18 +136,24 @@ std::optional<TorchRecEnvironment> release_environment(const std::string& versio
   // For the installer's least-recently-used eviction (ci/torchrec-env.sh).
   std::ofstream(env.dir + "/dmpcheck-last-used").put('\n');
   try {
-    const nlohmann::json j = contract::read_json(ready);
-    env.torchrec = j.value("torchrec", "");
-    env.torch = j.value("torch", "");
-    env.fbgemm_gpu = j.value("fbgemm_gpu", "");
-  } catch (const Error& e) {
-    why_not = fmt::format("{} is unreadable ({}): run `bash ci/torchrec-env.sh {}` again", ready, e.what(), version);
-    return std::nullopt;
+    take_versions(env, contract::read_document_file<contract::ProbeAnswer>(ready));
+  } catch (const Error& unreadable) {
+    // Marked by another dmpcheck's installer (another schema): asked again, and marked anew.
+    fmt::print(stderr, "dmpcheck: {} is not this dmpcheck's probe answer ({}): asking the environment again\n", ready,
+               unreadable.what());
+    try {
+      const contract::ProbeAnswer answer = probe(env.python, "torchrec " + version + "'s environment " + env.dir);
+      write_file_atomically(ready, nlohmann::json(answer).dump());
+      take_versions(env, answer);
+    } catch (const Error& e) {
+      why_not = fmt::format("{}: run `bash ci/torchrec-env.sh {}` again", e.what(), version);
+      return std::nullopt;
+    }
   }
   return env;
 }
 
-// A user's interpreter, asked once per process what it imports (`python -m dmpcheck_torchrec.probe`).
+// A user's interpreter, asked once per process what it imports.
 TorchRecEnvironment interpreter_environment(const std::string& python) {
   static std::mutex mutex;
   static std::map<std::string, TorchRecEnvironment> probed;
@@ -123,36 +162,9 @@ TorchRecEnvironment interpreter_environment(const std::string& python) {
   const std::string name = "python:" + python;
   DMP_CHECK(fs::exists(python), ErrorKind::kInvalidInput, "{}: there is no interpreter at {}", name, python);
   DMP_CHECK(::access(python.c_str(), X_OK) == 0, ErrorKind::kInvalidInput, "{}: {} is not executable", name, python);
-  const PrivateDir scratch("dmpcheck-probe");
-  const std::string answer_path = scratch.path() + "/probe.json";
-  const Captured c = capture({python, "-m", "dmpcheck_torchrec.probe", answer_path}, python_environment(""),
-                             std::chrono::seconds(300));
   TorchRecEnvironment env;
   env.python = python;
-  if (c.ok()) {
-    try {
-      const auto answer = contract::read_document_file<contract::ProbeAnswer>(answer_path);
-      env.torchrec = answer.versions.torchrec;
-      env.torch = answer.versions.torch;
-      env.fbgemm_gpu = answer.versions.fbgemm_gpu;
-    } catch (const Error& e) {
-      throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("{}: its answer to the probe is unreadable: {}", name, e.what()));
-    }
-  }
-  if (!c.ok()) {
-    // The probe's own line names the import that failed; anything else (Python's own failure) as it came.
-    const auto said = c.output.rfind("import ");
-    const bool named = said != std::string::npos && c.output.find(" failed: ", said) != std::string::npos;
-    throw_error(ErrorKind::kInvalidInput,
-                fmt::format("{} cannot run TorchRec cells, which need torch, fbgemm_gpu and torchrec to import there: "
-                            "{}",
-                            name,
-                            c.timed_out ? std::string("its imports took longer than 300 s")
-                            : named     ? trim(c.output.substr(said))
-                                    : fmt::format("`{} -m dmpcheck_torchrec.probe` exited {}:{}", python, c.exit_code,
-                                                  last_lines(c.output, 6))));
-  }
+  take_versions(env, probe(python, name));
   probed[python] = env;
   return env;
 }

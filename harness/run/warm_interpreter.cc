@@ -24,8 +24,6 @@
 #include "common/file_io.h"
 #include "run/launcher.h"
 
-extern char** environ;
-
 namespace dmpcheck::run {
 namespace {
 
@@ -125,13 +123,7 @@ std::shared_ptr<WarmInterpreter> WarmInterpreter::get(const std::string& python,
     std::map<std::string, std::string> ours = environment;
     ours["OMP_NUM_THREADS"] = "1";
     ours["MKL_NUM_THREADS"] = "1";
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry_text(*e);
-      const std::string name = entry_text.substr(0, entry_text.find('='));
-      if (!ours.count(name) && name != "MASTER_PORT") env.push_back(entry_text);
-    }
-    for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+    std::vector<std::string> env = child_environment(ours);
     std::vector<char*> argv, envp;
     for (auto& s : args) argv.push_back(s.data());
     argv.push_back(nullptr);

@@ -34,7 +34,10 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     e.at.clear();
     const auto phases = r.string_list(node["at"], path + ".at");
     for (size_t i = 0; i < phases.size(); ++i) {
-      e.at.push_back(r.choice_of(node["at"][i], fmt::format("{}.at[{}]", path, i), kPhaseNames));
+      const std::string at = fmt::format("{}.at[{}]", path, i);
+      e.at.push_back(r.choice_of(node["at"][i], at, kPhaseNames));
+      if (e.at.back() == Phase::kStep)
+        r.fail(node["at"][i], at, "a divergence is judged at init or final (each step's is in the report's table)");
     }
   }
   auto tolerance = [&](const YAML::Node& g, const std::string& field) {

@@ -365,7 +365,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
           run.data.weighted_features.insert(run.data.weighted_features.end(), c.feature_names.begin(),
                                             c.feature_names.end());
       }
-      if (t["data_type"]) c.data_type = r.choice(t["data_type"], path + ".data_type", {"fp32", "fp16", "bf16"});
+      if (t["data_type"]) c.data_type = r.choice_of(t["data_type"], path + ".data_type", dmp::kDataTypeNames);
       if (t["sharding"])
         run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);
       run.model.tables.push_back(c);

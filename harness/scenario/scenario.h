@@ -14,6 +14,7 @@
 #include "dmp/behaviour_profile.h"
 #include "dmp/config.h"
 #include "dmp/planner.h"
+#include "scenario/phase.h"
 #include "scenario/system.h"
 
 namespace dmpcheck::scenario {
@@ -26,10 +27,6 @@ enum class InitMode {
 };
 inline constexpr Named<InitMode> kInitModeNames[] = {{InitMode::kSeeded, "seeded"}, {InitMode::kUnseeded, "unseeded"}};
 const char* init_mode_name(InitMode mode);
-
-enum class Phase { kInit, kFinal };
-inline constexpr Named<Phase> kPhaseNames[] = {{Phase::kInit, "init"}, {Phase::kFinal, "final"}};
-const char* phase_name(Phase phase);
 
 struct InitSpec {
   InitMode mode = InitMode::kSeeded;
@@ -252,7 +249,8 @@ struct RunSpec {
   int threads_per_rank = 0;  // 0: cores / world_size, at least 1
   bool fingerprint = false;  // check every collective's fingerprint across ranks first (debug)
   ProbeSpec broadcast_probe;
-  int local_world_size = 0;     // ranks per host (LOCAL_WORLD_SIZE); 0: all ranks on one host
+  int local_world_size = 0;  // ranks per host (LOCAL_WORLD_SIZE); 0: all ranks on one host
+  int ranks_per_host() const { return local_world_size > 0 ? local_world_size : world_size; }
   int64_t memory_per_rank = 0;  // planner limit in bytes; 0: none
   InitSpec init;
   dmp::BehaviourProfile profile;
@@ -291,5 +289,9 @@ std::optional<std::string> reference_cannot_model(const RunSpec& run);
 // What the planner is asked for a run, with the hosts' size (0: the scenario's
 // topology.local_world_size, or one host).
 dmp::PlannerInput planner_input(const RunSpec& run, int local_world_size = 0);
+
+// The run a `resume` continues as: resume.world_size ranks on one host, each with its share of the
+// same global batch, the tables' constraints with resume.sharding's in their place.
+RunSpec resumed_run(const RunSpec& run);
 
 }  // namespace dmpcheck::scenario

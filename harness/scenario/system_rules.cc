@@ -10,9 +10,9 @@ std::optional<std::string> reference_cannot_model(const RunSpec& run) {
     const auto c = run.constraints.find(t.name);
     const bool data_parallel = c != run.constraints.end() && !c->second.sharding_types.empty() &&
                                c->second.sharding_types.front() == dmp::ShardingType::kDataParallel;
-    if (t.data_type == "bf16" || (t.data_type == "fp16" && data_parallel)) {
+    if (t.data_type == dmp::DataType::kBf16 || (t.data_type == dmp::DataType::kFp16 && data_parallel)) {
       return fmt::format("the reference DMP models fp32 tables and model-parallel fp16 ones; table '{}' is {}{}",
-                         t.name, t.data_type, data_parallel ? ", data_parallel" : "");
+                         t.name, dmp::data_type_name(t.data_type), data_parallel ? ", data_parallel" : "");
     }
   }
   return std::nullopt;

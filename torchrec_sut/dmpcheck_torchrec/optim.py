@@ -12,19 +12,26 @@ class Unsupported(Exception):
 _FBGEMM_WEIGHT_DECAY_MODES = {"l2": "L2", "decoupled": "DECOUPLE"}
 
 
-def _weight_decay_mode(name):
-    """FBGEMM's WeightDecayMode member for `name` (l2, decoupled), from wherever this release keeps it."""
-    member = _FBGEMM_WEIGHT_DECAY_MODES[name]
+def _weight_decay_mode_enum():
+    """FBGEMM's WeightDecayMode class, from wherever this release keeps it; None if it has none."""
     for module in ("fbgemm_gpu.split_table_batched_embeddings_ops_training", "fbgemm_gpu.split_embedding_configs"):
         try:
-            mode = getattr(__import__(module, fromlist=["WeightDecayMode"]), "WeightDecayMode")
+            return getattr(__import__(module, fromlist=["WeightDecayMode"]), "WeightDecayMode")
         except (ImportError, AttributeError):
             continue
-        if hasattr(mode, member):
-            return getattr(mode, member)
+    return None
+
+
+def _weight_decay_mode(name):
+    """FBGEMM's WeightDecayMode member for `name` (l2, decoupled)."""
+    member = _FBGEMM_WEIGHT_DECAY_MODES[name]
+    mode = _weight_decay_mode_enum()
+    if mode is None:
+        raise Unsupported(f"weight_decay_mode {name}: this release's FBGEMM has no WeightDecayMode")
+    if not hasattr(mode, member):
         raise Unsupported(f"weight_decay_mode {name}: this release's FBGEMM WeightDecayMode has no {member} "
                           f"(it has {', '.join(m.name for m in mode)})")
-    raise Unsupported(f"weight_decay_mode {name}: this release's FBGEMM has no WeightDecayMode")
+    return getattr(mode, member)
 
 
 def _all_modules(module, seen=None):
@@ -48,7 +55,7 @@ def fused_weight_decay_modes(model):
         if hasattr(m, "weight_decay_mode") and hasattr(m, "optimizer"):
             mode = m.weight_decay_mode
             if not hasattr(mode, "name"):  # held as its value (1.9)
-                mode = type(_weight_decay_mode("l2"))(mode)
+                mode = _weight_decay_mode_enum()(mode)
             modes.add(mode.name)
     return sorted(modes)
 

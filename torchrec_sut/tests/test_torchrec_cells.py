@@ -595,7 +595,8 @@ def test_release_that_fails_to_import_is_a_failed_rank(tmp_path):
     broken = envs / "torchrec-1.9.2"
     (broken / "bin").mkdir(parents=True)
     os.symlink(sys.executable, broken / "bin" / "python")  # a real Python without torch
-    (broken / "dmpcheck-ready.json").write_text('{"torchrec": "1.9.2", "torch": "?", "fbgemm_gpu": "?"}')
+    # Marked ready (the probe's answer, as the installer writes it), and since broken.
+    shutil.copy(os.path.join(ROOT, "fixtures", "contract", "probe_answer.json"), broken / "dmpcheck-ready.json")
     exchange = tmp_path / "tmp"
     exchange.mkdir()
     p = dmpcheck("run", SEED, "--quiet", "--out", str(tmp_path / "reports"),
@@ -820,6 +821,11 @@ def test_a_checkpoint_resumes_on_another_world_size_under_another_plan(tmp_path)
     assert any(g["step"] == 4 for g in r["global_model"]) and len(r["losses"]) == 4, r["losses"]
     notes = "\n".join(r["system"]["notes"])
     assert "resumed on 3 ranks under the release's plan table_0 row_wise, table_1 table_wise" in notes, notes
+    # The report holds both plans: the first run's, and the one it resumed under, shard by shard.
+    assert [(t["table"], t["sharding"]) for t in r["plan"]] == [("table_0", "table_wise"), ("table_1", "table_wise")]
+    resumed = {t["table"]: t for t in r["resumed_plan"]}
+    assert resumed["table_0"]["sharding"] == "row_wise" and resumed["table_1"]["sharding"] == "table_wise", resumed
+    assert sorted(s["rank"] for s in resumed["table_0"]["shards"]) == [0, 1, 2], resumed
     # The same checkpoint loaded without the fused optimizer's state: the check sees it at once.
     broken = broken_sut(tmp_path, "checkpoint.py", 'if f"optim.state.{param}.{n}" in saved',
                         'if n in ("exp_avg", "exp_avg_sq", "step")')
@@ -1066,6 +1072,41 @@ def test_a_users_interpreter_is_a_system_and_one_that_cannot_import_torchrec_is_
     report = json.load(open(glob.glob(str(tmp_path / "reports" / "*" / "*good*.json"))[0]))
     assert report["system"]["name"] == "python:%s/bin/python" % good
     assert report["system"]["torchrec"] == "1.9.2" and report["system"]["simulated"] is False
+
+
+def test_an_environment_another_dmpcheck_marked_ready_is_asked_again(tmp_path):
+    """dmpcheck-ready.json is the probe's answer, a contract document.  One an older installer wrote
+    (plain versions) is not trusted: the environment is probed again and marked anew, and one that
+    no longer imports is skipped naming the import and the command that rebuilds it."""
+    need("1.9.2")
+    envs = tmp_path / "envs"
+    release_site = glob.glob(os.path.join(ENVS, "torchrec-1.9.2", "lib", "python3*", "site-packages"))[0]
+    old_marker = '{"torchrec": "1.9.2", "torch": "2.14.1+cu130", "fbgemm_gpu": "1.9.0", "python": "3.11.2"}'
+    venv = envs / "torchrec-1.9.2"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = glob.glob(str(venv / "lib" / "python3*" / "site-packages"))[0]
+    with open(os.path.join(site, "release.pth"), "w") as f:
+        f.write(release_site + "\n")
+    (venv / "dmpcheck-ready.json").write_text(old_marker)
+    scenario = tmp_path / "seed.yaml"
+    scenario.write_text(seed_on(["torchrec==1.9.2"], "  - replicas: equal\n"))
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"), env={"DMPCHECK_TORCHREC_ENVS": str(envs)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "dmpcheck-ready.json is not this dmpcheck's probe answer" in p.stderr, p.stderr
+    assert "PASS - all replicated tensors equal" in p.stdout, p.stdout
+    marker = json.loads((venv / "dmpcheck-ready.json").read_text())
+    assert marker["schema_version"] >= 2 and marker["versions"]["torchrec"] == "1.9.2", marker
+    # Probed once: the next run reads the new marker as it is.
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"), env={"DMPCHECK_TORCHREC_ENVS": str(envs)})
+    assert p.returncode == 0 and "probe answer" not in p.stderr, p.stdout + p.stderr
+    # Without the release's packages the probe fails: the cell is skipped, saying why and what to type.
+    os.remove(os.path.join(site, "release.pth"))
+    (venv / "dmpcheck-ready.json").write_text(old_marker)
+    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"), env={"DMPCHECK_TORCHREC_ENVS": str(envs)})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert ("SKIPPED - torchrec 1.9.2's environment %s cannot run TorchRec cells, which need torch, fbgemm_gpu and "
+            "torchrec to import there: import torch failed: ModuleNotFoundError: No module named 'torch': run "
+            "`bash ci/torchrec-env.sh 1.9.2` again" % venv) in p.stdout, p.stdout
 
 
 def torchrec_repo():

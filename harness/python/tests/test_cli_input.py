@@ -1,4 +1,5 @@
 """Bad input is stopped before a rank starts, through the real CLI."""
+import json
 import os
 import re
 import subprocess
@@ -59,6 +60,26 @@ def test_column_shards_are_torchrecs_min_partition(dmpcheck_bin, tmp_path):
     assert re.search(r"t +column_wise +0: 10x10 @0,0 ", p.stdout), p.stdout
     # u first (more storage: four shards' buffers), its shards alternating; then t on the tie, rank 0.
     assert re.search(r"u +column_wise +0: 10x4 @0,0; 1: 10x4 @0,4; 0: 10x4 @0,8; 1: 10x4 @0,12 ", p.stdout), p.stdout
+
+
+def test_a_resumes_second_plan_is_in_explain_and_in_the_report(dmpcheck_bin, tmp_path):
+    """`resume` plans the model again after its step: `explain` prints that plan after the first one,
+    and the run's JSON report holds it as resumed_plan, shard by shard."""
+    resumed = tmp_path / "resumed.yaml"
+    resumed.write_text("version: 1\nname: resumed\nworld_size: 2\nsteps: 2\nbatch_size: 4\n"
+                       "tables:\n  - {name: t, rows: 10, dim: 4, features: [f], sharding: {types: [data_parallel]}}\n"
+                       "resume: {after_step: 1, sharding: {t: {types: [row_wise]}}}\n"
+                       "expect:\n  - replicas: equal\n")
+    p = cli(dmpcheck_bin, "explain", str(resumed))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"t +data_parallel +every rank: 10x4 .*\n  after step 1, resumed on 2 ranks under:\n.*\n"
+                     r"  t +row_wise +0: 5x4 @0,0; 1: 5x4 @5,0 ", p.stdout), p.stdout
+    p = cli(dmpcheck_bin, "run", str(resumed), "--quiet", "--out", str(tmp_path / "reports"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.load(open(tmp_path / "reports" / "resumed" / "default.json"))
+    assert [(t["table"], t["sharding"]) for t in r["plan"]] == [("t", "data_parallel")], r["plan"]
+    assert [(t["table"], t["sharding"], [(s["rank"], s["rows"]) for s in t["shards"]]) for t in r["resumed_plan"]] \
+        == [("t", "row_wise", [(0, 5), (1, 5)])], r["resumed_plan"]
 
 
 def test_suite_filter_judges_only_what_it_selected(dmpcheck_bin, tmp_path):

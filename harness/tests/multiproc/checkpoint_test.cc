@@ -106,5 +106,26 @@ TEST_F(Checkpoints, AResumedRunEndsWhereAnUninterruptedRunEnds) {
   }
 }
 
+// Under torchrec#1497 a checkpoint loads only into the sharding types it was saved under, for
+// init.from as for a resume: a sharded checkpoint that held t1 data_parallel loads into the same
+// plan, and a model that shards t1 row_wise is refused, naming the table.
+TEST_F(Checkpoints, InitFromUnderTorchRec1497RefusesATableShardedAnotherWay) {
+  const std::string saved = run(model("saved", 2, 1, "row_wise", "{types: [table_wise]}"), "saved");
+  auto under_1497 = [&](const std::string& name, const std::string& t1) {
+    const std::string text = model(name, 2, 1, "row_wise", "{types: [table_wise]}", saved);
+    return testing::replace_once(text, "sharding: {types: [data_parallel]}", "sharding: {types: [" + t1 + "]}") +
+           "profile: \"torchrec#1497\"\n";
+  };
+  run(under_1497("same", "data_parallel"), "same");
+  const auto moved = run_all(scenario::load_scenario_text(under_1497("moved", "row_wise"), "moved.yaml"), {});
+  ASSERT_TRUE(moved.results.at(0).failure.has_value());
+  EXPECT_NE(moved.exit_code, 0);
+  const std::string& message = moved.results.at(0).failure->message;
+  EXPECT_NE(message.find("cannot load table 't1': the checkpoint holds it data_parallel (a plain tensor), the model "
+                         "now shards it row_wise ('Tensor' object has no attribute 'local_shards'"),
+            std::string::npos)
+      << message;
+}
+
 }  // namespace
 }  // namespace dmpcheck

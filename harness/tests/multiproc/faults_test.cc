@@ -74,7 +74,7 @@ TEST_F(Faults, OneUlpOnOneElementOfOneReplicaIsCaught) {
                           "expect:\n  - replicas: diverge\n    diverged: [dp]\n    at: [final]\n");
   EXPECT_EQ(r.verdict, dmpcheck::check::Verdict::kPass) << fmt::format("{}", fmt::join(r.expectation.failures, "; "));
   for (const auto& c : r.replicas) {
-    if (c.name != "ebc.embedding_bags.dp.weight" || c.phase != "final") continue;
+    if (c.name != "ebc.embedding_bags.dp.weight" || c.phase != scenario::Phase::kFinal) continue;
     EXPECT_FALSE(c.equal);
     EXPECT_EQ(c.elements_differing, 1);
     EXPECT_EQ(c.differing_ranks, std::vector<int>{1});

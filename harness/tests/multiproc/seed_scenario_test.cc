@@ -25,7 +25,7 @@ void expect_seed_verdicts(const run::ScenarioOutcome& outcome, int world_size) {
     std::set<std::string> diverged;
     for (const auto& c : r.replicas) {
       if (!c.equal) {
-        diverged.insert(c.name + "@" + c.phase);
+        diverged.insert(c.name + "@" + scenario::phase_name(c.phase));
         // Every rank but 0 drew its own tables.
         EXPECT_EQ(c.differing_ranks.size(), static_cast<size_t>(world_size - 1));
       }
@@ -90,7 +90,7 @@ matrix:
     EXPECT_EQ(fixed, r.profile == "torchrec-0.6+broadcast_data_parallel_tables_at_init=true") << r.profile;
     EXPECT_EQ(r.switches.at("data_parallel_tables_use_dense_optimizer"), "true");  // the base's
     const auto init = std::find_if(r.replicas.begin(), r.replicas.end(), [](const check::TensorCheck& c) {
-      return c.name == "ebc.embedding_bags.dp.weight" && c.phase == "init";
+      return c.name == "ebc.embedding_bags.dp.weight" && c.phase == scenario::Phase::kInit;
     });
     ASSERT_NE(init, r.replicas.end()) << r.profile;
     EXPECT_EQ(init->equal, fixed) << r.profile;

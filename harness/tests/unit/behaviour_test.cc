@@ -49,7 +49,7 @@ expect:
 check::RunResult with_replicas(bool equal) {
   check::RunResult r;
   r.verdict = check::Verdict::kPass;
-  for (const char* phase : {"init", "final"}) {
+  for (scenario::Phase phase : {scenario::Phase::kInit, scenario::Phase::kFinal}) {
     check::TensorCheck c;
     c.name = "ebc.embedding_bags.t.weight";
     c.sharding = "data_parallel";

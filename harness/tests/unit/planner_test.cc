@@ -157,7 +157,7 @@ void expect_torchrec_plans(const std::string& release, bool counts_optimizer_sta
                                {"f_" + t.at("name").get<std::string>()},
                                t.value("pooling", "sum") == "mean" ? PoolingType::kMean : PoolingType::kSum};
       table.weighted = c.value("weighted", false);
-      table.data_type = t.value("data_type", "fp32");
+      table.data_type = *value_in(dmp::kDataTypeNames, t.value("data_type", "fp32"));
       ShardingConstraints& k = in.constraints[table.name];
       for (const auto& type : t.at("types")) k.sharding_types.push_back(*parse_sharding_type(type));
       k.column_shards = t.value("column_shards", 0);

@@ -13,7 +13,7 @@ namespace {
 
 TEST(ReplicaCheck, EqualCopiesAreEqual) {
   at::Tensor a = at::randn({4, 3});
-  const TensorCheck c = compare_copies("t", "data_parallel", "init", {a, a.clone(), a.clone()});
+  const TensorCheck c = compare_copies("t", "data_parallel", scenario::Phase::kInit, {a, a.clone(), a.clone()});
   EXPECT_TRUE(c.equal);
   EXPECT_EQ(c.elements_differing, 0);
   EXPECT_TRUE(c.differing_ranks.empty());
@@ -24,7 +24,7 @@ TEST(ReplicaCheck, OneUlpOnOneElementOfOneRankIsCaught) {
   at::Tensor b = a.clone();
   const float x = b[3][5].item<float>();
   b[3][5] = std::nextafter(x, INFINITY);
-  const TensorCheck c = compare_copies("t", "data_parallel", "final", {a, a.clone(), b});
+  const TensorCheck c = compare_copies("t", "data_parallel", scenario::Phase::kFinal, {a, a.clone(), b});
   EXPECT_FALSE(c.equal);
   EXPECT_EQ(c.elements_differing, 1);
   EXPECT_EQ(c.differing_ranks, std::vector<int>{2});
@@ -35,17 +35,18 @@ TEST(ReplicaCheck, OneUlpOnOneElementOfOneRankIsCaught) {
 TEST(ReplicaCheck, SignedZeroAndNanAreComparedBitwise) {
   at::Tensor a = at::tensor({0.0f, NAN});
   at::Tensor b = at::tensor({-0.0f, NAN});
-  const TensorCheck c = compare_copies("t", "dense", "init", {a, b});
+  const TensorCheck c = compare_copies("t", "dense", scenario::Phase::kInit, {a, b});
   EXPECT_FALSE(c.equal);
   EXPECT_EQ(c.elements_differing, 1);  // -0.0 vs 0.0; the identical NaNs are equal
 }
 
 TEST(Expectations, DivergeMustMatchExactlyTheNamedTablesAtTheNamedPhases) {
   RunResult r;
-  r.replicas = {{"ebc.embedding_bags.t0.weight", "data_parallel", "init", false, 0.1, 5, 10, {1}},
-                {"ebc.embedding_bags.t0.weight", "data_parallel", "final", false, 0.1, 5, 10, {1}},
-                {"dense.0.weight", "dense", "init", true, 0.0, 0, 10, {}},
-                {"dense.0.weight", "dense", "final", false, 0.2, 1, 10, {1}}};
+  using scenario::Phase;
+  r.replicas = {{"ebc.embedding_bags.t0.weight", "data_parallel", Phase::kInit, false, 0.1, 5, 10, {1}},
+                {"ebc.embedding_bags.t0.weight", "data_parallel", Phase::kFinal, false, 0.1, 5, 10, {1}},
+                {"dense.0.weight", "dense", Phase::kInit, true, 0.0, 0, 10, {}},
+                {"dense.0.weight", "dense", Phase::kFinal, false, 0.2, 1, 10, {1}}};
   scenario::Expectation e;
   e.replicas = scenario::ReplicaExpectation::kDiverge;
   e.diverged = {"t0"};

@@ -178,6 +178,16 @@ TEST(ScenarioLoader, DivergeNeedsKnownTables) {
                          "s.yaml:14: field 'expect[0].diverged[0]': 't7' is neither a table"));
 }
 
+TEST(ScenarioLoader, ADivergenceIsJudgedAtInitOrFinalNotAfterAStep) {
+  const std::string diverge = std::string(kMinimal) + "expect:\n  - replicas: diverge\n    diverged: [t1]\n    at: ";
+  EXPECT_TRUE(fails_with(diverge + "[init, step]\n",
+                         "field 'expect[0].at[1]': a divergence is judged at init or final (each step's is in the "
+                         "report's table)"));
+  EXPECT_TRUE(fails_with(diverge + "[init, later]\n", "expect[0].at[1]"));
+  const auto s = load_scenario_text(diverge + "[final]\n", "s.yaml");
+  EXPECT_EQ(s.runs.at(0).expect.at, std::vector<Phase>{Phase::kFinal});
+}
+
 TEST(ScenarioLoader, MatrixKeyMustBeARunField) {
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "matrix:\n  name: [a, b]\n",
                          "s.yaml:13: field 'matrix.name': a matrix varies a run field"));
