@@ -334,11 +334,11 @@ int run_bench(const BenchCommandOptions& options) {
     for (int world : options.world_sizes) {
       DMP_CHECK(world >= 1 && world <= 64, ErrorKind::kInvalidInput, "world size {} is out of range 1..64", world);
       const int threads = spec.threads_per_rank > 0 ? spec.threads_per_rank : std::max(1, available_cores() / world);
-      BenchGroup group{backend, world, threads, false, {}, {}, {}};
+      BenchGroup group{comm::backend_name(backend), world, threads, false, {}, {}, {}};
       if (options.out) {
         *options.out << fmt::format(
                             "# dmpcheck bench: {} on {} rank(s), {} thread(s)/rank, -w {} -n {}, sizes {}..{} x{}\n",
-                            backend, world, group.threads_per_rank, spec.warmup, spec.iterations, spec.min_bytes,
+                            group.backend, world, group.threads_per_rank, spec.warmup, spec.iterations, spec.min_bytes,
                             spec.max_bytes, spec.factor)
                      << std::flush;
       }
@@ -404,7 +404,8 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
   if (task.bench_kind == BenchKind::kSweep) {
     const BenchSpec spec = task.bench_options.get<BenchSpec>();
     at::set_num_threads(std::max(1, spec.threads_per_rank));
-    auto comm = comm::make_communicator(task.bench_backend, group_store, env, spec.timeout_s);
+    DMP_INTERNAL_ASSERT(task.bench_backend.has_value(), "a sweep task names no backend");
+    auto comm = comm::make_communicator(*task.bench_backend, group_store, env, spec.timeout_s);
     const std::vector<BenchRow> rows = bench_on_rank(*comm, spec, line);
     if (env.rank == 0) set_signed(store, run::kResultKey, nlohmann::json(rows).dump(), secret);
     return;
@@ -417,8 +418,7 @@ void bench_worker(comm::Store& store, const comm::RankEnvironment& env, const st
   task.bench_options.at("warmup").get_to(probe.warmup);
   task.bench_options.at("iterations").get_to(probe.iterations);
   task.bench_options.at("bucket_caps").get_to(probe.bucket_caps);
-  auto comm = comm::make_communicator(task.bench_backend.empty() ? spec.backend : task.bench_backend, group_store, env,
-                                      spec.timeout_s);
+  auto comm = comm::make_communicator(task.bench_backend.value_or(spec.backend), group_store, env, spec.timeout_s);
   RankRunOptions run_options;
   run_options.progress = line;
   const check::BroadcastProbe result = probe_scenario_on_rank(scenario, spec, *comm, probe, run_options);
@@ -435,12 +435,12 @@ int run_scenario_bench(const ScenarioBenchOptions& options) {
     if (!options.run_filter.empty() && spec.name.find(options.run_filter) == std::string::npos) continue;
     if (spec.on_torchrec()) continue;  // the probe times the reference's broadcast; a release cell has none of ours
     any = true;
-    const std::vector<std::string> backends =
-        options.backends.empty() ? std::vector<std::string>{spec.backend} : options.backends;
+    const std::vector<comm::Backend> backends =
+        options.backends.empty() ? std::vector<comm::Backend>{spec.backend} : options.backends;
     for (const auto& backend : backends) {
       if (options.out) {
         *options.out << fmt::format("== {} [{}]: broadcast of its replicated parameters, {} on {} ranks\n",
-                                    scenario.name, spec.name, backend, spec.world_size)
+                                    scenario.name, spec.name, comm::backend_name(backend), spec.world_size)
                      << std::flush;
       }
       const int local_world_size = spec.ranks_per_host();

@@ -94,7 +94,7 @@ std::vector<BenchRow> bench_on_rank(comm::Communicator& comm, const BenchSpec& s
 
 struct BenchCommandOptions {
   std::string worker_executable;
-  std::vector<std::string> backends = {"gloo"};
+  std::vector<comm::Backend> backends = {comm::Backend::kGloo};
   std::vector<int> world_sizes = {2};
   BenchSpec spec;
   std::string json_path;  // written when not empty
@@ -108,8 +108,8 @@ int run_bench(const BenchCommandOptions& options);
 struct ScenarioBenchOptions {
   std::string worker_executable;
   std::string scenario_path;
-  std::string run_filter;             // substring of a run's name; empty: every run
-  std::vector<std::string> backends;  // each run on each of these, side by side; empty: the run's own
+  std::string run_filter;               // substring of a run's name; empty: every run
+  std::vector<comm::Backend> backends;  // each run on each of these, side by side; empty: the run's own
   check::ProbeOptions probe;
   std::string json_path;
   std::ostream* out = nullptr;

@@ -196,11 +196,14 @@ struct BenchFlags {
   std::string scenario;
   std::string run_filter;
   std::vector<std::string> bucket_caps;
-  bool backend_given = false;  // --scenario: compare these backends instead of the run's own
+  std::vector<std::string> backends = {"gloo"};  // --backend, by name
+  bool backend_given = false;                    // --scenario: compare these backends instead of the run's own
 };
 
 int command_bench(BenchFlags flags) {
   bench::BenchCommandOptions& options = flags.sweep;
+  options.backends.clear();
+  for (const auto& name : flags.backends) options.backends.push_back(*value_in(comm::kBackendNames, name));
   options.worker_executable = self_executable();
   options.out = &std::cout;
   bench::BenchSpec& spec = options.spec;
@@ -211,7 +214,7 @@ int command_bench(BenchFlags flags) {
     if (!flags.bucket_caps.empty()) probe.bucket_caps.clear();
     for (const auto& cap : flags.bucket_caps) probe.bucket_caps.push_back(bench::parse_size(cap));
     return bench::run_scenario_bench({options.worker_executable, flags.scenario, flags.run_filter,
-                                      flags.backend_given ? options.backends : std::vector<std::string>(), probe,
+                                      flags.backend_given ? options.backends : std::vector<comm::Backend>(), probe,
                                       options.json_path, options.out});
   }
   if (std::count(spec.collectives.begin(), spec.collectives.end(), "all") > 0)
@@ -348,11 +351,12 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--warmup_iters,-w", spec.warmup, "Untimed iterations per size")->capture_default_str();
   bench_cmd->add_option("--iters,-n", spec.iterations, "Timed iterations per size")->capture_default_str();
   bench_cmd
-      ->add_option("--backend", bench.sweep.backends,
+      ->add_option("--backend", bench.backends,
                    "gloo, nccl (repeat or comma-separate); unavailable ones are skipped with the reason. With "
                    "--scenario: run each "
                    "run on each of these instead of its own backend")
       ->delimiter(',')
+      ->check(CLI::IsMember(names_in(comm::kBackendNames)))
       ->capture_default_str();
   bench_cmd->add_option("--world,-g", bench.sweep.world_sizes, "World sizes (repeat or comma-separate)")
       ->delimiter(',')
@@ -454,7 +458,13 @@ int main(int argc, char** argv) {
   worker_cmd->add_option("scenario", worker.scenario_path, "Scenario YAML file (not needed under `dmpcheck run`)");
   worker_cmd->add_option("--out", worker.out_dir, "Report directory (rank 0)")->capture_default_str();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are CLI11's "errors" of status 0; a command line it refuses is bad
+    // input, 2, like every other (CLI11's own statuses, 105 and up, are nobody's policy).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   if (!torchrec_repo.empty()) ::setenv("DMPCHECK_TORCHREC_REPO", torchrec_repo.c_str(), 1);
   // Where a missing release is installed (run/torchrec_systems.cc reads it): bisect and releases by default.
   if (install_releases || (*bisect_cmd && !no_install) || (*table_cmd && !table_no_install))

@@ -9,31 +9,27 @@
 
 namespace dmpcheck::comm {
 
-std::optional<std::string> backend_unavailable_reason(const std::string& backend, int local_world_size) {
-  if (backend == "gloo") return std::nullopt;
-  if (backend == "nccl") return nccl_unavailable_reason(local_world_size);
-  return fmt::format("unknown backend '{}' (expected one of: gloo, nccl)", backend);
+std::optional<std::string> backend_unavailable_reason(Backend backend, int local_world_size) {
+  if (backend == Backend::kNccl) return nccl_unavailable_reason(local_world_size);
+  return std::nullopt;
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, int rank, int world_size,
+std::unique_ptr<Communicator> make_communicator(Backend backend, Store& store, int rank, int world_size,
                                                 const BackendOptions& options) {
-  if (backend == "gloo") {
+  if (backend == Backend::kGloo) {
     GlooOptions gloo;
     gloo.timeout = options.timeout;
     gloo.hostname = options.hostname;
     gloo.interface = options.interface;
     return make_gloo_communicator(store, rank, world_size, gloo);
   }
-  if (backend == "nccl") {
-    NcclOptions nccl;
-    nccl.timeout = options.timeout;
-    nccl.local_rank = options.local_rank;
-    return make_nccl_communicator(store, rank, world_size, nccl);
-  }
-  throw_error(ErrorKind::kInvalidInput, *backend_unavailable_reason(backend, 1));  // an unknown backend
+  NcclOptions nccl;
+  nccl.timeout = options.timeout;
+  nccl.local_rank = options.local_rank;
+  return make_nccl_communicator(store, rank, world_size, nccl);
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, const RankEnvironment& env,
+std::unique_ptr<Communicator> make_communicator(Backend backend, Store& store, const RankEnvironment& env,
                                                 double timeout_s) {
   BackendOptions options;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000.0));

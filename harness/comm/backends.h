@@ -1,4 +1,4 @@
-// The backends by name ("gloo", "nccl"), for the worker and `dmpcheck bench`.
+// The backends (comm/backend_names.h), for the worker and `dmpcheck bench`.
 #pragma once
 
 #include <chrono>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/backend_names.h"
 #include "comm/communicator.h"
 
 namespace dmpcheck::comm {
@@ -17,7 +18,7 @@ struct RankEnvironment;
 // Why `backend` cannot run `local_world_size` ranks per host on this machine (a reason to skip),
 // or nullopt.  Never touches a GPU context that a later fork would inherit: NCCL's check only
 // counts devices, and ranks are exec'd.
-std::optional<std::string> backend_unavailable_reason(const std::string& backend, int local_world_size);
+std::optional<std::string> backend_unavailable_reason(Backend backend, int local_world_size);
 
 struct BackendOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
@@ -26,12 +27,12 @@ struct BackendOptions {
   std::string interface;               // Gloo: listen on this interface instead (GLOO_SOCKET_IFNAME)
 };
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, int rank, int world_size,
+std::unique_ptr<Communicator> make_communicator(Backend backend, Store& store, int rank, int world_size,
                                                 const BackendOptions& options);
 // The communicator of a rank that `env` describes, with a deadline of `timeout_s` per collective:
 // Gloo listens where PyTorch's would (gloo_listen_address), or on loopback under dmpcheck's own
 // launcher (DMPCHECK_LAUNCHED=1), whose "hosts" are simulated on this one.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, Store& store, const RankEnvironment& env,
+std::unique_ptr<Communicator> make_communicator(Backend backend, Store& store, const RankEnvironment& env,
                                                 double timeout_s);
 
 }  // namespace dmpcheck::comm

@@ -100,8 +100,12 @@ PYBIND11_MODULE(dmpcheck, m) {
 
   m.def(
       "backend_unavailable_reason",
-      [](const std::string& backend, int local_world_size) {
-        return comm::backend_unavailable_reason(backend, local_world_size);
+      [](const std::string& backend, int local_world_size) -> std::optional<std::string> {
+        const auto known = value_in(comm::kBackendNames, backend);
+        if (!known)
+          return fmt::format("unknown backend '{}' (expected one of: {})", backend,
+                             fmt::join(names_in(comm::kBackendNames), ", "));
+        return comm::backend_unavailable_reason(*known, local_world_size);
       },
       py::arg("backend"), py::arg("local_world_size") = 1,
       "Why `backend` ('gloo', 'nccl') cannot run that many ranks per host here (a reason to skip), or None.");

@@ -65,7 +65,7 @@ struct RankTask {
   // `dmpcheck bench`: a sweep (bench_options a BenchSpec) or a scenario benchmark (the probe's
   // warmup, iterations, bucket_caps); kNone for a run.  The backend, when set, replaces the run's.
   BenchKind bench_kind = BenchKind::kNone;
-  std::string bench_backend;
+  std::optional<comm::Backend> bench_backend;
   nlohmann::json bench_options;
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankTask, scenario_file, scenario_text, overrides, run_index,

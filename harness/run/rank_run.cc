@@ -142,7 +142,7 @@ check::RunResult result_header(const scenario::Scenario& scenario, const scenari
   result.system.simulated = !spec.on_torchrec();
   result.init_mode = scenario::init_mode_name(spec.init.mode);
   result.environment.world_size = spec.world_size;
-  result.environment.backend = spec.backend;
+  result.environment.backend = comm::backend_name(spec.backend);
   // What the ranks were given, even when none reports back (a failed cell's header says so too).
   result.environment.host = hostname();
   result.environment.git_revision = git_revision();

@@ -190,7 +190,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     });
   };
   field("world_size", [&](Node n) { run.world_size = static_cast<int>(r.integer(n, "world_size", 1, 64)); });
-  field("backend", [&](Node n) { run.backend = r.choice(n, "backend", {"gloo", "nccl"}); });
+  field("backend", [&](Node n) { run.backend = r.choice_of(n, "backend", comm::kBackendNames); });
   field("system", [&](Node n) {
     const auto system = System::parse(r.string(n, "system"));
     if (!system) r.expected(n, "system", System::kExpected);

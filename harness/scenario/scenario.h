@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/backend_names.h"
 #include "common/outcome.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/config.h"
@@ -242,7 +243,7 @@ struct RunSpec {
   std::optional<bool> torchrec_is_weighted;
   bool on_torchrec() const { return system.runs_torchrec(); }
   int world_size = 2;
-  std::string backend = "gloo";
+  comm::Backend backend = comm::Backend::kGloo;
   int steps = 1;
   int64_t batch_size = 8;  // per rank
   double timeout_s = 60.0;

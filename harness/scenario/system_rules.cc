@@ -30,7 +30,7 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
     auto refuse_with = [&](const char* key, const std::string& why) {
       r.fail(root[key], key, fmt::format("not available on {}: {}", run.system.name(), why));
     };
-    if (run.backend != "gloo") refuse("backend", "TorchRec cells run on CPU with Gloo");
+    if (run.backend != comm::Backend::kGloo) refuse("backend", "TorchRec cells run on CPU with Gloo");
     if (run.resume &&
         (run.torchrec_loop != "plain" || run.torchrec_epochs != 1 || !run.torchrec_batches_per_rank.empty())) {
       refuse_with("resume", "a release resumes from its checkpoint in the plain loop of one epoch; drop torchrec.loop, "

@@ -82,6 +82,15 @@ def test_a_resumes_second_plan_is_in_explain_and_in_the_report(dmpcheck_bin, tmp
         == [("t", "row_wise", [(0, 5), (1, 5)])], r["resumed_plan"]
 
 
+def test_a_command_line_the_parser_refuses_is_bad_input(dmpcheck_bin):
+    """Exit 2, as docs/errors.md says of bad input, not the parser's own statuses (105 and up)."""
+    p = cli(dmpcheck_bin, "bench", "--backend", "mpi")
+    assert p.returncode == 2 and "--backend: mpi not in {gloo,nccl}" in p.stderr, (p.returncode, p.stderr)
+    p = cli(dmpcheck_bin, "run", "--ranks", "threads", "x.yaml")
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert cli(dmpcheck_bin, "bench", "--help").returncode == 0
+
+
 def test_suite_filter_judges_only_what_it_selected(dmpcheck_bin, tmp_path):
     d = tmp_path / "scenarios"
     d.mkdir()

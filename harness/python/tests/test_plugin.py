@@ -57,6 +57,8 @@ def test_a_yaml_error_is_a_collection_error_with_file_and_line(pytester, root):
 
 def test_an_nccl_cell_without_a_gpu_is_skipped_with_the_reason(pytester, root):
     import dmpcheck
+    assert dmpcheck.backend_unavailable_reason("gloo", 4) is None
+    assert dmpcheck.backend_unavailable_reason("mpi") == "unknown backend 'mpi' (expected one of: gloo, nccl)"
     if dmpcheck.backend_unavailable_reason("nccl", 2) is None:
         import pytest
         pytest.skip("NCCL can run two ranks here")

@@ -98,7 +98,7 @@ TEST_F(BenchCommand, EveryRunThatBroadcastsCarriesTheProbeAndTheOthersDoNot) {
 }
 
 TEST_F(BenchCommand, AnNcclScenarioIsSkippedWithTheReasonWhereNcclCannotRun) {
-  const auto reason = comm::backend_unavailable_reason("nccl", 2);
+  const auto reason = comm::backend_unavailable_reason(comm::Backend::kNccl, 2);
   if (!reason) GTEST_SKIP() << "NCCL can run two ranks here";
   std::string text = testing::read_file(std::string(DMPCHECK_SOURCE_DIR) + "/scenarios/examples/table_wise.yaml");
   text = testing::replace_once(text, "world_size: 2", "world_size: 2\nbackend: nccl");
