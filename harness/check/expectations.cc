@@ -22,6 +22,7 @@ struct ToleranceWords {
   std::string subject;              // after a tensor's name: whose tensor it is ("" or " of the resumed run")
   std::string other;                // what it is compared with
   std::string expected_difference;  // `match: false` met by every tensor within tolerance
+  bool bounded = false;             // each element has its own bound (the check's note says which)
 };
 
 // Per-tensor checks against a tolerance: with `match`, every tensor out of it is a failure;
@@ -33,14 +34,21 @@ void judge_tolerance(std::vector<std::string>& failures, const scenario::Toleran
   } else if (tol.match) {
     for (const auto& g : checks) {
       if (g.within_tolerance) continue;
-      failures.push_back(
-          g.comparable ? fmt::format("{}{} differs from {} at step {}: max |diff| {:.3g} exceeds rtol {} / atol {}",
-                                     g.name, words.subject, words.other, g.step, g.max_abs_diff, tol.rtol, tol.atol)
-                       : fmt::format("{} cannot be compared with {}: {}", g.name, words.other, g.note));
+      if (!g.comparable) {
+        failures.push_back(fmt::format("{} cannot be compared with {}: {}", g.name, words.other, g.note));
+      } else if (words.bounded) {
+        failures.push_back(fmt::format("{}{} differs from {} at step {} beyond its bound: max |diff| {:.3g} ({})",
+                                       g.name, words.subject, words.other, g.step, g.max_abs_diff, g.note));
+      } else {
+        failures.push_back(fmt::format("{}{} differs from {} at step {}: max |diff| {:.3g} exceeds rtol {} / atol {}",
+                                       g.name, words.subject, words.other, g.step, g.max_abs_diff, tol.rtol, tol.atol));
+      }
     }
   } else if (std::all_of(checks.begin(), checks.end(), [](const GlobalModelCheck& g) { return g.within_tolerance; })) {
-    failures.push_back(
-        fmt::format("{}, but every tensor is within rtol {} / atol {}", words.expected_difference, tol.rtol, tol.atol));
+    failures.push_back(words.bounded
+                           ? fmt::format("{}, but every tensor is within its bound", words.expected_difference)
+                           : fmt::format("{}, but every tensor is within rtol {} / atol {}", words.expected_difference,
+                                         tol.rtol, tol.atol));
   }
 }
 
@@ -84,6 +92,19 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     judge_tolerance(out.failures, *expect.resumed, result.resumed_compared, result.resumed,
                     {"the resumed run was not compared with the uninterrupted one", " of the resumed run",
                      "the uninterrupted run", "expected the resumed run to differ from the uninterrupted one"});
+  }
+  if (expect.quantized) {
+    judge_tolerance(
+        out.failures, *expect.quantized, result.quantized_compared, result.quantized,
+        {"the quantized model was not compared with the float one", " of the quantized model", "the float model",
+         "expected the quantized model to differ from the float one beyond its bound", true});
+  }
+  if (expect.quantized_sharded) {
+    judge_tolerance(out.failures, *expect.quantized_sharded, result.quantized_sharded_compared,
+                    result.quantized_sharded,
+                    {"the quantized model sharded for inference was not compared with the unsharded one",
+                     " of the quantized model sharded for inference", "the unsharded quantized model",
+                     "expected the sharded quantized model to differ from the unsharded one"});
   }
   for (const auto& l : result.loops) {
     if (expect.loop_batches) {

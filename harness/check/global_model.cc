@@ -92,6 +92,39 @@ void compare_with_unsharded(std::vector<GlobalModelCheck>& results, const std::m
   }
 }
 
+void compare_within_bound(std::vector<GlobalModelCheck>& results, const std::map<std::string, at::Tensor>& actual,
+                          const std::map<std::string, at::Tensor>& expected,
+                          const std::map<std::string, at::Tensor>& bound, int step, const std::string& expected_label) {
+  for (const auto& [name, a] : actual) {
+    GlobalModelCheck check;
+    check.name = name;
+    check.step = step;
+    check.numel = a.numel();
+    const auto e = expected.find(name);
+    const auto b = bound.find(name);
+    if (e == expected.end() || b == bound.end()) {
+      check.comparable = check.within_tolerance = false;
+      check.note = e == expected.end() ? expected_label + " has no such tensor" : "no bound was given for it";
+    } else if (a.sizes() != e->second.sizes() || a.sizes() != b->second.sizes()) {
+      check.comparable = check.within_tolerance = false;
+      check.note = fmt::format("shape [{}] against {}'s [{}] (bound [{}])", fmt::join(a.sizes(), ", "), expected_label,
+                               fmt::join(e->second.sizes(), ", "), fmt::join(b->second.sizes(), ", "));
+    } else if (a.numel() > 0) {
+      const at::Tensor diff = (a.to(at::kDouble) - e->second.to(at::kDouble)).abs();
+      const at::Tensor allowed = b->second.to(at::kDouble);
+      check.max_abs_diff = diff.max().item<double>();
+      check.max_allowed_excess = (diff - allowed).max().item<double>();
+      check.within_tolerance = !(check.max_allowed_excess > 0.0) && !std::isnan(check.max_abs_diff);
+      const at::Tensor positive = allowed.gt(0);
+      const double ratio = positive.any().item<bool>()
+                               ? (diff.masked_select(positive) / allowed.masked_select(positive)).max().item<double>()
+                               : 0.0;
+      check.note = fmt::format("worst |diff| / bound {:.3g}, bound up to {:.3g}", ratio, allowed.max().item<double>());
+    }
+    results.push_back(check);
+  }
+}
+
 std::vector<GlobalModelCheck> GlobalModelTracker::results() const { return results_; }
 
 ReferenceDiff diff_tensor(const std::string& name, const at::Tensor& actual, const at::Tensor& expected, int step,

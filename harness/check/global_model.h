@@ -59,6 +59,13 @@ void compare_with_unsharded(std::vector<GlobalModelCheck>& results, const std::m
                             const std::map<std::string, at::Tensor>& unsharded, int step, Tolerances tolerances,
                             const std::string& unsharded_label = "the unsharded model");
 
+// Every tensor of `actual` against `expected`'s of that name, each element within its own bound
+// (`bound`'s tensor of that name, as large): max_allowed_excess is max(|a - e| - bound), the note
+// the worst |a - e| / bound.  A tensor one side lacks, or of another shape, is not comparable.
+void compare_within_bound(std::vector<GlobalModelCheck>& results, const std::map<std::string, at::Tensor>& actual,
+                          const std::map<std::string, at::Tensor>& expected,
+                          const std::map<std::string, at::Tensor>& bound, int step, const std::string& expected_label);
+
 // One tensor against another of the same name: max |a - b|, max relative difference (over
 // elements where `expected` is not 0), elements not bitwise equal, and whether every
 // |a - b| <= atol + rtol * |expected|.  Tensors of different shapes differ, with a note naming

@@ -190,6 +190,15 @@ struct RunResult {
   bool resumed_compared = false;
   int resumed_world_size = 0;
   std::vector<GlobalModelCheck> resumed;
+  // Release cells with quantized tables (expect.quantized): the quantized model's pooled
+  // embeddings on the first batch against the float model's, each feature's elements against the
+  // bound its rows' quantization allows (max_allowed_excess: max(|diff| - bound); the note: the
+  // worst |diff| / bound and how the bound is made); and (expect.quantized_sharded) the quantized
+  // module sharded for inference against it unsharded.
+  bool quantized_compared = false;
+  std::vector<GlobalModelCheck> quantized;
+  bool quantized_sharded_compared = false;
+  std::vector<GlobalModelCheck> quantized_sharded;
   BroadcastCost init_broadcast;
   // Set where the profile broadcasts and the scenario does not turn it off: every method of
   // broadcasting the same replicated parameters, timed side by side.

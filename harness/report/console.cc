@@ -18,6 +18,27 @@ std::string system_label(const check::RunResult& r) {
   return fmt::format("reference, profile {} (simulated)", r.profile);
 }
 
+namespace {
+
+// One comparison's line: how many tensors are within tolerance of `other`, and the worst: the one
+// furthest out of it, or where all are within it, the largest difference.
+std::string comparison_line(const std::string& what, const std::vector<check::GlobalModelCheck>& checks,
+                            const std::string& other) {
+  int ok = 0;
+  for (const auto& g : checks) ok += g.within_tolerance ? 1 : 0;
+  const check::GlobalModelCheck* worst = &checks.front();
+  for (const auto& g : checks) {
+    const bool worse = ok == static_cast<int>(checks.size()) ? g.max_abs_diff > worst->max_abs_diff
+                                                             : g.max_allowed_excess > worst->max_allowed_excess;
+    if (worse) worst = &g;
+  }
+  return fmt::format("   {}: {}/{} tensors within tolerance of {}; worst {} at step {}, max |diff| {:.3g}{}\n", what,
+                     ok, checks.size(), other, worst->name, worst->step, worst->max_abs_diff,
+                     worst->note.empty() ? "" : " (" + worst->note + ")");
+}
+
+}  // namespace
+
 std::string render_run_table(const check::RunResult& r) {
   std::string out = fmt::format("== {} [{}]  on {}  init={} world={} backend={} threads/rank={}\n", r.scenario, r.run,
                                 system_label(r), r.init_mode, r.environment.world_size, r.environment.backend,
@@ -52,20 +73,14 @@ std::string render_run_table(const check::RunResult& r) {
                        worst->note.empty() ? "" : " (" + worst->note + ")");
   }
   if (r.resumed_compared && !r.resumed.empty()) {
-    int ok = 0;
-    // The worst: the one furthest out of tolerance, or where all are within it, the largest difference.
-    const check::GlobalModelCheck* worst = &r.resumed.front();
-    for (const auto& g : r.resumed) ok += g.within_tolerance ? 1 : 0;
-    for (const auto& g : r.resumed) {
-      const bool worse = ok == static_cast<int>(r.resumed.size()) ? g.max_abs_diff > worst->max_abs_diff
-                                                                  : g.max_allowed_excess > worst->max_allowed_excess;
-      if (worse) worst = &g;
-    }
-    out += fmt::format(
-        "   resumed on {} rank(s): {}/{} tensors within tolerance of the uninterrupted run; worst {} at step {}, max "
-        "|diff| {:.3g}{}\n",
-        r.resumed_world_size, ok, r.resumed.size(), worst->name, worst->step, worst->max_abs_diff,
-        worst->note.empty() ? "" : " (" + worst->note + ")");
+    out +=
+        comparison_line(fmt::format("resumed on {} rank(s)", r.resumed_world_size), r.resumed, "the uninterrupted run");
+  }
+  if (r.quantized_compared && !r.quantized.empty()) {
+    out += comparison_line("quantized", r.quantized, "the float model (each row's quantization bound)");
+  }
+  if (r.quantized_sharded_compared && !r.quantized_sharded.empty()) {
+    out += comparison_line("quantized, sharded for inference", r.quantized_sharded, "the unsharded quantized model");
   }
   if (r.init_from_compared) {
     int equal = 0;

@@ -20,7 +20,7 @@
 
 namespace dmpcheck::run::contract {
 
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 struct Constraints {
   std::vector<std::string> sharding_types;  // empty: any the planner likes
@@ -35,6 +35,7 @@ struct Table {
   std::string pooling;  // sum | mean | none (an EmbeddingCollection's sequence table)
   bool weighted = false;
   std::string data_type;  // fp32 | fp16 | bf16
+  std::string quant;      // how it is quantized for inference: int8 | int4 | int2 | fp16 ("": not)
   Constraints constraints;
 };
 
@@ -84,6 +85,14 @@ struct RunSpec {
   // model's initial weights, on every step's global batch (all ranks' local batches in rank
   // order), after the sharded run: out/unsharded/step<S> (and outputs<S>), whole tensors.
   bool unsharded = false;
+  // Rank 0 quantizes the trained model's tables (each table's `quant`) with the release's
+  // quantize_embeddings and runs the first global batch through the float and the quantized
+  // EmbeddingBagCollection: out/quantized/{float,unsharded,bound}/outputs0, whole tensors.
+  bool quantized = false;
+  // ... and shards the quantized one for inference over world_size devices with the release's
+  // quant sharder (each table's first constraint type, table_wise without one), in one process,
+  // loads the unsharded quantized state and runs the same batch: out/quantized/sharded/outputs0.
+  bool quantized_sharded = false;
   std::string loop;                       // plain | train_pipeline_sparse_dist (TorchRec's TrainPipelineSparseDist)
   int epochs = 1;                         // passes over the steps' batches (data_iterator says over which iterator)
   std::vector<int64_t> batches_per_rank;  // per rank, batches per epoch; empty: steps / epochs each
@@ -195,7 +204,7 @@ struct RankError {
 };
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Constraints, sharding_types, column_shards)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Table, name, rows, dim, features, pooling, weighted, data_type,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Table, name, rows, dim, features, pooling, weighted, data_type, quant,
                                                 constraints)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SparseOptimizer, type, lr, eps, beta1, beta2, weight_decay,
                                                 weight_decay_mode)
@@ -203,10 +212,10 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DenseOptimizer, type, lr, eps, b
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Start, kind, state, load)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Checkpoint, after_step, dir)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_size, local_world_size, memory_per_rank,
-                                                steps, batch_size, timeout_s, sharder, module, outputs, unsharded, loop,
-                                                epochs, batches_per_rank, eval_batches, data_iterator, is_weighted,
-                                                seeds, start, first_step, checkpoint, tables, dense_layers,
-                                                sparse_optimizer, dense_optimizer)
+                                                steps, batch_size, timeout_s, sharder, module, outputs, unsharded,
+                                                quantized, quantized_sharded, loop, epochs, batches_per_rank,
+                                                eval_batches, data_iterator, is_weighted, seeds, start, first_step,
+                                                checkpoint, tables, dense_layers, sparse_optimizer, dense_optimizer)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardRow, rank, row_offset, rows, col_offset, cols)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanRow, table, sharding, compute_kernel, ranks, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Versions, torchrec, torch, fbgemm_gpu, torchrec_source)

@@ -91,6 +91,8 @@ contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start st
   out.module = spec.torchrec_module;
   out.outputs = spec.expect.outputs.has_value();
   out.unsharded = spec.expect.global_model.has_value();
+  out.quantized_sharded = spec.expect.quantized_sharded.has_value();
+  out.quantized = spec.expect.quantized.has_value() || out.quantized_sharded;
   out.loop = spec.torchrec_loop;
   out.epochs = spec.torchrec_epochs;
   out.batches_per_rank = spec.torchrec_batches_per_rank;
@@ -109,7 +111,9 @@ contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start st
       constraints.column_shards = it->second.column_shards;
     }
     out.tables.push_back({t.name, t.num_embeddings, t.embedding_dim, t.feature_names, dmp::pooling_name(t), t.weighted,
-                          dmp::data_type_name(t.data_type), constraints});
+                          dmp::data_type_name(t.data_type),
+                          spec.quant.count(t.name) ? scenario::quant_type_name(spec.quant.at(t.name)) : "",
+                          constraints});
   }
   out.dense_layers = spec.model.dense_layers;
   const auto& so = spec.sparse_optimizer;
@@ -259,9 +263,10 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
 
   PrivateDir exchange("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
   const std::string out = exchange.path() + "/out";
-  // A run of zero steps that compares outputs runs the forward alone, on the first batch.
-  write_batches(spec, exchange.path() + "/batches", 0, spec.expect.outputs ? std::max(spec.steps, 1) : spec.steps,
-                spec.world_size, spec.batch_size);
+  // A run of zero steps that compares outputs (or quantizes) runs the forward alone, on the first batch.
+  const bool forwards = spec.expect.outputs || spec.expect.quantized || spec.expect.quantized_sharded;
+  write_batches(spec, exchange.path() + "/batches", 0, forwards ? std::max(spec.steps, 1) : spec.steps, spec.world_size,
+                spec.batch_size);
 
   // The reference half of a side-by-side comparison.  `start: reference` (the default): it runs
   // first and TorchRec starts from its initial weights.  `start: seed`: TorchRec runs first and
@@ -543,6 +548,25 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       const auto per_rank = ranks_of(step, phase);
       if (spec.expect.reference) compare(per_rank, phase, step, *spec.expect.outputs);
       if (spec.expect.global_model) unsharded(per_rank, phase, step, *spec.expect.outputs);
+    }
+    // The trained model quantized (rank 0's out/quantized): on the first batch, against the float
+    // model within each element's bound, and sharded for inference against unsharded.
+    if (spec.expect.quantized || spec.expect.quantized_sharded) {
+      const auto phase = [&](const std::string& who) {
+        return assemble_full({read_exchange_phase(out + "/quantized/" + who, "outputs0")});
+      };
+      const auto quantized = phase("unsharded");
+      if (spec.expect.quantized) {
+        check::compare_within_bound(result.quantized, quantized, phase("float"), phase("bound"), steps,
+                                    "the float model");
+        result.quantized_compared = true;
+      }
+      if (spec.expect.quantized_sharded) {
+        const auto& tol = *spec.expect.quantized_sharded;
+        check::compare_with_unsharded(result.quantized_sharded, phase("sharded"), quantized, steps,
+                                      {tol.rtol, tol.atol}, "the unsharded quantized model");
+        result.quantized_sharded_compared = true;
+      }
     }
     if (steps == 0) {  // nothing trained: the final state is the initial one
       const auto again = replica_checks(last, scenario::Phase::kFinal);

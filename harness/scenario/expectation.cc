@@ -8,7 +8,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
                               const std::set<std::string>& table_names) {
   r.check_keys(node, path,
                {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state",
-                "resumed", "max_broadcast_seconds", "error", "loop"});
+                "resumed", "quantized", "quantized_sharded", "max_broadcast_seconds", "error", "loop"});
   Expectation e;
   if (node["replicas"]) {
     e.replicas = r.choice(node["replicas"], path + ".replicas", {"equal", "diverge"}) == "equal"
@@ -52,6 +52,16 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
   };
   if (YAML::Node g = node["global_model"]) e.global_model = tolerance(g, path + ".global_model");
   if (YAML::Node g = node["resumed"]) e.resumed = tolerance(g, path + ".resumed");
+  if (YAML::Node g = node["quantized"]) {
+    // The bound is each row's quantization step, computed, not a tolerance one gives.
+    if (g.IsMap() && (g["rtol"] || g["atol"])) {
+      r.fail(g["rtol"] ? g["rtol"] : g["atol"], path + ".quantized",
+             "is judged within the bound each row's quantization allows (stated in the report); it takes match "
+             "only");
+    }
+    e.quantized = tolerance(g, path + ".quantized");
+  }
+  if (YAML::Node g = node["quantized_sharded"]) e.quantized_sharded = tolerance(g, path + ".quantized_sharded");
   if (YAML::Node g = node["outputs"]) {
     if (g.IsMap() && g["match"]) r.fail(g["match"], path + ".outputs.match", "outputs take rtol and atol only");
     e.outputs = tolerance(g, path + ".outputs");
@@ -144,6 +154,15 @@ std::string Expectation::describe() const {
   if (resumed) {
     text += fmt::format("; the resumed run {} the uninterrupted one (rtol {}, atol {})",
                         resumed->match ? "matches" : "differs from", resumed->rtol, resumed->atol);
+  }
+  if (quantized) {
+    text += fmt::format("; the quantized tables {} the float model within each row's quantization bound",
+                        quantized->match ? "match" : "do not match");
+  }
+  if (quantized_sharded) {
+    text += fmt::format("; sharded for inference, the quantized model {} the unsharded one (rtol {}, atol {})",
+                        quantized_sharded->match ? "matches" : "differs from", quantized_sharded->rtol,
+                        quantized_sharded->atol);
   }
   if (outputs) text += fmt::format("; outputs compared (rtol {}, atol {})", outputs->rtol, outputs->atol);
   if (initial_state)

@@ -325,7 +325,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     r.section([&] {
       const std::string path = fmt::format("tables[{}]", i);
       const YAML::Node t = tables[i];
-      r.check_keys(t, path, {"name", "rows", "dim", "features", "pooling", "weighted", "data_type", "sharding"});
+      r.check_keys(t, path,
+                   {"name", "rows", "dim", "features", "pooling", "weighted", "data_type", "sharding", "quant"});
       dmp::EmbeddingBagConfig c;
       c.name = r.string(r.required(t, path, "name"), path + ".name");
       if (!names.insert(c.name).second)
@@ -366,6 +367,14 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
                                             c.feature_names.end());
       }
       if (t["data_type"]) c.data_type = r.choice_of(t["data_type"], path + ".data_type", dmp::kDataTypeNames);
+      if (t["quant"]) {
+        if (c.sequence) {
+          r.fail(t["quant"], path + ".quant",
+                 "quantizes an EmbeddingBagCollection's table; a sequence table (pooling: none) is not quantized "
+                 "by dmpcheck yet");
+        }
+        run.quant[c.name] = r.choice_of(t["quant"], path + ".quant", kQuantTypeNames);
+      }
       if (t["sharding"])
         run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);
       run.model.tables.push_back(c);

@@ -91,6 +91,13 @@ struct Tolerance {
 
 enum class ReplicaExpectation { kEqual, kDiverge };
 
+// A table's weights as TorchRec's quantization for inference stores them (`tables[i].quant`):
+// row-wise 8, 4 or 2 bit integers with a scale and a bias per row, or fp16.
+enum class QuantType { kInt8, kInt4, kInt2, kFp16 };
+inline constexpr Named<QuantType> kQuantTypeNames[] = {
+    {QuantType::kInt8, "int8"}, {QuantType::kInt4, "int4"}, {QuantType::kInt2, "int2"}, {QuantType::kFp16, "fp16"}};
+const char* quant_type_name(QuantType type);
+
 struct Expectation {
   ReplicaExpectation replicas = ReplicaExpectation::kEqual;
   // kDiverge: exactly these tensors differ across ranks (a bare table name means its weight);
@@ -110,6 +117,13 @@ struct Expectation {
   // after) to the last step, against the run that was never interrupted, every tensor within
   // this tolerance (match) or not.
   std::optional<Tolerance> resumed;
+  // Release cells with quantized tables: the trained model's tables quantized by the release's own
+  // path (quantize_embeddings), its pooled embeddings on the first batch against the float
+  // model's, every element within the bound each row's quantization allows (match), or some not.
+  std::optional<Tolerance> quantized;
+  // ... and the quantized module sharded for inference by the release's quant sharders (each
+  // table as its sharding's first type says), against the unsharded quantized module.
+  std::optional<Tolerance> quantized_sharded;
   // TorchRec cells: run the reference DMP on the same work, start TorchRec from its initial
   // weights, and compare every tensor after every step within this tolerance.
   std::optional<Tolerance> reference;
@@ -257,6 +271,7 @@ struct RunSpec {
   dmp::BehaviourProfile profile;
   dmp::ModelConfig model;
   std::map<std::string, dmp::ShardingConstraints> constraints;
+  std::map<std::string, QuantType> quant;  // table -> how its weights are quantized for inference
   dmp::FusedOptimizerConfig sparse_optimizer;
   dmp::DenseOptimizerConfig dense_optimizer;
   DataSpec data;

@@ -158,6 +158,37 @@ void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::
                        "(select release cells with 'when: {{system: torchrec==X.Y.Z}}')",
                        run.name));
   }
+  if (run.expect.quantized || run.expect.quantized_sharded) {
+    const YAML::Node at = run.expect.quantized ? node["quantized"] : node["quantized_sharded"];
+    const std::string field = path + (run.expect.quantized ? ".quantized" : ".quantized_sharded");
+    if (!run.on_torchrec()) {
+      r.fail(at, field,
+             fmt::format("quantizes through a release's own path (quantize_embeddings, its quant sharders); run '{}' "
+                         "runs on the reference, which does not model quantized lookups yet (select release cells "
+                         "with 'when: {{system: torchrec==X.Y.Z}}')",
+                         run.name));
+    }
+    if (run.torchrec_module != "embedding_bag_collection") {
+      r.fail(at, field,
+             fmt::format("quantizes an EmbeddingBagCollection; run '{}' shards a {}", run.name, run.torchrec_module));
+    }
+    std::vector<std::string> plain;
+    for (const auto& t : run.model.tables)
+      if (!t.sequence && !run.quant.count(t.name)) plain.push_back(t.name);
+    if (!plain.empty()) {
+      r.fail(at, field,
+             fmt::format("needs every pooled table's quantized data type; {} of run '{}' {} no 'quant' (int8, int4, "
+                         "int2 or fp16)",
+                         fmt::join(plain, ", "), run.name, plain.size() == 1 ? "has" : "have"));
+    }
+    if (std::any_of(run.model.tables.begin(), run.model.tables.end(), [](const auto& t) { return t.sequence; })) {
+      r.fail(at, field,
+             fmt::format("quantizes the EmbeddingBagCollection alone; run '{}' has sequence tables", run.name));
+    }
+    if (run.resume) {
+      r.fail(at, field, fmt::format("quantizes one run's trained model; run '{}' resumes in a second", run.name));
+    }
+  }
   if (run.expect.initial_state && run.init.from.empty()) {
     r.fail(node["initial_state"], path + ".initial_state",
            fmt::format("compares the initial state with init.from; run '{}' has no init.from", run.name));

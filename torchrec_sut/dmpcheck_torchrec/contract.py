@@ -13,7 +13,7 @@ import os
 import typing
 from typing import List
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class ContractError(ValueError):
@@ -35,6 +35,7 @@ class Table:
     pooling: str  # sum | mean | none (a sequence table, in an EmbeddingCollection)
     weighted: bool
     data_type: str  # fp32 | fp16 | bf16
+    quant: str  # how it is quantized for inference: int8 | int4 | int2 | fp16 ("": not)
     constraints: Constraints
 
 
@@ -88,6 +89,8 @@ class RunSpec:
     module: str  # embedding_bag_collection | embedding_bag
     outputs: bool
     unsharded: bool  # rank 0 also trains the modules unsharded (out/unsharded/), after the sharded run
+    quantized: bool  # rank 0 quantizes the trained tables, float vs quantized on batch 1 (out/quantized/)
+    quantized_sharded: bool  # ... and shards the quantized module for inference (out/quantized/sharded/)
     loop: str  # plain | train_pipeline_sparse_dist
     epochs: int  # passes over the steps' batches (data_iterator says over which iterator)
     batches_per_rank: List[int]  # per rank, batches per epoch; empty: steps / epochs on every rank

@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from dmpcheck_torchrec import checkpoint, contract, dump, loops, optim, oracle
+from dmpcheck_torchrec import checkpoint, contract, dump, loops, optim, oracle, quant
 from dmpcheck_torchrec.models import LAST_OUTPUTS, build_model, output_pieces
 from dmpcheck_torchrec.optim import Unsupported  # noqa: F401  (rank.py reports it by name)
 from dmpcheck_torchrec.planning import build_planner, plan_of
@@ -178,6 +178,10 @@ def run(spec, exchange, out_dir, rank, import_s):
             t2 = time.perf_counter()
             notes.append(oracle.train_unsharded(spec, exchange, out_dir, world) +
                          f", on rank 0 after the sharded run ({time.perf_counter() - t2:.2f} s)")
+        if spec.quantized:
+            t3 = time.perf_counter()
+            notes.append(quant.run(spec, exchange, out_dir, world, f"step{step}" if step else "init",
+                                   spec.quantized_sharded) + f" ({time.perf_counter() - t3:.2f} s)")
         meta = contract.RunMeta(contract.SCHEMA_VERSION, versions(), plan_rows, losses, notes,
                                 contract.Timings(import_s, init_s, plan_s, train_s),
                                 [contract.parse_part(contract.RankLoop, r, "loop") for r in records])

@@ -31,7 +31,8 @@ if mode == "hello":
 if mode == "fail" and rank == 1:
     os.makedirs(f"{out}/rank1", exist_ok=True)
     with open(f"{out}/rank1/error.json", "w") as f:
-        json.dump({"schema_version": 2, "kind": "torchrec", "message": "table t0 is on fire", "traceback": ""}, f)
+        from dmpcheck_torchrec.contract import SCHEMA_VERSION  # the version the launcher reads
+        json.dump({"schema_version": SCHEMA_VERSION, "kind": "torchrec", "message": "table t0 is on fire", "traceback": ""}, f)
     time.sleep(0.2)
     sys.exit(3)
 if mode == "crash" and rank == 0:

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "check/expectations.h"
+#include "check/global_model.h"
 #include "test_util.h"
 
 namespace dmpcheck::check {
@@ -91,6 +92,39 @@ TEST(Expectations, ALoopExpectationNamesTheRankAndEpochThatBrokeIt) {
   ASSERT_EQ(broken.failures.size(), 2u);
   EXPECT_TRUE(testing::contains(broken.failures[0], "rank 1 executed 1 batch(es) in epoch 2, expected 2"));
   EXPECT_TRUE(testing::contains(broken.failures[1], "rank 1 asked its exhausted data iterator for a batch 2 time(s)"));
+}
+
+TEST(Expectations, AQuantizedOutputIsHeldToItsOwnBoundElementByElement) {
+  const at::Tensor floats = at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({2, 2});
+  const at::Tensor bound = at::tensor({0.1f, 0.1f, 0.5f, 0.01f}).reshape({2, 2});
+  // Within its bound everywhere although one element is 0.4 off: its bound is 0.5.
+  const at::Tensor near = floats + at::tensor({0.05f, -0.09f, 0.4f, 0.0f}).reshape({2, 2});
+  // 0.02 off where the bound is 0.01: out, though far inside the largest bound.
+  const at::Tensor off = floats + at::tensor({0.0f, 0.0f, 0.0f, 0.02f}).reshape({2, 2});
+  RunResult r;
+  r.quantized_compared = true;
+  compare_within_bound(r.quantized, {{"pooled_embeddings.f0", near}, {"pooled_embeddings.f1", off}},
+                       {{"pooled_embeddings.f0", floats}, {"pooled_embeddings.f1", floats}},
+                       {{"pooled_embeddings.f0", bound}, {"pooled_embeddings.f1", bound}}, 1, "the float model");
+  ASSERT_EQ(r.quantized.size(), 2u);
+  EXPECT_TRUE(r.quantized[0].within_tolerance) << r.quantized[0].note;
+  EXPECT_FALSE(r.quantized[1].within_tolerance);
+  EXPECT_TRUE(testing::contains(r.quantized[1].note, "worst |diff| / bound 2")) << r.quantized[1].note;
+  scenario::Expectation e;
+  e.quantized = scenario::Tolerance{};
+  const ExpectationResult result = evaluate_expectation(e, r);
+  ASSERT_EQ(result.failures.size(), 1u);
+  EXPECT_TRUE(testing::contains(result.failures[0],
+                                "pooled_embeddings.f1 of the quantized model differs from the float model at step 1 "
+                                "beyond its bound"))
+      << result.failures[0];
+  e.quantized->match = false;  // a bug expected: met, since one tensor is beyond its bound
+  EXPECT_TRUE(evaluate_expectation(e, r).held);
+  r.quantized.pop_back();
+  EXPECT_TRUE(testing::contains(evaluate_expectation(e, r).failures.at(0), "every tensor is within its bound"));
+  r.quantized_compared = false;
+  e.quantized->match = true;
+  EXPECT_TRUE(testing::contains(evaluate_expectation(e, r).failures.at(0), "was not compared"));
 }
 
 }  // namespace

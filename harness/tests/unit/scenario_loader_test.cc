@@ -188,6 +188,37 @@ TEST(ScenarioLoader, ADivergenceIsJudgedAtInitOrFinalNotAfterAStep) {
   EXPECT_EQ(s.runs.at(0).expect.at, std::vector<Phase>{Phase::kFinal});
 }
 
+TEST(ScenarioLoader, QuantizedTablesAreJudgedOnReleases) {
+  const std::string tables =
+      "version: 1\nname: q\ntables:\n  - {name: t0, rows: 10, dim: 4, features: [f0], quant: int4}\n"
+      "  - {name: t1, rows: 10, dim: 4, features: [f1], pooling: mean, quant: fp16}\n";
+  const auto s = load_scenario_text(tables + "system: torchrec==0.7.0\nexpect:\n  - quantized: true\n"
+                                             "    quantized_sharded: {rtol: 0, atol: 0}\n",
+                                    "s.yaml");
+  const RunSpec& run = s.runs.at(0);
+  EXPECT_EQ(run.quant.at("t0"), QuantType::kInt4);
+  EXPECT_EQ(run.quant.at("t1"), QuantType::kFp16);
+  ASSERT_TRUE(run.expect.quantized.has_value());
+  EXPECT_TRUE(run.expect.quantized->match);
+  ASSERT_TRUE(run.expect.quantized_sharded.has_value());
+  EXPECT_EQ(run.expect.quantized_sharded->atol, 0.0);
+  // The bound is computed from each row, not given; the reference does not quantize.
+  EXPECT_TRUE(fails_with(tables + "system: torchrec==0.7.0\nexpect:\n  - quantized: {atol: 0.1}\n",
+                         "expect[0].quantized': is judged within the bound each row's quantization allows"));
+  EXPECT_TRUE(fails_with(tables + "expect:\n  - quantized: true\n",
+                         "runs on the reference, which does not model quantized lookups yet"));
+  EXPECT_TRUE(fails_with("version: 1\nname: q\nsystem: torchrec==0.7.0\ntables:\n"
+                         "  - {name: t0, rows: 10, dim: 4, features: [f0], quant: int8}\n"
+                         "  - {name: t1, rows: 10, dim: 4, features: [f1]}\nexpect:\n  - quantized: true\n",
+                         "t1 of run 'default' has no 'quant' (int8, int4, int2 or fp16)"));
+  EXPECT_TRUE(
+      fails_with("version: 1\nname: q\ntables:\n  - {name: t0, rows: 10, dim: 4, features: [f0], quant: int3}\n",
+                 "s.yaml:4", "tables[0].quant"));
+  EXPECT_TRUE(fails_with("version: 1\nname: q\ntables:\n"
+                         "  - {name: t0, rows: 10, dim: 4, features: [f0], pooling: none, quant: int8}\n",
+                         "a sequence table (pooling: none) is not quantized"));
+}
+
 TEST(ScenarioLoader, MatrixKeyMustBeARunField) {
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "matrix:\n  name: [a, b]\n",
                          "s.yaml:13: field 'matrix.name': a matrix varies a run field"));

@@ -1,0 +1,208 @@
+"""The trained model quantized for inference, by the release's own path, on rank 0.
+
+After the sharded run, rank 0 builds the scenario's EmbeddingBagCollection unsharded on cpu with
+the sharded model's final weights (every rank's last phase put together) and quantizes it with
+torchrec.inference.modules.quantize_embeddings, each table to its own data type
+(per_table_weight_dtype).  The first global batch goes through the float and the quantized
+collection; both outputs, and the bound each element may differ by, go to out/quantized/:
+float/, unsharded/ and bound/, phase outputs0, named pooled_embeddings.<key> as the model's own.
+With `sharded`, the quantized collection is also sharded for inference over world_size devices
+in this one process (TorchRec's inference sharding: one host, its devices) with the release's
+quant sharder, loaded with the unsharded quantized state, and run on the same batch:
+out/quantized/sharded/.
+
+The bound.  TorchRec quantizes a table row by row with FBGEMM's
+FloatOrHalfToFusedNBitRowwiseQuantizedSBHalf: bias = the row's min, scale = (max - min) /
+(2^bits - 1), both stored as fp16, each element rounded to the nearest step.  An element's error
+is at most scale / 2, plus what fp16 rounding of the scale and bias can add ((max - min + |min|)
+* 2^-11); an fp16 table's at most |x| * 2^-11 (the row's largest |x|).  A bag's bound is the sum
+of its ids' row bounds, each times |weight| (divided by its length for mean pooling), plus 2^-20
+of the bag's summed magnitudes for the order the two sides accumulate in.
+"""
+
+import os
+
+import torch
+
+from dmpcheck_torchrec import dump
+from dmpcheck_torchrec.models import build_model
+from dmpcheck_torchrec.optim import Unsupported
+from dmpcheck_torchrec.state import dmpcheck_name
+
+_BITS = {"int8": 8, "int4": 4, "int2": 2}
+_FP16_ULP = 2.0 ** -11
+
+
+def _dtypes():
+    return {"int8": torch.qint8, "int4": torch.quint4x2, "int2": torch.quint2x4, "fp16": torch.half}
+
+
+def _row_bounds(weight, quant):
+    """Per row of a float table, the most an element can change when quantized as `quant`."""
+    w = weight.detach().double()
+    if quant == "fp16":
+        return w.abs().amax(dim=1) * _FP16_ULP + 2.0 ** -24
+    lo, hi = w.amin(dim=1), w.amax(dim=1)
+    scale = (hi - lo) / (2 ** _BITS[quant] - 1)
+    return scale * (1 + 2 * _FP16_ULP) / 2 + (hi - lo + lo.abs()) * _FP16_ULP + 2.0 ** -24
+
+
+def _bags(rows, lengths):
+    """Per bag, the sum of its ids' rows."""
+    bag = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    return torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
+
+
+def _bounds(spec, ebc, kjt):
+    """Per output key of the collection, the bound of each element (see the module's text)."""
+    readers = {}
+    for t in spec.tables:
+        for f in t.features:
+            readers[f] = readers.get(f, 0) + 1
+    bags = kjt.to_dict()
+    out = {}
+    for t in spec.tables:
+        weight = ebc.embedding_bags[t.name].weight.detach().double()
+        per_row = _row_bounds(weight, t.quant)
+        for f in t.features:
+            jt = bags[f]
+            ids, lengths = jt.values().long(), jt.lengths().long()
+            scale = jt.weights().double().abs() if ebc.is_weighted() else torch.ones(ids.numel(), dtype=torch.double)
+            error = _bags((per_row[ids] * scale).unsqueeze(1).expand(-1, t.dim), lengths)
+            magnitude = _bags(weight[ids].abs() * scale.unsqueeze(1), lengths)
+            bound = error + magnitude * 2.0 ** -20
+            if t.pooling == "mean":
+                bound = bound / lengths.clamp(min=1).double().unsqueeze(1)
+            out[f if readers[f] == 1 else f"{f}@{t.name}"] = bound.float()
+    return out
+
+
+def _pieces(outputs):
+    return [{"name": "pooled_embeddings." + k, "sharding": "output", "replicated": False,
+             "full_sizes": list(v.shape), "row_offset": 0, "col_offset": 0, "tensor": v.detach().float()}
+            for k, v in sorted(outputs.items())]
+
+
+def _shard_for_inference(spec, qebc, world, batch, split):
+    """The quantized collection sharded for inference over `world` devices in this process, as
+    TorchRec's own CPU inference tests shard it, with the unsharded state loaded; its outputs."""
+    from torchrec.distributed.quant_embeddingbag import QuantEmbeddingBagCollectionSharder
+    from torchrec.distributed.shard import _shard_modules
+    from torchrec.distributed.sharding_plan import (column_wise, construct_module_sharding_plan, row_wise,
+                                                    table_wise)
+    from torchrec.distributed.types import ShardingEnv
+
+    try:  # TorchRec's CPU inference: the device each shard's lookup runs on follows the input's
+        from torchrec.distributed.global_settings import set_propogate_device
+    except ImportError:
+        # Before 0.8.0 the sharded lookups are placed on cuda whatever the input's device (measured:
+        # "Found no NVIDIA driver", or in a forked rank "Cannot re-initialize CUDA").
+        raise Unsupported("this release shards quantized modules for inference on cuda only (no "
+                          "torchrec.distributed.global_settings.set_propogate_device before 0.8.0)") from None
+    set_propogate_device(True)
+
+    per_param = {}
+    for t in spec.tables:
+        kind = t.constraints.sharding_types[0] if t.constraints.sharding_types else "table_wise"
+        if kind == "table_wise":
+            per_param[t.name] = table_wise(rank=spec.tables.index(t) % world)
+        elif kind == "row_wise":
+            per_param[t.name] = row_wise()
+        elif kind == "column_wise":
+            per_param[t.name] = column_wise(ranks=list(range(world)))
+        else:
+            raise Unsupported(f"table {t.name}: inference sharding as {kind} is not offered here "
+                              "(table_wise, row_wise, column_wise)")
+
+    class Wrapper(torch.nn.Module):  # _shard_modules shards a module's children
+        def __init__(self, ebc):
+            super().__init__()
+            self.ebc = ebc
+
+        def forward(self, kjt):
+            return self.ebc(kjt)
+
+    from torchrec.distributed.fused_params import FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS
+
+    sharder = QuantEmbeddingBagCollectionSharder(fused_params={FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS: split})
+    plan = construct_module_sharding_plan(qebc, per_param_sharding=per_param, local_size=world, world_size=world,
+                                          device_type="cpu", sharder=sharder)
+    from torchrec.distributed.types import ShardingPlan
+
+    unsharded_state = qebc.state_dict()
+    wrapped = _shard_modules(module=Wrapper(qebc), env=ShardingEnv.from_local(world, 0),
+                             plan=ShardingPlan({"ebc": plan}), device=torch.device("cpu"), sharders=[sharder])
+    wrapped.ebc.load_state_dict(unsharded_state)
+    result = wrapped(batch)
+    if hasattr(result, "wait"):
+        result = result.wait()
+    types = ", ".join(f"{t.name} {p.sharding_type}" for t in spec.tables for p in [plan[t.name]])
+    return result.to_dict(), f"sharded for inference over {world} cpu devices in one process ({types})"
+
+
+def _long(kjt):
+    """`kjt` with int64 ids and lengths: FBGEMM's inference lookups of 0.6.0 and 0.7.0 check
+    their indices as int64 only ("expected scalar type Long but found Int")."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    if getattr(kjt, "variable_stride_per_key", lambda: False)():
+        return kjt  # a variable batch goes in as the user hands it
+    return KeyedJaggedTensor(keys=kjt.keys(), values=kjt.values().long(), lengths=kjt.lengths().long(),
+                             weights=kjt.weights_or_none())
+
+
+def quantize(spec, ebc, split_scale_bias=False):
+    """`ebc` quantized by quantize_embeddings, each table to its `quant` (torch's quantize_dynamic
+    swaps a module's children, so the collection goes in as one).  `split_scale_bias`: its state
+    holds each row's scale and bias apart from the weights, the mode TorchRec's quant sharder
+    needs for row_wise and column_wise."""
+    from torchrec.inference.modules import quantize_embeddings
+
+    if split_scale_bias:
+        from torchrec.quant.embedding_modules import quant_prep_enable_quant_state_dict_split_scale_bias
+
+        quant_prep_enable_quant_state_dict_split_scale_bias(ebc)
+    dtypes = _dtypes()
+    holder = torch.nn.Module()
+    holder.ebc = ebc
+    return quantize_embeddings(holder, dtype=dtypes[spec.tables[0].quant], inplace=False,
+                               per_table_weight_dtype={t.name: dtypes[t.quant] for t in spec.tables}).ebc
+
+
+def run(spec, exchange, out_dir, world, final_phase, sharded):
+    """Quantizes the trained model and writes out/quantized/ as above; returns a note."""
+    with torch.random.fork_rng():  # the model's own draw is overwritten
+        model = build_model(spec, "cpu")
+    ebc = model.ebc
+    final = dump.read_assembled(out_dir, world, final_phase)
+    with torch.no_grad():
+        for key, v in ebc.state_dict().items():
+            name = dmpcheck_name("ebc." + key)
+            if name not in final:
+                raise Unsupported(f"the sharded model's {final_phase} holds no {name} to quantize")
+            v.copy_(final[name])
+    # Sharded, the collection is made with scale and bias apart (split mode), as TorchRec's CPU
+    # inference tests make it: its quant sharder asks for it for row_wise and column_wise, and
+    # without it a table_wise shard fails to load the unsharded state (measured on 0.8.0, 1.9.2).
+    split = sharded
+    qebc = quantize(spec, ebc, split_scale_bias=split)
+    batch = _long(dump.load_global_batch(exchange, 1, world))
+    with torch.no_grad():
+        floats = ebc(batch).to_dict()
+        quantized = qebc(batch).to_dict()
+        bounds = _bounds(spec, ebc, batch)
+    where = os.path.join(out_dir, "quantized")
+    dump.write_phase_in(os.path.join(where, "float"), "outputs0", _pieces(floats))
+    dump.write_phase_in(os.path.join(where, "unsharded"), "outputs0", _pieces(quantized))
+    dump.write_phase_in(os.path.join(where, "bound"), "outputs0", _pieces(bounds))
+    kinds = ", ".join(f"{t.name} {t.quant}" for t in spec.tables)
+    note = (f"the trained tables quantized by quantize_embeddings ({kinds}; output keys in the quantized "
+            f"collection's order: {', '.join(quantized)}), the first global batch run through the float and the "
+            "quantized EmbeddingBagCollection; bound per element: half the row's step plus fp16 rounding of its "
+            "scale and bias ((max - min + |min|) * 2^-11; fp16 tables |x| * 2^-11), summed over the bag's ids")
+    if sharded:
+        with torch.no_grad():
+            outputs, how = _shard_for_inference(spec, qebc, world, batch, split)
+        dump.write_phase_in(os.path.join(where, "sharded"), "outputs0", _pieces(outputs))
+        note += f"; the quantized collection {how}" + (", both with scale and bias apart (split mode)" if split else "")
+    return note
