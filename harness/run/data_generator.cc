@@ -63,9 +63,9 @@ dmp::KeyedJaggedTensor replayed_batch(const scenario::RunSpec& spec, int step) {
       const at::Tensor ids = ordered.values_of(ordered.key_index(feature));
       if (ids.numel() == 0) continue;
       const int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
-      DMP_CHECK(lo >= 0 && hi < table.num_embeddings, ErrorKind::kInvalidInput,
-                "{}: feature '{}' has id {} but table '{}' has rows [0, {})", path, feature, lo < 0 ? lo : hi,
-                table.name, table.num_embeddings);
+      DMP_CHECK(lo >= 0 && hi < spec.id_range(table), ErrorKind::kInvalidInput,
+                "{}: feature '{}' has id {} but table '{}' takes ids [0, {})", path, feature, lo < 0 ? lo : hi,
+                table.name, spec.id_range(table));
     }
   }
   return ordered;
@@ -173,7 +173,7 @@ dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step
   for (const auto& table : spec.model.tables) {
     for (const auto& feature : table.feature_names) {
       auto it = rows_of.find(feature);
-      rows_of[feature] = it == rows_of.end() ? table.num_embeddings : std::min(it->second, table.num_embeddings);
+      rows_of[feature] = it == rows_of.end() ? spec.id_range(table) : std::min(it->second, spec.id_range(table));
     }
   }
   const auto inverse = generated_inverse(spec, step);

@@ -27,6 +27,15 @@ struct Constraints {
   int column_shards = 0;                    // 0: the planner's choice
 };
 
+// A table behind managed collision: TorchRec's MCHManagedCollisionModule over raw ids in
+// [0, input_hash_size) (0: the table has none), evicting by `eviction` (lfu | distance_lfu | lru)
+// every `interval` forwards.
+struct ManagedCollision {
+  int64_t input_hash_size = 0;
+  std::string eviction;
+  int64_t interval = 0;
+};
+
 struct Table {
   std::string name;
   int64_t rows = 0;
@@ -36,6 +45,7 @@ struct Table {
   bool weighted = false;
   std::string data_type;  // fp32 | fp16 | bf16
   std::string quant;      // how it is quantized for inference: int8 | int4 | int2 | fp16 ("": not)
+  ManagedCollision managed_collision;
   Constraints constraints;
 };
 
@@ -204,8 +214,9 @@ struct RankError {
 };
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Constraints, sharding_types, column_shards)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ManagedCollision, input_hash_size, eviction, interval)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Table, name, rows, dim, features, pooling, weighted, data_type, quant,
-                                                constraints)
+                                                managed_collision, constraints)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SparseOptimizer, type, lr, eps, beta1, beta2, weight_decay,
                                                 weight_decay_mode)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(DenseOptimizer, type, lr, eps, beta1, beta2, momentum, weight_decay)

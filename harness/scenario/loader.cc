@@ -228,6 +228,7 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
 const char* fault_kind_name(FaultKind kind) { return name_in(kFaultKindNames, kind); }
 const char* init_mode_name(InitMode mode) { return name_in(kInitModeNames, mode); }
 const char* quant_type_name(QuantType type) { return name_in(kQuantTypeNames, type); }
+const char* mc_eviction_name(McEviction eviction) { return name_in(kMcEvictionNames, eviction); }
 
 std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) const {
   auto it = per_feature.find(feature);

@@ -60,7 +60,7 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
   for (const auto& t : run.model.tables) {
     for (const auto& f : t.feature_names) {
       auto it = table_of.find(f);
-      if (it == table_of.end() || t.num_embeddings < it->second->num_embeddings) table_of[f] = &t;
+      if (it == table_of.end() || run.id_range(t) < run.id_range(*it->second)) table_of[f] = &t;
     }
   }
   const auto& weighted = run.data.weighted_features;
@@ -100,7 +100,7 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
             bags.lengths.push_back(static_cast<int64_t>(v[b].size()));
             for (size_t i = 0; i < v[b].size(); ++i) {
               bags.ids.push_back(
-                  r.integer(v[b][i], fmt::format("{}[{}]", bag_path, i), 0, table->second->num_embeddings - 1));
+                  r.integer(v[b][i], fmt::format("{}[{}]", bag_path, i), 0, run.id_range(*table->second) - 1));
             }
           }
         } else {
@@ -111,7 +111,7 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
           if (!lengths.IsSequence()) r.expected(lengths, path + ".lengths", "a list of bag lengths");
           for (size_t i = 0; i < ids.size(); ++i) {
             bags.ids.push_back(
-                r.integer(ids[i], fmt::format("{}.ids[{}]", path, i), 0, table->second->num_embeddings - 1));
+                r.integer(ids[i], fmt::format("{}.ids[{}]", path, i), 0, run.id_range(*table->second) - 1));
           }
           int64_t total = 0;
           for (size_t i = 0; i < lengths.size(); ++i) {
@@ -326,7 +326,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       const std::string path = fmt::format("tables[{}]", i);
       const YAML::Node t = tables[i];
       r.check_keys(t, path,
-                   {"name", "rows", "dim", "features", "pooling", "weighted", "data_type", "sharding", "quant"});
+                   {"name", "rows", "dim", "features", "pooling", "weighted", "data_type", "sharding", "quant",
+                    "managed_collision"});
       dmp::EmbeddingBagConfig c;
       c.name = r.string(r.required(t, path, "name"), path + ".name");
       if (!names.insert(c.name).second)
@@ -374,6 +375,22 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
                  "by dmpcheck yet");
         }
         run.quant[c.name] = r.choice_of(t["quant"], path + ".quant", kQuantTypeNames);
+      }
+      if (YAML::Node mc = t["managed_collision"]) {
+        const std::string at = path + ".managed_collision";
+        if (!mc.IsMap()) r.expected(mc, at, "a mapping {input_hash_size: N, eviction: distance_lfu, interval: 1}");
+        r.check_keys(mc, at, {"input_hash_size", "eviction", "interval"});
+        if (c.sequence) {
+          r.fail(mc, at,
+                 "puts an EmbeddingBagCollection's table behind managed collision; a sequence table "
+                 "(pooling: none) is not yet");
+        }
+        ManagedCollision m;
+        m.input_hash_size =
+            r.integer(r.required(mc, at, "input_hash_size"), at + ".input_hash_size", 1, int64_t{1} << 62);
+        if (mc["eviction"]) m.eviction = r.choice_of(mc["eviction"], at + ".eviction", kMcEvictionNames);
+        if (mc["interval"]) m.interval = r.integer(mc["interval"], at + ".interval", 1, 1000000);
+        run.managed_collision[c.name] = m;
       }
       if (t["sharding"])
         run.constraints[c.name] = parse_constraints(r, t["sharding"], path + ".sharding", run.world_size);

@@ -98,6 +98,19 @@ inline constexpr Named<QuantType> kQuantTypeNames[] = {
     {QuantType::kInt8, "int8"}, {QuantType::kInt4, "int4"}, {QuantType::kInt2, "int2"}, {QuantType::kFp16, "fp16"}};
 const char* quant_type_name(QuantType type);
 
+// A table behind TorchRec's managed collision (`tables[i].managed_collision`): an MCH module
+// (MCHManagedCollisionModule) remaps raw ids in [0, input_hash_size) onto the table's rows
+// (zch_size = rows), admitting and evicting ids every `interval` forwards by its policy.
+enum class McEviction { kLfu, kDistanceLfu, kLru };
+inline constexpr Named<McEviction> kMcEvictionNames[] = {
+    {McEviction::kLfu, "lfu"}, {McEviction::kDistanceLfu, "distance_lfu"}, {McEviction::kLru, "lru"}};
+const char* mc_eviction_name(McEviction eviction);
+struct ManagedCollision {
+  int64_t input_hash_size = 0;
+  McEviction eviction = McEviction::kDistanceLfu;
+  int64_t interval = 1;
+};
+
 struct Expectation {
   ReplicaExpectation replicas = ReplicaExpectation::kEqual;
   // kDiverge: exactly these tensors differ across ranks (a bare table name means its weight);
@@ -271,7 +284,13 @@ struct RunSpec {
   dmp::BehaviourProfile profile;
   dmp::ModelConfig model;
   std::map<std::string, dmp::ShardingConstraints> constraints;
-  std::map<std::string, QuantType> quant;  // table -> how its weights are quantized for inference
+  std::map<std::string, QuantType> quant;                     // table -> how its weights are quantized for inference
+  std::map<std::string, ManagedCollision> managed_collision;  // table -> its MCH module
+  // The ids a table's feature takes: [0, rows), or a managed-collision table's raw ids.
+  int64_t id_range(const dmp::EmbeddingBagConfig& table) const {
+    const auto mc = managed_collision.find(table.name);
+    return mc == managed_collision.end() ? table.num_embeddings : mc->second.input_hash_size;
+  }
   dmp::FusedOptimizerConfig sparse_optimizer;
   dmp::DenseOptimizerConfig dense_optimizer;
   DataSpec data;

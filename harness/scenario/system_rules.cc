@@ -6,6 +6,11 @@
 namespace dmpcheck::scenario {
 
 std::optional<std::string> reference_cannot_model(const RunSpec& run) {
+  if (!run.managed_collision.empty()) {
+    return fmt::format("the reference DMP does not model managed collision (MCH remapping of raw ids) yet; table '{}' "
+                       "has it",
+                       run.managed_collision.begin()->first);
+  }
   for (const auto& t : run.model.tables) {
     const auto c = run.constraints.find(t.name);
     const bool data_parallel = c != run.constraints.end() && !c->second.sharding_types.empty() &&
@@ -21,6 +26,24 @@ std::optional<std::string> reference_cannot_model(const RunSpec& run) {
 namespace detail {
 
 void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec& run) {
+  if (!run.managed_collision.empty()) {
+    // TorchRec's ManagedCollisionEmbeddingBagCollection: one MCH module per table of the collection.
+    std::vector<std::string> plain;
+    for (const auto& t : run.model.tables)
+      if (!t.sequence && !run.managed_collision.count(t.name)) plain.push_back(t.name);
+    if (!plain.empty()) {
+      r.fail(root["tables"], "tables",
+             fmt::format("run '{}' puts some tables behind managed collision; a ManagedCollisionEmbeddingBagCollection "
+                         "needs it on every table of the collection, and {} {} none",
+                         run.name, fmt::join(plain, ", "), plain.size() == 1 ? "has" : "have"));
+    }
+    if (std::any_of(run.model.tables.begin(), run.model.tables.end(), [](const auto& t) { return t.sequence; }))
+      r.fail(root["tables"], "tables", "managed collision tables beside sequence tables are not supported yet");
+    if (!run.quant.empty())
+      r.fail(root["tables"], "tables", "managed collision tables are not quantized by dmpcheck yet (drop 'quant')");
+    if (run.torchrec_module != "embedding_bag_collection")
+      r.fail(root["torchrec"]["module"], "torchrec.module", "managed collision wraps an EmbeddingBagCollection");
+  }
   if (run.on_torchrec()) {
     // What the TorchRec rank program (torchrec_sut/) cannot do is refused here, before any rank starts.
     auto refuse = [&](const char* key, const std::string& why) {

@@ -27,6 +27,13 @@ class Constraints:
 
 
 @dataclasses.dataclass
+class ManagedCollision:
+    input_hash_size: int  # raw ids in [0, input_hash_size); 0: the table has no managed collision
+    eviction: str  # lfu | distance_lfu | lru
+    interval: int  # forwards between evictions
+
+
+@dataclasses.dataclass
 class Table:
     name: str
     rows: int
@@ -36,6 +43,7 @@ class Table:
     weighted: bool
     data_type: str  # fp32 | fp16 | bf16
     quant: str  # how it is quantized for inference: int8 | int4 | int2 | fp16 ("": not)
+    managed_collision: ManagedCollision
     constraints: Constraints
 
 

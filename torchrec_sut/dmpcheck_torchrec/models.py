@@ -64,7 +64,10 @@ class Model(nn.Module):
     def forward(self, batch):
         kjt = batch.sparse_features if self.pipelined else batch
         if self.ec is None:
-            pooled = self.ebc(kjt).to_dict()
+            pooled = self.ebc(kjt)
+            if isinstance(pooled, tuple):  # a managed-collision EBC: (pooled, remapped features or None)
+                pooled = pooled[0]
+            pooled = pooled.to_dict()
         else:
             pooled, per_id = {}, {}
             if self.ebc is not None:
@@ -162,6 +165,34 @@ def output_pieces(rank, world, batch_size, id_counts=None):
     return pieces
 
 
+def managed_collision(spec, ebc, configs, device):
+    """`ebc` behind TorchRec's managed collision: a ManagedCollisionEmbeddingBagCollection with an
+    MCH module per table (zch_size: its rows) over raw ids in [0, input_hash_size)."""
+    from torchrec.modules import mc_modules
+    from torchrec.modules.mc_embedding_modules import ManagedCollisionEmbeddingBagCollection
+
+    import inspect
+
+    policies = {"lfu": "LFU_EvictionPolicy", "distance_lfu": "DistanceLFU_EvictionPolicy", "lru": "LRU_EvictionPolicy"}
+    # From 1.x on an MCH module splits its rows into buckets, and row_wise sharding needs as many
+    # as ranks (1.9.2 refuses uneven buckets per rank); the unsharded module is built alike, so
+    # both remap an id into the same bucket.
+    extra = {}
+    if "buckets" in inspect.signature(mc_modules.MCHManagedCollisionModule.__init__).parameters:
+        extra["buckets"] = spec.world_size
+    modules = {}
+    for t in spec.tables:
+        mc = t.managed_collision
+        policy = getattr(mc_modules, policies[mc.eviction], None)
+        if policy is None:
+            raise Unsupported(f"table {t.name}: this release has no {policies[mc.eviction]} (eviction {mc.eviction})")
+        modules[t.name] = mc_modules.MCHManagedCollisionModule(
+            zch_size=t.rows, device=torch.device(device), eviction_policy=policy(), eviction_interval=mc.interval,
+            input_hash_size=mc.input_hash_size, **extra)
+    collection = mc_modules.ManagedCollisionCollection(modules, list(configs))
+    return ManagedCollisionEmbeddingBagCollection(ebc, collection, return_remapped_features=False)
+
+
 def build_model(spec, device="meta"):
     """The scenario's model as a TorchRec user writes it, with the sparse optimizer applied in backward."""
     from torchrec import EmbeddingBagConfig, PoolingType
@@ -202,8 +233,12 @@ def build_model(spec, device="meta"):
     # weighted tables is the user who forgot it (their batches still carry the weights).
     is_weighted = {"tables": all(weighted) and bool(weighted), "true": True, "false": False}[spec.is_weighted]
     model = Model(tables, spec.dense_layers, features, is_weighted, device, sequence_tables)
+    if any(t.managed_collision.input_hash_size for t in spec.tables):
+        model.ebc = managed_collision(spec, model.ebc, tables, device)
     opt_cls, opt_kwargs = optim.sparse_optimizer(spec.sparse_optimizer)
     for module in (model.ebc, model.ec):
         if module is not None:
-            apply_optimizer_in_backward(opt_cls, module.parameters(), dict(opt_kwargs))
+            # The tables' weights: an MCH module's own parameters (its remapping) take no gradient.
+            apply_optimizer_in_backward(opt_cls, [p for p in module.parameters() if p.requires_grad],
+                                        dict(opt_kwargs))
     return model

@@ -17,7 +17,7 @@ import torch
 from dmpcheck_torchrec import dump
 from dmpcheck_torchrec.models import LAST_OUTPUTS, build_model, output_pieces
 from dmpcheck_torchrec.optim import Unsupported, dense_optimizer
-from dmpcheck_torchrec.state import dmpcheck_name, table_of
+from dmpcheck_torchrec.state import MANAGED_COLLISION_STATE, dmpcheck_name, table_of
 
 # An in-backward optimizer's state as FBGEMM's fused kernels name it in the sharded model.
 _FUSED_STATE_NAMES = {"sum": "momentum1", "momentum1": "momentum1", "exp_avg": "exp_avg",
@@ -28,7 +28,7 @@ def _state(model, dense_opt, tables):
     """The unsharded model's tensors under the names the sharded model's dump gives them."""
     pieces = {}
     for key, v in model.state_dict().items():
-        if torch.is_floating_point(v):
+        if torch.is_floating_point(v) and MANAGED_COLLISION_STATE not in key:
             pieces[dmpcheck_name(key)] = v
     for key, p in model.named_parameters():
         table = table_of(key, tables)
@@ -56,7 +56,7 @@ def train_unsharded(spec, exchange, out_dir, world):
     with torch.no_grad():
         for key, v in model.state_dict().items():
             name = dmpcheck_name(key)
-            if not torch.is_floating_point(v):
+            if not torch.is_floating_point(v) or MANAGED_COLLISION_STATE in key:
                 continue
             if name not in initial:
                 raise Unsupported(f"the unsharded model holds {name}, which the sharded model's initial state lacks")

@@ -32,6 +32,8 @@ def make_sharder(spec):
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.types import ShardingType
 
+    if any(t.managed_collision.input_hash_size for t in spec.tables):
+        return _managed_collision_sharder(spec)
     if is_embedding_bag(spec):
         # A plain nn.EmbeddingBag has its own sharder; its sharding types are the base class's.
         from torchrec.distributed.embeddingbag import EmbeddingBagSharder
@@ -49,6 +51,28 @@ def make_sharder(spec):
             return types + [st for st in extra if st not in types]
 
     return CpuRowWiseSharder(), [f"the EBC sharder was extended to offer {', '.join(extra)} on cpu"]
+
+
+def _managed_collision_sharder(spec):
+    from torchrec.distributed.mc_embeddingbag import ManagedCollisionEmbeddingBagCollectionSharder
+
+    if spec.sharder == "stock":
+        return ManagedCollisionEmbeddingBagCollectionSharder(), []
+
+    class CpuManagedCollisionSharder(ManagedCollisionEmbeddingBagCollectionSharder):
+        # TorchRec's MC-EBC sharder offers no sharding type on cpu (TorchRec #2958): the ones it
+        # offers on cuda, as the extended sharder does for row_wise.
+        def sharding_types(self, compute_device_type):
+            return list(super().sharding_types("cuda"))
+
+        # ... and FBGEMM's fused kernel (the dense one fails at the first eviction, measured).
+        def compute_kernels(self, sharding_type, compute_device_type):
+            return [k for k in super().compute_kernels(sharding_type, "cuda") if k == "fused"]
+
+    offered = CpuManagedCollisionSharder().sharding_types("cpu")
+    return CpuManagedCollisionSharder(), [f"the managed-collision EBC sharder was extended to offer on cpu what it "
+                                          f"offers on cuda ({', '.join(offered)}; TorchRec #2958), with the "
+                                          f"fused kernel"]
 
 
 def plan_of(plan, table_names):

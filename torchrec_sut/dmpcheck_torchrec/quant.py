@@ -3,8 +3,8 @@
 After the sharded run, rank 0 builds the scenario's EmbeddingBagCollection unsharded on cpu with
 the sharded model's final weights (every rank's last phase put together) and quantizes it with
 torchrec.inference.modules.quantize_embeddings, each table to its own data type
-(per_table_weight_dtype).  The first global batch goes through the float and the quantized
-collection; both outputs, and the bound each element may differ by, go to out/quantized/:
+(per_table_weight_dtype).  The first global batch (rank 0's first batch as handed to TorchRec
+where it is a variable batch per feature) goes through the float and the quantized collection; both outputs, and the bound each element may differ by, go to out/quantized/:
 float/, unsharded/ and bound/, phase outputs0, named pooled_embeddings.<key> as the model's own.
 With `sharded`, the quantized collection is also sharded for inference over world_size devices
 in this one process (TorchRec's inference sharding: one host, its devices) with the release's
@@ -145,10 +145,11 @@ def _long(kjt):
     their indices as int64 only ("expected scalar type Long but found Int")."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-    if getattr(kjt, "variable_stride_per_key", lambda: False)():
-        return kjt  # a variable batch goes in as the user hands it
+    vbe = {}
+    if getattr(kjt, "variable_stride_per_key", lambda: False)():  # strides and inverse indices kept
+        vbe = {"stride_per_key_per_rank": kjt.stride_per_key_per_rank(), "inverse_indices": kjt.inverse_indices()}
     return KeyedJaggedTensor(keys=kjt.keys(), values=kjt.values().long(), lengths=kjt.lengths().long(),
-                             weights=kjt.weights_or_none())
+                             weights=kjt.weights_or_none(), **vbe)
 
 
 def quantize(spec, ebc, split_scale_bias=False):
@@ -187,22 +188,32 @@ def run(spec, exchange, out_dir, world, final_phase, sharded):
     split = sharded
     qebc = quantize(spec, ebc, split_scale_bias=split)
     batch = _long(dump.load_global_batch(exchange, 1, world))
+    # A variable batch per feature (VBE) goes in as a user hands it: rank 0's local batch, with its
+    # strides per key and inverse indices (the global batch is its expansion); the bound of each
+    # of its bags is that of the expanded bag it stands for.
+    local = _long(dump.load_batch(exchange, 1, 0))
+    vbe = getattr(local, "variable_stride_per_key", lambda: False)()
+    given = local if vbe else batch
     with torch.no_grad():
-        floats = ebc(batch).to_dict()
-        quantized = qebc(batch).to_dict()
+        floats = ebc(given).to_dict()
+        quantized = qebc(given).to_dict()
         bounds = _bounds(spec, ebc, batch)
+        if vbe:
+            bounds = {k: v[:spec.batch_size] for k, v in bounds.items()}
     where = os.path.join(out_dir, "quantized")
     dump.write_phase_in(os.path.join(where, "float"), "outputs0", _pieces(floats))
     dump.write_phase_in(os.path.join(where, "unsharded"), "outputs0", _pieces(quantized))
     dump.write_phase_in(os.path.join(where, "bound"), "outputs0", _pieces(bounds))
     kinds = ", ".join(f"{t.name} {t.quant}" for t in spec.tables)
+    what = ("rank 0's first batch as a variable batch per feature (VBE, as handed to TorchRec)" if vbe else
+            "the first global batch")
     note = (f"the trained tables quantized by quantize_embeddings ({kinds}; output keys in the quantized "
-            f"collection's order: {', '.join(quantized)}), the first global batch run through the float and the "
+            f"collection's order: {', '.join(quantized)}), {what} run through the float and the "
             "quantized EmbeddingBagCollection; bound per element: half the row's step plus fp16 rounding of its "
             "scale and bias ((max - min + |min|) * 2^-11; fp16 tables |x| * 2^-11), summed over the bag's ids")
     if sharded:
         with torch.no_grad():
-            outputs, how = _shard_for_inference(spec, qebc, world, batch, split)
+            outputs, how = _shard_for_inference(spec, qebc, world, given, split)
         dump.write_phase_in(os.path.join(where, "sharded"), "outputs0", _pieces(outputs))
         note += f"; the quantized collection {how}" + (", both with scale and bias apart (split mode)" if split else "")
     return note

@@ -16,9 +16,20 @@ def table_of(key, tables):
     return None
 
 
+# Where a managed-collision EBC keeps the collection it wraps (0.6.0's name, then 1.x's), and its
+# MCH modules' state (remapping tables, counts: not dumped yet, their layout per sharding is the
+# release's own).
+_WRAPPED = ("ebc._embedding_bag_collection.", "ebc._embedding_module.")
+MANAGED_COLLISION_STATE = "._managed_collision_collection."
+
+
 def dmpcheck_name(key):
     """dmpcheck names every table's tensors as an EBC's (ebc.embedding_bags.<table>.*), sequence
-    tables in the EmbeddingCollection (ec.embeddings.<table>.*) too."""
+    tables in the EmbeddingCollection (ec.embeddings.<table>.*) and the tables a managed-collision
+    EBC wraps too."""
+    for wrapped in _WRAPPED:
+        if key.startswith(wrapped):
+            return "ebc." + key[len(wrapped):]
     return "ebc.embedding_bags." + key[len("ec.embeddings."):] if key.startswith("ec.embeddings.") else key
 
 
@@ -41,6 +52,8 @@ def state_pieces(model, dense_opt, types, table_dims):
                            "row_offset": row_off, "col_offset": col_off, "tensor": t})
 
     for key, v in model.state_dict().items():
+        if MANAGED_COLLISION_STATE in key:
+            continue
         table = table_of(key, types)
         if isinstance(v, ShardedTensor):
             add_sharded(dmpcheck_name(key), types[table], v, table)

@@ -238,7 +238,7 @@ matrix:
   system: [reference, torchrec==1.9.2]
 expect:
   - {when: {system: reference}, replicas: equal, global_model: true, outputs: {rtol: 0, atol: 0}}
-  - {when: {system: torchrec==1.9.2}, replicas: equal, reference: {profile: release, rtol: 0, atol: 0}, outputs: {rtol: 0, atol: 0}}
+  - {when: {system: torchrec==1.9.2}, replicas: equal, reference: {profile: release, rtol: 0, atol: 0}, outputs: {rtol: 1.0e-6, atol: 0}}
 """
 
 
@@ -257,9 +257,14 @@ def test_a_reports_own_batches_replay_on_the_release_and_the_reference(tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     release = json.load(open(tmp_path / "r" / "replay-report" / "torchrec__1.9.2.json"))
     assert release["verdict"] == "pass" and {d["step"] for d in release["reference"]} == {0, 1, 2}
-    # The forward's outputs, bitwise against the reference's at the forward of each step.
+    # The forward's outputs against the reference's at the forward of each step: the pooled
+    # embeddings bitwise (the same batches); the model's output is a matmul, which torch 2.14.1 and
+    # Debian's libtorch 1.13 may round apart on some CPUs (measured: 2.98e-08, one ulp, at step 0
+    # on an AVX-512 machine; bitwise on the machines before it), hence rtol 1e-6 for it.
     outputs = {(d["name"], d["step"]) for d in release["reference"] if not d["name"].startswith(("ebc.", "dense."))}
     assert outputs == {(n, s) for n in ("pooled_embeddings.f0", "pooled_embeddings.f1", "model_output") for s in (0, 1)}, outputs
+    pooled = [d for d in release["reference"] if d["name"].startswith("pooled_embeddings.")]
+    assert all(d["max_abs_diff"] == 0 and d["elements_differing"] == 0 for d in pooled), pooled
     check = ("import sys, torch\n"
              "for step in (0, 1):\n"
              "    mine = torch.load('%s/batch%d.pt' % (sys.argv[1], step))\n"

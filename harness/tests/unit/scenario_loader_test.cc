@@ -219,6 +219,39 @@ TEST(ScenarioLoader, QuantizedTablesAreJudgedOnReleases) {
                          "a sequence table (pooling: none) is not quantized"));
 }
 
+TEST(ScenarioLoader, ManagedCollisionTablesTakeRawIdsAndRunOnReleases) {
+  const std::string head = "version: 1\nname: mc\nsystem: torchrec==1.9.2\ntables:\n";
+  const std::string t0 =
+      "  - {name: t0, rows: 10, dim: 4, features: [f0], managed_collision: {input_hash_size: 1000}}\n";
+  const auto s = load_scenario_text(head + t0 +
+                                        "  - {name: t1, rows: 10, dim: 4, features: [f1], managed_collision: "
+                                        "{input_hash_size: 50, eviction: lfu, interval: 3}}\n",
+                                    "s.yaml");
+  const RunSpec& run = s.runs.at(0);
+  EXPECT_EQ(run.managed_collision.at("t0").input_hash_size, 1000);
+  EXPECT_EQ(run.managed_collision.at("t0").eviction, McEviction::kDistanceLfu);
+  EXPECT_EQ(run.managed_collision.at("t1").eviction, McEviction::kLfu);
+  EXPECT_EQ(run.managed_collision.at("t1").interval, 3);
+  // Raw ids range over the hash space, not the rows.
+  EXPECT_EQ(run.id_range(run.model.tables[0]), 1000);
+  const at::Tensor ids = run::make_global_batch(run, 0).values_of(0);
+  EXPECT_GE(ids.max().item<int64_t>(), 10) << "no id drawn above the table's rows";
+  EXPECT_LT(ids.max().item<int64_t>(), 1000);
+  EXPECT_TRUE(fails_with(head + t0 + "  - {name: t1, rows: 10, dim: 4, features: [f1]}\n",
+                         "needs it on every table of the collection, and t1 has none"));
+  EXPECT_TRUE(
+      fails_with(head + "  - {name: t0, rows: 10, dim: 4, features: [f0], managed_collision: {eviction: lru}}\n",
+                 "tables[0].managed_collision", "input_hash_size"));
+  EXPECT_TRUE(fails_with(head + "  - {name: t0, rows: 10, dim: 4, features: [f0], managed_collision: "
+                                "{input_hash_size: 9, eviction: fifo}}\n",
+                         "tables[0].managed_collision.eviction"));
+  // The reference does not model it: its cell is skipped saying so.
+  const auto on_reference = load_scenario_text("version: 1\nname: mc\ntables:\n" + t0, "s.yaml");
+  const auto why = reference_cannot_model(on_reference.runs.at(0));
+  ASSERT_TRUE(why.has_value());
+  EXPECT_TRUE(testing::contains(*why, "does not model managed collision")) << *why;
+}
+
 TEST(ScenarioLoader, MatrixKeyMustBeARunField) {
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "matrix:\n  name: [a, b]\n",
                          "s.yaml:13: field 'matrix.name': a matrix varies a run field"));
