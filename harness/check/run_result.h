@@ -199,6 +199,10 @@ struct RunResult {
   std::vector<GlobalModelCheck> quantized;
   bool quantized_sharded_compared = false;
   std::vector<GlobalModelCheck> quantized_sharded;
+  // ... and the release's quantized lookup against the reference's (check/quantized_lookup.h) on the
+  // same trained weights and batch: reported, and held bitwise where a test says so.
+  bool quantized_reference_compared = false;
+  std::vector<ReferenceDiff> quantized_reference;
   BroadcastCost init_broadcast;
   // Set where the profile broadcasts and the scenario does not turn it off: every method of
   // broadcasting the same replicated parameters, timed side by side.

@@ -79,6 +79,19 @@ std::string render_run_table(const check::RunResult& r) {
   if (r.quantized_compared && !r.quantized.empty()) {
     out += comparison_line("quantized", r.quantized, "the float model (each row's quantization bound)");
   }
+  if (r.quantized_reference_compared && !r.quantized_reference.empty()) {
+    int bitwise = 0;
+    const check::ReferenceDiff* worst = &r.quantized_reference.front();
+    for (const auto& d : r.quantized_reference) {
+      bitwise += d.within_tolerance ? 1 : 0;
+      if (d.max_abs_diff > worst->max_abs_diff) worst = &d;
+    }
+    out += fmt::format(
+        "   quantized, against the reference's quantized lookup: {}/{} outputs bitwise; worst {}, max |diff| "
+        "{:.3g}, {} element(s) not bitwise{}\n",
+        bitwise, r.quantized_reference.size(), worst->name, worst->max_abs_diff, worst->elements_differing,
+        worst->note.empty() ? "" : " (" + worst->note + ")");
+  }
   if (r.quantized_sharded_compared && !r.quantized_sharded.empty()) {
     out += comparison_line("quantized, sharded for inference", r.quantized_sharded, "the unsharded quantized model");
   }

@@ -63,8 +63,9 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunResult, scenario, scenario_fi
                                                 reference, reference_first_break_step, init_from_compared, init_from,
                                                 resumed_compared, resumed_world_size, resumed, quantized_compared,
                                                 quantized, quantized_sharded_compared, quantized_sharded,
-                                                init_broadcast, broadcast_probe, losses, loop, loops, digests, timings,
-                                                failure, expectation, verdict, skip_reason)
+                                                quantized_reference_compared, quantized_reference, init_broadcast,
+                                                broadcast_probe, losses, loop, loops, digests, timings, failure,
+                                                expectation, verdict, skip_reason)
 
 }  // namespace dmpcheck::check
 

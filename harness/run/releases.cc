@@ -472,6 +472,12 @@ int measure_fidelity(const ReleaseOptions& options) {
           if (!d.note.empty()) w.note = d.note;
         }
         for (auto& [name, w] : worst) rows.push_back(w);
+        // The quantized lookup (expect.quantized): the release's against the reference's, on the
+        // release's trained weights and the first batch.
+        for (const auto& d : r.quantized_reference) {
+          rows.push_back({release, s.name, labels[c], "quantized " + d.name, d.max_abs_diff, d.max_rel_diff,
+                          d.elements_differing, 0, d.note, false});
+        }
       }
     }
     if (!version_line.empty()) versions.push_back(version_line);
@@ -528,6 +534,12 @@ int measure_fidelity(const ReleaseOptions& options) {
         "- **FBGEMM's CPU arithmetic**: mean pooling as the sum times a float 1/L; each row's gradient "
         "accumulated in batch order with one rounding per id; SGD and Adagrad updates rounded once (Adagrad's "
         "weight update in double); row-wise Adagrad's mean square over eight float lanes.\n"
+        "- **The quantized lookup** (`fidelity-quantized`, rows `quantized <output>`): the trained table "
+        "quantized as TorchRec's quantize_embeddings does it (FBGEMM's row-wise quantization: the bias the row's "
+        "minimum and the scale (max - min) / (2^bits - 1), both rounded to fp16, each element rounded to its "
+        "level; fp16 tables rounded to fp16) and pooled as FBGEMM's CPU inference kernels pool it (per id "
+        "`fma(scale x weight, level, out + bias x weight)`, a mean times a float 1/L): int8, int4, int2 and "
+        "fp16, weighted or not (check/quantized_lookup.h).\n"
         "- **Row-wise means** divided by `L + 1e-6`, and beside them the row-wise *sum* features by `1 + 1e-6` "
         "(TorchRec builds one divisor for every reduce-scattered feature).\n"
         "- **DDP's gradient buckets** (measured with a comm hook on 0.6.0 and 1.9.2): TorchRec's DDP "
@@ -543,7 +555,8 @@ int measure_fidelity(const ReleaseOptions& options) {
         "weights and of the embedding gradients differ from step 1: SGD's update mostly hides them, Adagrad's "
         "squared-gradient state shows them, and its update amplifies them where that state is small. Built "
         "against torch 2.14.1's libtorch (`bash ci/torch2.sh`) the reference is bitwise on every row of all four "
-        "scenarios against both releases (measured: 360 of 360 tensors).\n\n"
+        "training scenarios against both releases (measured: 360 of 360 tensors, before the quantized scenario "
+        "was added).\n\n"
         "Taken from the release: its plan (a `start: seed` cell runs the reference on the release's own plan; "
         "the reference's own planner places every shard the same, checked on 450 table sets in "
         "`Planner.PlacesEveryShardWhere*`), and, with `start: reference`, the initial weights: the release "

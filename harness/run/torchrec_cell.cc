@@ -17,6 +17,7 @@
 
 #include "check/expectations.h"
 #include "check/global_model.h"
+#include "check/quantized_lookup.h"
 #include "check/replica_check.h"
 #include "common/error.h"
 #include "common/file_io.h"
@@ -563,6 +564,19 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
         check::compare_within_bound(result.quantized, quantized, phase("float"), phase("bound"), steps,
                                     "the float model");
         result.quantized_compared = true;
+      }
+      // The reference's quantized lookup on the release's trained weights and the same batch (a
+      // variable batch goes to the release as rank 0's local batch: not compared).
+      if (!spec.data.variable_batch()) {
+        const auto ours = check::quantized_pooled(spec, assemble_full(last), make_global_batch(spec, 0));
+        for (const auto& [name, theirs] : quantized) {
+          const auto it = ours.find(name);
+          result.quantized_reference.push_back(
+              it == ours.end()
+                  ? check::absent_tensor(name, steps, theirs.numel(), "the reference has no such output")
+                  : check::diff_tensor(name, theirs, it->second, steps, 0.0, 0.0, "the release's", "the reference's"));
+        }
+        result.quantized_reference_compared = true;
       }
       if (spec.expect.quantized_sharded) {
         const auto& tol = *spec.expect.quantized_sharded;

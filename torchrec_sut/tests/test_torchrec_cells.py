@@ -1147,3 +1147,30 @@ def test_bisect_over_commits_names_the_fix_and_runs_each_commits_own_source(tmp_
     bad.write_text(seed_on(["torchrec@0000000"], "  - replicas: equal\n"))
     p = dmpcheck("run", str(bad), "--quiet", "--out", str(tmp_path / "run"), env=envs)
     assert "TorchRec's repository" in p.stdout and "has no commit '0000000'" in p.stdout, p.stdout + p.stderr
+
+
+def test_the_references_quantized_lookup_is_the_releases_bitwise(tmp_path):
+    """The reference's quantized lookup (check/quantized_lookup.h: FBGEMM's row-wise quantization
+    and its CPU inference kernels' arithmetic, written anew) on the release's trained weights is
+    bitwise the release's own, for int8, int4, int2 and fp16 tables with weighted features, and
+    with mixed sum and mean pooling; 0.6.0's mislabelled keys (PR #1646) are not."""
+    need("0.6.0", "0.7.0", "1.9.2")
+    runs = []
+    for scenario in (os.path.join(ROOT, "scenarios", "examples", "quantized_lookup.yaml"),
+                     os.path.join(ROOT, "scenarios", "regressions", "torchrec-1646-quantized-ebc-mixed-pooling.yaml")):
+        p = dmpcheck("run", scenario, "--quiet", "--out", str(tmp_path / "r"),
+                     "--filter", r"torchrec==(0\.6\.0|0\.7\.0|1\.9\.2)")
+        assert p.returncode == 0, p.stdout + p.stderr
+    for path in sorted(glob.glob(str(tmp_path / "r" / "*" / "*.json"))):
+        report = json.load(open(path))
+        if "quantized_reference" not in report:
+            continue
+        runs.append(report["run"])
+        assert report["quantized_reference_compared"], path
+        checks = report["quantized_reference"]
+        assert {c["name"] for c in checks} == {"pooled_embeddings.f0", "pooled_embeddings.f1", "pooled_embeddings.f2"}
+        if report["system"]["torchrec"] == "0.6.0":
+            assert not any(c["within_tolerance"] for c in checks), checks
+        else:
+            assert all(c["within_tolerance"] and c["max_abs_diff"] == 0 for c in checks), (path, checks)
+    assert len(runs) == 7, runs

@@ -7,6 +7,8 @@
 
 #include "check/expectations.h"
 #include "check/global_model.h"
+#include "check/quantized_lookup.h"
+#include "dmp/embedding_config.h"
 #include "test_util.h"
 
 namespace dmpcheck::check {
@@ -125,6 +127,41 @@ TEST(Expectations, AQuantizedOutputIsHeldToItsOwnBoundElementByElement) {
   r.quantized_compared = false;
   e.quantized->match = true;
   EXPECT_TRUE(testing::contains(evaluate_expectation(e, r).failures.at(0), "was not compared"));
+}
+
+TEST(QuantizedLookup, RowsQuantizeAsFbgemmDoesAndPoolAsItsInferenceKernels) {
+  scenario::RunSpec run;
+  dmp::EmbeddingBagConfig t;
+  t.name = "t";
+  t.num_embeddings = 2;
+  t.embedding_dim = 4;
+  t.feature_names = {"f"};
+  run.model.tables = {t};
+  run.quant["t"] = scenario::QuantType::kInt2;
+  // Row 0 sits on the levels of its own range exactly (bias 0, scale 1); row 1's 0.4 lies 0.4 of a
+  // step above level 0 and 1.6 rounds up to level 2 (scale 0.9 / 3 rounded to fp16).
+  const at::Tensor weight = at::tensor({0.0f, 1.0f, 2.0f, 3.0f, 0.1f, 0.4f, 1.0f, 0.7f}).reshape({2, 4});
+  // Bag 0: rows 0 and 1; bag 1: row 1 alone.
+  const dmp::KeyedJaggedTensor batch({"f"}, at::tensor({0, 1, 1}, at::kLong), at::tensor({2, 1}, at::kLong));
+  const auto out = quantized_pooled(run, {{dmp::table_weight_key("t"), weight}}, batch);
+  const at::Tensor pooled = out.at(dmp::pooled_output_key("f"));
+  const float bias = static_cast<float>(c10::Half(0.1f)), scale = static_cast<float>(c10::Half(0.9f / 3));
+  const float row1[4] = {bias, std::fma(scale, 1.0f, bias), std::fma(scale, 3.0f, bias), std::fma(scale, 2.0f, bias)};
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(pooled[1][c].item<float>(), row1[c]) << c;
+    // Row 0 then row 1, each id as out = fma(scale, level, out + bias).
+    const float levels1[4] = {0.0f, 1.0f, 3.0f, 2.0f};
+    EXPECT_EQ(pooled[0][c].item<float>(), std::fma(scale, levels1[c], static_cast<float>(c) + bias)) << c;
+  }
+  // Mean pooling: the sum times a float 1 / L; fp16: each element rounded to fp16.
+  run.model.tables[0].pooling = dmp::PoolingType::kMean;
+  run.quant["t"] = scenario::QuantType::kFp16;
+  const at::Tensor mean =
+      quantized_pooled(run, {{dmp::table_weight_key("t"), weight}}, batch).at("pooled_embeddings.f");
+  for (int c = 0; c < 4; ++c) {
+    const float sum = static_cast<float>(c) + static_cast<float>(c10::Half(weight[1][c].item<float>()));
+    EXPECT_EQ(mean[0][c].item<float>(), sum * (1.0f / 2.0f)) << c;
+  }
 }
 
 }  // namespace
