@@ -553,6 +553,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       if (spec.expect.reference) compare(per_rank, phase, step, *spec.expect.outputs);
       if (spec.expect.global_model) unsharded(per_rank, phase, step, *spec.expect.outputs);
     }
+    const auto final_state = assemble_full(last);  // every full tensor after the last step
     // The trained model quantized (rank 0's out/quantized): on the first batch, against the float
     // model within each element's bound, and sharded for inference against unsharded.
     if (spec.expect.quantized || spec.expect.quantized_sharded) {
@@ -568,7 +569,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
       // The reference's quantized lookup on the release's trained weights and the same batch (a
       // variable batch goes to the release as rank 0's local batch: not compared).
       if (!spec.data.variable_batch()) {
-        const auto ours = check::quantized_pooled(spec, assemble_full(last), make_global_batch(spec, 0));
+        const auto ours = check::quantized_pooled(spec, final_state, make_global_batch(spec, 0));
         for (const auto& [name, theirs] : quantized) {
           const auto it = ours.find(name);
           result.quantized_reference.push_back(
@@ -598,7 +599,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
           check::compare_with_checkpoint(assemble_full(read_ranks(out, spec.world_size, "init")), user_weights);
       result.init_from_compared = true;
     }
-    for (const auto& [name, tensor] : assemble_full(last)) result.digests[name] = tensor_digest(tensor);
+    for (const auto& [name, tensor] : final_state) result.digests[name] = tensor_digest(tensor);
     result.timings.check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - check_start).count();
   } catch (const Error& e) {
     result.failure = check::RankFailure{

@@ -24,13 +24,23 @@ std::optional<std::string> reference_cannot_model(const RunSpec& run) {
 }
 
 namespace detail {
+namespace {
+
+// The pooled tables of `run` that `per_table` (a per-table setting: quant, managed_collision) leaves out.
+template <typename Setting>
+std::vector<std::string> pooled_tables_without(const RunSpec& run, const std::map<std::string, Setting>& per_table) {
+  std::vector<std::string> out;
+  for (const auto& t : run.model.tables)
+    if (!t.sequence && !per_table.count(t.name)) out.push_back(t.name);
+  return out;
+}
+
+}  // namespace
 
 void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec& run) {
   if (!run.managed_collision.empty()) {
     // TorchRec's ManagedCollisionEmbeddingBagCollection: one MCH module per table of the collection.
-    std::vector<std::string> plain;
-    for (const auto& t : run.model.tables)
-      if (!t.sequence && !run.managed_collision.count(t.name)) plain.push_back(t.name);
+    const std::vector<std::string> plain = pooled_tables_without(run, run.managed_collision);
     if (!plain.empty()) {
       r.fail(root["tables"], "tables",
              fmt::format("run '{}' puts some tables behind managed collision; a ManagedCollisionEmbeddingBagCollection "
@@ -195,9 +205,7 @@ void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::
       r.fail(at, field,
              fmt::format("quantizes an EmbeddingBagCollection; run '{}' shards a {}", run.name, run.torchrec_module));
     }
-    std::vector<std::string> plain;
-    for (const auto& t : run.model.tables)
-      if (!t.sequence && !run.quant.count(t.name)) plain.push_back(t.name);
+    const std::vector<std::string> plain = pooled_tables_without(run, run.quant);
     if (!plain.empty()) {
       r.fail(at, field,
              fmt::format("needs every pooled table's quantized data type; {} of run '{}' {} no 'quant' (int8, int4, "
