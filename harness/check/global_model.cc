@@ -27,6 +27,19 @@ static GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor
     return check;
   }
   if (actual.numel() == 0) return check;
+  if (!at::isFloatingType(actual.scalar_type()) || !at::isFloatingType(expected.scalar_type())) {
+    // Integer state (a managed-collision module's ids and counters) is held exactly, whatever the
+    // tolerances: an id one off is another row.
+    const at::Tensor a = actual.to(at::kLong);
+    const at::Tensor b = expected.detach().to(at::kLong);
+    const int64_t count = a.ne(b).sum().item<int64_t>();
+    // The difference in int64 (ids beyond 2^53 stay apart), then as a double for the report.
+    check.max_abs_diff = count == 0 ? 0.0 : static_cast<double>((a - b).abs().max().item<int64_t>());
+    check.max_allowed_excess = check.max_abs_diff;  // any difference is beyond the tolerance
+    check.within_tolerance = count == 0;
+    if (count > 0) check.note = fmt::format("{} of {} integers differ (held exactly)", count, actual.numel());
+    return check;
+  }
   const at::Tensor a = actual.to(at::kDouble);
   const at::Tensor b = expected.detach().to(at::kDouble);
   const at::Tensor diff = (a - b).abs();

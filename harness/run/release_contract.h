@@ -20,7 +20,7 @@
 
 namespace dmpcheck::run::contract {
 
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 struct Constraints {
   std::vector<std::string> sharding_types;  // empty: any the planner likes
@@ -184,6 +184,9 @@ struct Piece {
   int64_t row_offset = 0, col_offset = 0;
   std::vector<int64_t> sizes;
   uint64_t offset = 0;  // byte offset in <phase>.bin
+  // The bytes' element type: "float32" (weights, optimizer state, outputs) or "int64" (a
+  // managed-collision module's remapping tables and counters, exact beyond float32's 2^24).
+  std::string dtype = "float32";
 };
 
 struct Phase {
@@ -236,7 +239,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunMeta, schema_version, version
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanAnswer, schema_version, versions, plan, notes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProbeAnswer, schema_version, versions, python)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Piece, name, sharding, replicated, full_sizes, row_offset, col_offset,
-                                                sizes, offset)
+                                                sizes, offset, dtype)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Phase, schema_version, phase, tensors)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankError, schema_version, kind, message, traceback)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Batch, schema_version, keys, lengths, values, weighted, weights,

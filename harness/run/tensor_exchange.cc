@@ -20,10 +20,12 @@ void write_exchange_phase(const std::string& dir, const std::string& phase, cons
   manifest.phase = phase;
   std::string bytes;
   for (const auto& p : pieces) {
-    const at::Tensor t = p.tensor.detach().to(at::kFloat).contiguous();
-    manifest.tensors.push_back(
-        {p.name, p.sharding, p.replicated, p.full_sizes, p.row_offset, p.col_offset, t.sizes().vec(), bytes.size()});
-    bytes.append(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * sizeof(float));
+    // Integers stay exact (a managed-collision module's ids); everything else is float32.
+    const bool exact = p.tensor.scalar_type() == at::kLong;
+    const at::Tensor t = p.tensor.detach().to(exact ? at::kLong : at::kFloat).contiguous();
+    manifest.tensors.push_back({p.name, p.sharding, p.replicated, p.full_sizes, p.row_offset, p.col_offset,
+                                t.sizes().vec(), bytes.size(), exact ? "int64" : "float32"});
+    bytes.append(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * t.element_size());
   }
   report::write_text_file_atomically(dir + "/" + phase + ".bin", bytes);
   report::write_text_file_atomically(dir + "/" + phase + ".json", nlohmann::json(manifest).dump());
@@ -40,14 +42,18 @@ std::vector<ExchangePiece> read_exchange_phase(const std::string& dir, const std
   const std::string data(std::istreambuf_iterator<char>(data_in), {});
   std::vector<ExchangePiece> out;
   for (const auto& e : manifest.tensors) {
+    DMP_CHECK(e.dtype == "float32" || e.dtype == "int64", ErrorKind::kRankFailed,
+              "{}: '{}' has dtype '{}'; the exchange holds float32 or int64", manifest_path, e.name, e.dtype);
+    const auto type = e.dtype == "int64" ? at::kLong : at::kFloat;
+    const size_t width = e.dtype == "int64" ? sizeof(int64_t) : sizeof(float);
     int64_t numel = 1;
     for (int64_t size : e.sizes) numel *= size;
-    const size_t end = e.offset + static_cast<size_t>(numel) * sizeof(float);
+    const size_t end = e.offset + static_cast<size_t>(numel) * width;
     DMP_CHECK(numel >= 0 && end <= data.size(), ErrorKind::kRankFailed, "{}: '{}' ends at byte {} but {} holds {}",
               manifest_path, e.name, end, data_path, data.size());
     ExchangePiece p{
-        e.name, e.sharding, e.replicated, e.full_sizes, e.row_offset, e.col_offset, at::empty(e.sizes, at::kFloat)};
-    std::memcpy(p.tensor.data_ptr(), data.data() + e.offset, static_cast<size_t>(numel) * sizeof(float));
+        e.name, e.sharding, e.replicated, e.full_sizes, e.row_offset, e.col_offset, at::empty(e.sizes, type)};
+    std::memcpy(p.tensor.data_ptr(), data.data() + e.offset, static_cast<size_t>(numel) * width);
     out.push_back(std::move(p));
   }
   return out;
@@ -62,7 +68,7 @@ std::map<std::string, at::Tensor> assemble_full(const std::vector<std::vector<Ex
         continue;
       }
       auto it = full.find(p.name);
-      if (it == full.end()) it = full.emplace(p.name, at::zeros(p.full_sizes, at::kFloat)).first;
+      if (it == full.end()) it = full.emplace(p.name, at::zeros(p.full_sizes, p.tensor.scalar_type())).first;
       at::Tensor& whole = it->second;
       DMP_CHECK(whole.sizes().vec() == p.full_sizes && p.tensor.dim() == whole.dim() && whole.dim() <= 2,
                 ErrorKind::kRankFailed, "rank {}: piece of '{}' with shape [{}] does not fit [{}]", rank, p.name,

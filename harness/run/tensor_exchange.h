@@ -1,7 +1,8 @@
 // The tensor exchange between dmpcheck and a TorchRec rank program (torchrec_sut/dmpcheck_torchrec/
-// dump.py documents the format): one phase of one rank is <dir>/<phase>.bin (float32 bytes) and
-// <dir>/<phase>.json (the pieces, written last).  Files, not a store: the Debian libtorch and a
-// release's torch never load into one process, and their TCPStores do not speak to each other.
+// dump.py documents the format): one phase of one rank is <dir>/<phase>.bin (float32 bytes; int64
+// for a managed-collision module's ids and counters) and <dir>/<phase>.json (the pieces, written last).  Files, not a
+// store: the Debian libtorch and a release's torch never load into one process, and their TCPStores do not speak to
+// each other.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ struct ExchangePiece {
   std::vector<int64_t> full_sizes;
   int64_t row_offset = 0;
   int64_t col_offset = 0;
-  at::Tensor tensor;  // float32
+  at::Tensor tensor;  // float32, or int64 (exact integer state)
 };
 
 void write_exchange_phase(const std::string& dir, const std::string& phase, const std::vector<ExchangePiece>& pieces);

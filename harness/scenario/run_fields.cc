@@ -380,11 +380,6 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
         const std::string at = path + ".managed_collision";
         if (!mc.IsMap()) r.expected(mc, at, "a mapping {input_hash_size: N, eviction: distance_lfu, interval: 1}");
         r.check_keys(mc, at, {"input_hash_size", "eviction", "interval"});
-        if (c.sequence) {
-          r.fail(mc, at,
-                 "puts an EmbeddingBagCollection's table behind managed collision; a sequence table "
-                 "(pooling: none) is not yet");
-        }
         ManagedCollision m;
         m.input_hash_size =
             r.integer(r.required(mc, at, "input_hash_size"), at + ".input_hash_size", 1, int64_t{1} << 62);

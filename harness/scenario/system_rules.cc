@@ -26,12 +26,14 @@ std::optional<std::string> reference_cannot_model(const RunSpec& run) {
 namespace detail {
 namespace {
 
-// The pooled tables of `run` that `per_table` (a per-table setting: quant, managed_collision) leaves out.
+// The tables of one collection of `run` (the pooled ones, or the sequence ones) that `per_table`
+// (a per-table setting: quant, managed_collision) leaves out.
 template <typename Setting>
-std::vector<std::string> pooled_tables_without(const RunSpec& run, const std::map<std::string, Setting>& per_table) {
+std::vector<std::string> tables_without(const RunSpec& run, const std::map<std::string, Setting>& per_table,
+                                        bool sequence = false) {
   std::vector<std::string> out;
   for (const auto& t : run.model.tables)
-    if (!t.sequence && !per_table.count(t.name)) out.push_back(t.name);
+    if (t.sequence == sequence && !per_table.count(t.name)) out.push_back(t.name);
   return out;
 }
 
@@ -39,16 +41,20 @@ std::vector<std::string> pooled_tables_without(const RunSpec& run, const std::ma
 
 void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec& run) {
   if (!run.managed_collision.empty()) {
-    // TorchRec's ManagedCollisionEmbeddingBagCollection: one MCH module per table of the collection.
-    const std::vector<std::string> plain = pooled_tables_without(run, run.managed_collision);
-    if (!plain.empty()) {
+    // TorchRec's ManagedCollisionEmbeddingBagCollection (pooled tables) and
+    // ManagedCollisionEmbeddingCollection (sequence tables): one MCH module per table of the collection.
+    for (const bool sequence : {false, true}) {
+      const std::vector<std::string> plain = tables_without(run, run.managed_collision, sequence);
+      const size_t in_collection = static_cast<size_t>(std::count_if(
+          run.model.tables.begin(), run.model.tables.end(), [&](const auto& t) { return t.sequence == sequence; }));
+      if (plain.empty() || plain.size() == in_collection) continue;
       r.fail(root["tables"], "tables",
-             fmt::format("run '{}' puts some tables behind managed collision; a ManagedCollisionEmbeddingBagCollection "
-                         "needs it on every table of the collection, and {} {} none",
-                         run.name, fmt::join(plain, ", "), plain.size() == 1 ? "has" : "have"));
+             fmt::format("run '{}' puts some {} tables behind managed collision; a {} needs it on every table of "
+                         "the collection, and {} {} none",
+                         run.name, sequence ? "sequence" : "pooled",
+                         sequence ? "ManagedCollisionEmbeddingCollection" : "ManagedCollisionEmbeddingBagCollection",
+                         fmt::join(plain, ", "), plain.size() == 1 ? "has" : "have"));
     }
-    if (std::any_of(run.model.tables.begin(), run.model.tables.end(), [](const auto& t) { return t.sequence; }))
-      r.fail(root["tables"], "tables", "managed collision tables beside sequence tables are not supported yet");
     if (!run.quant.empty())
       r.fail(root["tables"], "tables", "managed collision tables are not quantized by dmpcheck yet (drop 'quant')");
     if (run.torchrec_module != "embedding_bag_collection")
@@ -205,7 +211,7 @@ void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::
       r.fail(at, field,
              fmt::format("quantizes an EmbeddingBagCollection; run '{}' shards a {}", run.name, run.torchrec_module));
     }
-    const std::vector<std::string> plain = pooled_tables_without(run, run.quant);
+    const std::vector<std::string> plain = tables_without(run, run.quant);
     if (!plain.empty()) {
       r.fail(at, field,
              fmt::format("needs every pooled table's quantized data type; {} of run '{}' {} no 'quant' (int8, int4, "

@@ -13,7 +13,7 @@ import os
 import typing
 from typing import List
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class ContractError(ValueError):
@@ -195,6 +195,7 @@ class Piece:
     col_offset: int
     sizes: List[int]
     offset: int
+    dtype: str  # "float32", or "int64" (managed-collision remapping tables and counters)
 
 
 @dataclasses.dataclass

@@ -2,7 +2,8 @@
 and torchrec_cell.cc on the other side; the documents are contract.py's Phase and Batch).
 
 One phase of one rank is two files in out/rank<R>/: <phase>.bin, every tensor's float32 bytes
-one after the other (little-endian, row-major), and <phase>.json (a Phase), written last (so a
+(int64 for a managed-collision module's ids and counters: Piece.dtype) one after the other
+(little-endian, row-major), and <phase>.json (a Phase), written last (so a
 reader never sees a half-written phase).  A piece sits at [row_offset, row_offset + sizes[0]) x
 [col_offset, col_offset + sizes[1]) of the full tensor (1-D tensors: rows only).  Replicated
 pieces are whole tensors.
@@ -25,13 +26,16 @@ def write_phase_in(path, phase, pieces):
     offset = 0
     with open(os.path.join(path, f"{phase}.bin"), "wb") as f:
         for p in pieces:
-            t = p["tensor"].detach().to(torch.float32).contiguous().cpu()
+            # Integer state (a managed-collision module's ids and counters) stays exact as int64.
+            exact = not torch.is_floating_point(p["tensor"])
+            t = p["tensor"].detach().to(torch.int64 if exact else torch.float32).contiguous().cpu()
             data = t.numpy().tobytes()
             f.write(data)
             entries.append(contract.Piece(
                 name=p["name"], sharding=p["sharding"], replicated=bool(p["replicated"]),
                 full_sizes=[int(x) for x in p["full_sizes"]], row_offset=int(p.get("row_offset", 0)),
-                col_offset=int(p.get("col_offset", 0)), sizes=[int(x) for x in t.shape], offset=offset))
+                col_offset=int(p.get("col_offset", 0)), sizes=[int(x) for x in t.shape], offset=offset,
+                dtype="int64" if exact else "float32"))
             offset += len(data)
     contract.save(contract.Phase(contract.SCHEMA_VERSION, phase, entries), os.path.join(path, f"{phase}.json"))
 
@@ -43,11 +47,18 @@ def _pieces(path_json):
     manifest = contract.load(contract.Phase, path_json)
     with open(path_json[: -len(".json")] + ".bin", "rb") as f:
         blob = f.read()
+    types = {"float32": torch.float32, "int64": torch.int64}
     for e in manifest.tensors:
+        if e.dtype not in types:
+            raise contract.ContractError(f"{path_json}: '{e.name}' has dtype '{e.dtype}'; the exchange holds float32 or int64")
         n = 1
         for s in e.sizes:
             n *= s
-        yield e, torch.frombuffer(bytearray(blob[e.offset: e.offset + 4 * n]), dtype=torch.float32).reshape(e.sizes)
+        width = 8 if e.dtype == "int64" else 4
+        if n == 0:  # (frombuffer refuses an empty buffer)
+            yield e, torch.empty(e.sizes, dtype=types[e.dtype])
+            continue
+        yield e, torch.frombuffer(bytearray(blob[e.offset: e.offset + width * n]), dtype=types[e.dtype]).reshape(e.sizes)
 
 
 def read_full(path_json):
@@ -65,12 +76,21 @@ def read_assembled(out_dir, world, phase):
             if e.replicated:
                 out.setdefault(e.name, t.clone())
                 continue
-            full = out.setdefault(e.name, torch.zeros(e.full_sizes, dtype=torch.float32))
+            full = out.setdefault(e.name, torch.zeros(e.full_sizes, dtype=t.dtype))
             block = full[e.row_offset: e.row_offset + e.sizes[0]]
             if len(e.sizes) > 1:
                 block = block[:, e.col_offset: e.col_offset + e.sizes[1]]
             block.copy_(t)
     return out
+
+
+def row_splits(out_dir, world, phase, name):
+    """Where every rank's pieces of `name` sit in its rows, in row order: [(row_offset, rows)]."""
+    splits = []
+    for rank in range(world):
+        manifest = contract.load(contract.Phase, os.path.join(out_dir, f"rank{rank}", f"{phase}.json"))
+        splits += [(e.row_offset, e.sizes[0]) for e in manifest.tensors if e.name == name and not e.replicated]
+    return sorted(splits)
 
 
 def _read_batch(exchange, step, rank):

@@ -31,6 +31,11 @@ def select_features(kjt, features):
         inverse_indices=(list(features), inverse[torch.tensor(index)]))
 
 
+def _embeddings(result):
+    """A collection's embeddings: a managed-collision one returns (embeddings, remapped features or None)."""
+    return result[0] if isinstance(result, tuple) else result
+
+
 class Model(nn.Module):
     """EmbeddingBagCollection (and an EmbeddingCollection for sequence tables, each bag's rows
     summed) -> Linear layers (ReLU between) -> mean, as dmpcheck's reference."""
@@ -64,17 +69,14 @@ class Model(nn.Module):
     def forward(self, batch):
         kjt = batch.sparse_features if self.pipelined else batch
         if self.ec is None:
-            pooled = self.ebc(kjt)
-            if isinstance(pooled, tuple):  # a managed-collision EBC: (pooled, remapped features or None)
-                pooled = pooled[0]
-            pooled = pooled.to_dict()
+            pooled = _embeddings(self.ebc(kjt)).to_dict()
         else:
             pooled, per_id = {}, {}
             if self.ebc is not None:
-                pooled.update(self.ebc(select_features(kjt, self.bag_features)).to_dict())
+                pooled.update(_embeddings(self.ebc(select_features(kjt, self.bag_features))).to_dict())
             # With variable batches the EmbeddingCollection returns every bag of the batch (1.9.2's
             # sharded one expands the distinct bags through the inverse indices, measured).
-            sequences = self.ec(select_features(kjt, self.sequence_features))
+            sequences = _embeddings(self.ec(select_features(kjt, self.sequence_features)))
             for f in self.sequence_keys:
                 # Each bag's rows summed, in id order, as the model's input; each id's row is an
                 # output of its own (sequence_embeddings.<feature>), compared id by id.
@@ -165,11 +167,11 @@ def output_pieces(rank, world, batch_size, id_counts=None):
     return pieces
 
 
-def managed_collision(spec, ebc, configs, device):
-    """`ebc` behind TorchRec's managed collision: a ManagedCollisionEmbeddingBagCollection with an
-    MCH module per table (zch_size: its rows) over raw ids in [0, input_hash_size)."""
-    from torchrec.modules import mc_modules
-    from torchrec.modules.mc_embedding_modules import ManagedCollisionEmbeddingBagCollection
+def managed_collision(spec, collection, configs, device):
+    """`collection` (an EBC, or an EC) behind TorchRec's managed collision: a
+    ManagedCollisionEmbeddingBagCollection (ManagedCollisionEmbeddingCollection) with an MCH
+    module per table of `configs` (zch_size: its rows) over raw ids in [0, input_hash_size)."""
+    from torchrec.modules import mc_embedding_modules, mc_modules
 
     import inspect
 
@@ -181,7 +183,8 @@ def managed_collision(spec, ebc, configs, device):
     if "buckets" in inspect.signature(mc_modules.MCHManagedCollisionModule.__init__).parameters:
         extra["buckets"] = spec.world_size
     modules = {}
-    for t in spec.tables:
+    names = {c.name for c in configs}
+    for t in [t for t in spec.tables if t.name in names]:
         mc = t.managed_collision
         policy = getattr(mc_modules, policies[mc.eviction], None)
         if policy is None:
@@ -189,8 +192,131 @@ def managed_collision(spec, ebc, configs, device):
         modules[t.name] = mc_modules.MCHManagedCollisionModule(
             zch_size=t.rows, device=torch.device(device), eviction_policy=policy(), eviction_interval=mc.interval,
             input_hash_size=mc.input_hash_size, **extra)
-    collection = mc_modules.ManagedCollisionCollection(modules, list(configs))
-    return ManagedCollisionEmbeddingBagCollection(ebc, collection, return_remapped_features=False)
+    mcc = mc_modules.ManagedCollisionCollection(modules, list(configs))
+    kind = "ManagedCollisionEmbeddingBagCollection" if hasattr(collection, "embedding_bags") else \
+        "ManagedCollisionEmbeddingCollection"
+    if not hasattr(mc_embedding_modules, kind):  # 0.6.0 has the EBC's alone
+        raise Unsupported(f"this release has no {kind} (managed collision of sequence tables)")
+    return getattr(mc_embedding_modules, kind)(collection, mcc, return_remapped_features=False)
+
+
+class EvictionDraws:
+    """A managed-collision table's init_fn, TorchRec's own, that keeps what it draws once
+    `recording` is on (after the model exists): the rows the sharded model re-draws for ids
+    it evicted.  The unsharded oracle puts the same draws into the rows its own modules evict."""
+
+    recording = False
+    drawn = {}  # table -> [tensor] since the last take()
+
+    def __init__(self, table, init_fn):
+        self.table, self.init_fn = table, init_fn
+
+    def __call__(self, t):
+        out = self.init_fn(t)
+        out = t if out is None else out
+        if EvictionDraws.recording:
+            EvictionDraws.drawn.setdefault(self.table, []).append(out.detach().clone())
+        return out
+
+    @staticmethod
+    def take():
+        """The draws since the last call, as pieces of a phase of their own: mc.<table>.redrawn."""
+        pieces = [{"name": f"mc.{table}.redrawn", "sharding": "redrawn", "replicated": False,
+                   "full_sizes": list(torch.cat(draws).shape), "tensor": torch.cat(draws)}
+                  for table, draws in sorted(EvictionDraws.drawn.items())]
+        EvictionDraws.drawn = {}
+        return pieces
+
+
+class BucketedMCH(nn.Module):
+    """What a row-wise sharded MCH module is, in one process: TorchRec routes a raw id to rank
+    id // ceil(input_hash_size / ranks), whose own MCH module remaps it within that rank's rows
+    (a miss to its last row, each with its own history and eviction).  One of TorchRec's MCH
+    modules per rank's rows, rebuilt as its sharder rebuilds them, stands here for the sharded
+    module; a single unsharded module with the table's rows is not its equal (a miss lands on
+    the table's last row, and one history ranks every id)."""
+
+    def __init__(self, module, splits, input_hash_size):
+        super().__init__()
+        bounds = [start for start, _ in splits] + [splits[-1][0] + splits[-1][1]]
+        self.parts = nn.ModuleList(module.rebuild_with_output_id_range(
+            output_id_range=(start, start + rows), output_segments=bounds, device=torch.device("cpu"))
+            for start, rows in splits)
+        self.block = (input_hash_size + len(splits) - 1) // len(splits)
+        # on_evict(part, rows): what the sharded model does to the rows a part evicts (it re-draws
+        # them before the lookup; TorchRec's unsharded MC-EBC leaves them, its evict being a TODO).
+        self.on_evict = None
+
+    def forward(self, features, mutate_miss_lengths=True):
+        from torchrec.sparse.jagged_tensor import JaggedTensor
+
+        out = {}
+        for name, jt in features.items():
+            values = jt.values()
+            owner = torch.div(values, self.block, rounding_mode="floor")
+            if values.numel() and int(owner.max()) >= len(self.parts):
+                raise Unsupported(f"{name}: id {int(values.max())} lies beyond the input hash size")
+            remapped = torch.empty_like(values)
+            for b, part in enumerate(self.parts):  # every rank's module runs every step, ids or none
+                mine = owner == b
+                got = part({name: JaggedTensor(values=values[mine], lengths=mine.sum().reshape(1).int())})
+                remapped[mine] = got[name].values()
+            out[name] = JaggedTensor(values=remapped, lengths=jt.lengths(), weights=jt.weights_or_none())
+        if self.on_evict is not None:
+            for b, part in enumerate(self.parts):
+                rows = part.evict()
+                if rows is not None:
+                    self.on_evict(b, rows)
+        return out
+
+    def evict(self):
+        evicted = [e for e in (part.evict() for part in self.parts) if e is not None]
+        return torch.cat(evicted) if evicted else None
+
+
+def managed_collision_modules(model):
+    """Every MCH module of `model`'s managed-collision collections, by table."""
+    out = {}
+    for collection in (model.ebc, model.ec):
+        if collection is not None and hasattr(collection, "_managed_collision_collection"):
+            out.update(collection._managed_collision_collection._managed_collision_modules.items())
+    return out
+
+
+def table_weight(model, table):
+    """The unsharded model's weight of `table`, wherever its (managed-collision) collection keeps it."""
+    for collection in (model.ebc, model.ec):
+        inner = getattr(collection, "_embedding_module", getattr(collection, "_embedding_bag_collection", collection))
+        tables = getattr(inner, "embedding_bags", None) or getattr(inner, "embeddings", None)
+        if tables is not None and table in tables:
+            return tables[table].weight
+    raise KeyError(table)
+
+
+def bucketed_managed_collision(model, spec, splits_of):
+    """`model`'s MCH modules replaced by BucketedMCH over each table's row splits (`splits_of`:
+    table -> [(row_offset, rows)] as the sharded model holds them)."""
+    for collection in (model.ebc, model.ec):
+        if collection is None or not hasattr(collection, "_managed_collision_collection"):
+            continue
+        modules = collection._managed_collision_collection._managed_collision_modules
+        for t in spec.tables:
+            if t.name in modules:
+                modules[t.name] = BucketedMCH(modules[t.name], splits_of(t.name), t.managed_collision.input_hash_size)
+
+
+def managed_collision_state(model, replicated):
+    """The MCH modules' state under dmpcheck's names (mc.<table>.<buffer>): a BucketedMCH's parts
+    put together in row order, but for the names in `replicated` (what every rank of the sharded
+    model holds whole: its iteration counter, output segments), which its first part gives."""
+    out = {}
+    for table, module in managed_collision_modules(model).items():
+        parts = list(module.parts) if isinstance(module, BucketedMCH) else [module]
+        states = [part.state_dict() for part in parts]
+        for buffer, first in states[0].items():
+            name = f"mc.{table}.{buffer.lstrip('_')}"
+            out[name] = first if name in replicated else torch.cat([s[buffer] for s in states])
+    return out
 
 
 def build_model(spec, device="meta"):
@@ -219,10 +345,16 @@ def build_model(spec, device="meta"):
                                  feature_names=list(t.features), pooling=pooling[t.pooling],
                                  data_type=data_type[t.data_type])
               for t in spec.tables if t.pooling != "none"]
+    for config, t in zip(tables, [t for t in spec.tables if t.pooling != "none"]):
+        if t.managed_collision.input_hash_size and config.init_fn is not None:
+            config.init_fn = EvictionDraws(t.name, config.init_fn)
     # Sequence tables (pooling: none) go into an EmbeddingCollection.
     sequence_tables = [EmbeddingConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
                                        feature_names=list(t.features), data_type=data_type[t.data_type])
                        for t in spec.tables if t.pooling == "none"]
+    for config, t in zip(sequence_tables, [t for t in spec.tables if t.pooling == "none"]):
+        if t.managed_collision.input_hash_size and config.init_fn is not None:
+            config.init_fn = EvictionDraws(t.name, config.init_fn)
     # The EBC's output keys: a feature several tables read is "<feature>@<table>" (TorchRec's naming).
     readers = {}
     for t in spec.tables:
@@ -233,8 +365,10 @@ def build_model(spec, device="meta"):
     # weighted tables is the user who forgot it (their batches still carry the weights).
     is_weighted = {"tables": all(weighted) and bool(weighted), "true": True, "false": False}[spec.is_weighted]
     model = Model(tables, spec.dense_layers, features, is_weighted, device, sequence_tables)
-    if any(t.managed_collision.input_hash_size for t in spec.tables):
+    if any(t.managed_collision.input_hash_size for t in spec.tables if t.pooling != "none"):
         model.ebc = managed_collision(spec, model.ebc, tables, device)
+    if any(t.managed_collision.input_hash_size for t in spec.tables if t.pooling == "none"):
+        model.ec = managed_collision(spec, model.ec, sequence_tables, device)
     opt_cls, opt_kwargs = optim.sparse_optimizer(spec.sparse_optimizer)
     for module in (model.ebc, model.ec):
         if module is not None:

@@ -15,7 +15,9 @@ import os
 import torch
 
 from dmpcheck_torchrec import dump
-from dmpcheck_torchrec.models import LAST_OUTPUTS, build_model, output_pieces
+from dmpcheck_torchrec.models import (LAST_OUTPUTS, bucketed_managed_collision, build_model,
+                                      managed_collision_modules, managed_collision_state, output_pieces,
+                                      table_weight)
 from dmpcheck_torchrec.optim import Unsupported, dense_optimizer
 from dmpcheck_torchrec.state import MANAGED_COLLISION_STATE, dmpcheck_name, table_of
 
@@ -24,9 +26,11 @@ _FUSED_STATE_NAMES = {"sum": "momentum1", "momentum1": "momentum1", "exp_avg": "
                       "exp_avg_sq": "exp_avg_sq"}
 
 
-def _state(model, dense_opt, tables):
+def _state(model, dense_opt, tables, mc_replicated):
     """The unsharded model's tensors under the names the sharded model's dump gives them."""
     pieces = {}
+    if mc_replicated is not None:
+        pieces.update(managed_collision_state(model, mc_replicated))
     for key, v in model.state_dict().items():
         if torch.is_floating_point(v) and MANAGED_COLLISION_STATE not in key:
             pieces[dmpcheck_name(key)] = v
@@ -46,6 +50,31 @@ def _state(model, dense_opt, tables):
             for n, v in sorted(pieces.items())]
 
 
+def _redraw(model, table, out_dir, current, mismatches):
+    """What the sharded MC-EBC does to the rows rank `part`'s MCH module evicts, before the lookup
+    (TorchRec's unsharded one leaves them): their optimizer state zeroed and their weights drawn
+    again by the table's init_fn.  The draws are random, so the sharded rank's own (its
+    redrawn<step> phase) go into the rows this model's own modules chose."""
+    weight = table_weight(model, table)
+
+    def on_evict(part, rows):
+        path = os.path.join(out_dir, f"rank{part}", f"redrawn{current['step']}.json")
+        drawn = dump.read_full(path).get(f"mc.{table}.redrawn") if os.path.exists(path) else None
+        if drawn is None or drawn.shape[0] != rows.numel():
+            # The two MCH modules disagree (their state comparison shows where): these rows stay.
+            mismatches.append(f"table {table} at step {current['step']}: the MCH module for rank {part}'s rows "
+                              f"evicted {rows.numel()} row(s) unsharded, {0 if drawn is None else drawn.shape[0]} "
+                              f"sharded, so none was re-drawn")
+            return
+        with torch.no_grad():
+            weight[rows] = drawn
+            for opt in getattr(weight, "_in_backward_optimizers", []):
+                for v in opt.state.get(weight, {}).values():
+                    if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == weight.shape[0]:
+                        v[rows] = 0
+    return on_evict
+
+
 def train_unsharded(spec, exchange, out_dir, world):
     """Trains the unsharded model as above; returns a note saying what it did."""
     from torchrec.optim.optimizers import in_backward_optimizer_filter
@@ -53,6 +82,15 @@ def train_unsharded(spec, exchange, out_dir, world):
     with torch.random.fork_rng():  # its own draw is overwritten; the sharded ranks' generators stay put
         model = build_model(spec, "cpu")
     initial = dump.read_assembled(out_dir, world, "init")
+    mc_replicated, current, mismatches = None, {"step": 0}, []
+    if any(t.managed_collision.input_hash_size for t in spec.tables):
+        # Managed collision: one MCH module per rank's rows, as the sharded model holds them.
+        bucketed_managed_collision(model, spec, lambda table: dump.row_splits(
+            out_dir, world, "init", f"mc.{table}.mch_sorted_raw_ids"))
+        manifest = dump.contract.load(dump.contract.Phase, os.path.join(out_dir, "rank0", "init.json"))
+        mc_replicated = {e.name for e in manifest.tensors if e.replicated and e.name.startswith("mc.")}
+        for table, module in managed_collision_modules(model).items():
+            module.on_evict = _redraw(model, table, out_dir, current, mismatches)
     with torch.no_grad():
         for key, v in model.state_dict().items():
             name = dmpcheck_name(key)
@@ -72,13 +110,21 @@ def train_unsharded(spec, exchange, out_dir, world):
             model(dump.load_global_batch(exchange, 1, world))
         dump.write_phase_in(where, "outputs0", output_pieces(0, 1, global_batch))
     for step in range(1, spec.steps + 1):
+        current["step"] = step
         loss = model(dump.load_global_batch(exchange, step, world))
         if spec.outputs:
             dump.write_phase_in(where, f"outputs{step - 1}", output_pieces(0, 1, global_batch))
         loss.backward()  # the tables' optimizer steps in backward, as applied
         dense_opt.step()
         dense_opt.zero_grad()
-        dump.write_phase_in(where, f"step{step}", _state(model, dense_opt, tables))
+        dump.write_phase_in(where, f"step{step}", _state(model, dense_opt, tables, mc_replicated))
     LAST_OUTPUTS.clear()
-    return (f"the unsharded model (the release's own modules in one process, {spec.steps} step(s) on the global "
+    note = (f"the unsharded model (the release's own modules in one process, {spec.steps} step(s) on the global "
             f"batch of {global_batch}) started from the sharded model's initial weights")
+    if mc_replicated is not None:
+        note += ("; its managed collision is one of the release's MCH modules per rank's rows, and the rows they "
+                 "evict take the sharded ranks' re-drawn values")
+    if mismatches:
+        note += f"; evictions differ: {'; '.join(mismatches[:3])}" + (
+            f" (and {len(mismatches) - 3} more)" if len(mismatches) > 3 else "")
+    return note

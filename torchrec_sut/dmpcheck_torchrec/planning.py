@@ -32,8 +32,8 @@ def make_sharder(spec):
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.types import ShardingType
 
-    if any(t.managed_collision.input_hash_size for t in spec.tables):
-        return _managed_collision_sharder(spec)
+    if any(t.managed_collision.input_hash_size for t in spec.tables if t.pooling != "none"):
+        return _managed_collision_sharder(spec, bagged=True)
     if is_embedding_bag(spec):
         # A plain nn.EmbeddingBag has its own sharder; its sharding types are the base class's.
         from torchrec.distributed.embeddingbag import EmbeddingBagSharder
@@ -53,13 +53,18 @@ def make_sharder(spec):
     return CpuRowWiseSharder(), [f"the EBC sharder was extended to offer {', '.join(extra)} on cpu"]
 
 
-def _managed_collision_sharder(spec):
-    from torchrec.distributed.mc_embeddingbag import ManagedCollisionEmbeddingBagCollectionSharder
+def _managed_collision_sharder(spec, bagged):
+    """TorchRec's sharder of a managed-collision EBC (`bagged`) or EC, as the scenario asks."""
+    if bagged:
+        from torchrec.distributed.mc_embeddingbag import ManagedCollisionEmbeddingBagCollectionSharder as Stock
+    else:
+        from torchrec.distributed.mc_embedding import ManagedCollisionEmbeddingCollectionSharder as Stock
+    what = "EBC" if bagged else "EC"
 
     if spec.sharder == "stock":
-        return ManagedCollisionEmbeddingBagCollectionSharder(), []
+        return Stock(), []
 
-    class CpuManagedCollisionSharder(ManagedCollisionEmbeddingBagCollectionSharder):
+    class CpuManagedCollisionSharder(Stock):
         # TorchRec's MC-EBC sharder offers no sharding type on cpu (TorchRec #2958): the ones it
         # offers on cuda, as the extended sharder does for row_wise.
         def sharding_types(self, compute_device_type):
@@ -70,7 +75,7 @@ def _managed_collision_sharder(spec):
             return [k for k in super().compute_kernels(sharding_type, "cuda") if k == "fused"]
 
     offered = CpuManagedCollisionSharder().sharding_types("cpu")
-    return CpuManagedCollisionSharder(), [f"the managed-collision EBC sharder was extended to offer on cpu what it "
+    return CpuManagedCollisionSharder(), [f"the managed-collision {what} sharder was extended to offer on cpu what it "
                                           f"offers on cuda ({', '.join(offered)}; TorchRec #2958), with the "
                                           f"fused kernel"]
 
@@ -103,10 +108,15 @@ def build_planner(spec, world, local_world):
     constraints = parameter_constraints(spec)
     sharder, notes = make_sharder(spec)
     sharders = [sharder]
+    if any(t.pooling == "none" and t.managed_collision.input_hash_size for t in spec.tables):
+        mc_sharder, mc_notes = _managed_collision_sharder(spec, bagged=False)
+        sharders.append(mc_sharder)
+        notes += mc_notes
     if any(t.pooling == "none" for t in spec.tables):
         from torchrec.distributed.embedding import EmbeddingCollectionSharder
 
-        sharders.append(EmbeddingCollectionSharder())
+        if not any(t.pooling == "none" and t.managed_collision.input_hash_size for t in spec.tables):
+            sharders.append(EmbeddingCollectionSharder())
         notes.append("sequence tables (pooling: none) are in an EmbeddingCollection; the model sums each bag's rows, "
                      "and each id's row is an output of its own (sequence_embeddings.<feature>)")
     # topology.memory_per_rank: what the planner may place on a rank.  On CPU its storage is DDR.

@@ -30,7 +30,7 @@ import traceback
 
 # contract.SCHEMA_VERSION, for the error written when the contract module cannot be imported
 # (tests/test_contract.py holds the two equal).
-_SCHEMA_VERSION = 3
+_SCHEMA_VERSION = 4
 
 
 def _fail(out_dir, rank, kind, message, tb=""):

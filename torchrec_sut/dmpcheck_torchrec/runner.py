@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from dmpcheck_torchrec import checkpoint, contract, dump, loops, optim, oracle, quant
-from dmpcheck_torchrec.models import LAST_OUTPUTS, build_model, output_pieces
+from dmpcheck_torchrec.models import LAST_OUTPUTS, EvictionDraws, build_model, output_pieces
 from dmpcheck_torchrec.optim import Unsupported  # noqa: F401  (rank.py reports it by name)
 from dmpcheck_torchrec.planning import build_planner, plan_of
 from dmpcheck_torchrec.state import dmpcheck_name, load_initial, local_tensors, state_pieces
@@ -118,6 +118,7 @@ def run(spec, exchange, out_dir, rank, import_s):
             return persistent
         return persistent.rearm(steps)
 
+    EvictionDraws.recording = True  # the rows managed collision re-draws from here on
     for epoch in range(spec.epochs):
         mine = spec.batches_per_rank[rank] if spec.batches_per_rank else per_epoch
         begin = first + epoch * per_epoch + 1
@@ -135,6 +136,9 @@ def run(spec, exchange, out_dir, rank, import_s):
                                  output_pieces(rank, world, spec.batch_size,
                                                dump.id_counts(exchange, begin + done - 1, world)))
             losses.append(loss)
+            redrawn = EvictionDraws.take()
+            if redrawn:  # for the unsharded oracle only (dmpcheck does not read it)
+                dump.write_phase(out_dir, rank, f"redrawn{step}", redrawn)
             dump.write_phase(out_dir, rank, f"step{step}", state_pieces(sharded, dense_opt, types, table_dims))
             if step == spec.checkpoint.after_step:
                 t_save = time.perf_counter()
@@ -145,6 +149,7 @@ def run(spec, exchange, out_dir, rank, import_s):
                                  f"({time.perf_counter() - t_save:.2f} s), then trained on uninterrupted")
             print(f"step {step}/{spec.steps} loss {losses[-1]:.6f}", flush=True)
         executed.append(done)
+        EvictionDraws.recording = False
         after_exhausted += data.after_exhausted - counted
         if spec.eval_batches:  # the eval pass after the epoch, over the epoch's first batches
             data = iterator(range(begin, begin + spec.eval_batches[rank]))

@@ -17,10 +17,20 @@ def table_of(key, tables):
 
 
 # Where a managed-collision EBC keeps the collection it wraps (0.6.0's name, then 1.x's), and its
-# MCH modules' state (remapping tables, counts: not dumped yet, their layout per sharding is the
-# release's own).
+# MCH modules' state (sorted raw ids, their rows, counters, output segments).
 _WRAPPED = ("ebc._embedding_bag_collection.", "ebc._embedding_module.")
+_WRAPPED_EC = "ec._embedding_module."  # a managed-collision EC's EmbeddingCollection
 MANAGED_COLLISION_STATE = "._managed_collision_collection."
+_MC_MODULES = "._managed_collision_modules."
+
+
+def mc_name(key):
+    """dmpcheck's name of a managed-collision module's buffer, mc.<table>.<buffer> (its leading
+    underscore dropped: mc.t0.mch_sorted_raw_ids); None for any other key."""
+    if MANAGED_COLLISION_STATE not in key or _MC_MODULES not in key:
+        return None
+    table, _, buffer = key.split(_MC_MODULES, 1)[1].partition(".")
+    return f"mc.{table}.{buffer.lstrip('_')}"
 
 
 def dmpcheck_name(key):
@@ -30,6 +40,8 @@ def dmpcheck_name(key):
     for wrapped in _WRAPPED:
         if key.startswith(wrapped):
             return "ebc." + key[len(wrapped):]
+    if key.startswith(_WRAPPED_EC):
+        key = "ec." + key[len(_WRAPPED_EC):]
     return "ebc.embedding_bags." + key[len("ec.embeddings."):] if key.startswith("ec.embeddings.") else key
 
 
@@ -53,6 +65,17 @@ def state_pieces(model, dense_opt, types, table_dims):
 
     for key, v in model.state_dict().items():
         if MANAGED_COLLISION_STATE in key:
+            # A managed-collision module's state: its remapping tables and counters sharded as
+            # the table's rows, its iteration counter and output segments on every rank.
+            name = mc_name(key)
+            table = name.split(".")[1] if name else None
+            if table not in types:
+                continue
+            if isinstance(v, ShardedTensor):
+                add_sharded(name, types[table], v, table)
+            elif isinstance(v, torch.Tensor):
+                pieces.append({"name": name, "sharding": types[table], "replicated": True,
+                               "full_sizes": list(v.shape), "tensor": v})
             continue
         table = table_of(key, types)
         if isinstance(v, ShardedTensor):

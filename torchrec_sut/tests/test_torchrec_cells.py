@@ -1174,3 +1174,39 @@ def test_the_references_quantized_lookup_is_the_releases_bitwise(tmp_path):
         else:
             assert all(c["within_tolerance"] and c["max_abs_diff"] == 0 for c in checks), (path, checks)
     assert len(runs) == 7, runs
+
+
+def test_managed_collision_state_is_held_to_the_release_s_own_unsharded_modules(tmp_path):
+    """MC-EBC and MC-EC tables, evicting inside the run, rows uneven over 2 ranks: every MCH
+    module's state (sorted raw ids, their rows, counters) equals TorchRec's own modules unsharded,
+    exactly, and the replicated state (iteration counter, output segments) is equal across ranks.
+    Two faults in the oracle's stand-in for the sharded MCH module show: ids routed to another
+    rank's rows change the MCH state; rows evicted but not re-drawn change the weights only."""
+    need("1.9.2")
+    example = os.path.join(ROOT, "scenarios", "examples", "managed_collision.yaml")
+    args = ("run", example, "--quiet", "--filter", r"torchrec==1\.9\.2")
+    p = dmpcheck(*args, "--out", str(tmp_path / "ok"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.load(open(tmp_path / "ok" / "managed_collision" / "torchrec__1.9.2.json"))
+    checks = {c["name"]: c for c in report["global_model"]}
+    tables = ("bag_lfu", "bag_dlfu", "seq_lru", "seq_dlfu")
+    for table in tables:
+        for buffer in ("mch_sorted_raw_ids", "mch_remapped_ids_mapping", "current_iter_tensor", "output_segments_tensor"):
+            assert checks[f"mc.{table}.{buffer}"]["max_abs_diff"] == 0, (table, buffer, checks)
+    assert all(c["within_tolerance"] for c in checks.values()), checks
+    replicated = {c["name"] for c in report["replicas"]}
+    assert {f"mc.{t}.current_iter_tensor" for t in tables} <= replicated, replicated
+
+    def failing(anchor, replacement, name):
+        broken = broken_sut(tmp_path / name, "models.py", anchor, replacement)
+        q = dmpcheck(*args, "--out", str(tmp_path / name / "r"), env={"DMPCHECK_TORCHREC_SUT": str(broken)})
+        assert q.returncode != 0, q.stdout
+        got = json.load(open(tmp_path / name / "r" / "managed_collision" / "torchrec__1.9.2.json"))
+        return {c["name"] for c in got["global_model"] if not c["within_tolerance"]}
+
+    rerouted = failing('owner = torch.div(values, self.block, rounding_mode="floor")', "owner = values % len(self.parts)",
+                       "rerouted")
+    assert any(n.startswith("mc.") and n.endswith(".mch_sorted_raw_ids") for n in rerouted), rerouted
+    kept = failing("                if rows is not None:\n                    self.on_evict(b, rows)",
+                   "                pass", "kept")
+    assert kept and not any(n.startswith("mc.") for n in kept), kept

@@ -1,10 +1,15 @@
 // The launcher's side of the release contract (run/release_contract.h): every document in
 // fixtures/contract/ is what these structs write, field for field, and reads back strictly.  The
 // rank program's side (torchrec_sut/tests/test_contract.py) holds contract.py to the same files.
+#include <filesystem>
+
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "report/json.h"
 #include "run/release_contract.h"
+#include "run/tensor_exchange.h"
 #include "test_util.h"
 
 namespace dmpcheck::run::contract {
@@ -69,6 +74,38 @@ TEST(ReleaseContract, AnotherSchemaVersionIsRefusedByName) {
   doc.erase("schema_version");
   EXPECT_TRUE(throws_with(ErrorKind::kRankFailed, "no whole-number 'schema_version'",
                           [&] { read_document<RunSpec>(doc, "spec.json"); }));
+}
+
+// Integer state (a managed-collision module's sorted raw ids: int64 max marks an empty slot, ids
+// beyond 2^24) crosses the exchange exact, beside float32 weights, and is put together from each
+// rank's rows as int64.
+TEST(ReleaseContract, IntegerPiecesCrossTheExchangeExactly) {
+  const std::string dir = ::testing::TempDir() + "/dmpcheck_exchange_int64";
+  std::filesystem::remove_all(dir);
+  const int64_t empty = std::numeric_limits<int64_t>::max();
+  const at::Tensor ids0 = at::tensor({int64_t{3}, (int64_t{1} << 40) + 1}, at::kLong);
+  const at::Tensor ids1 = at::tensor({(int64_t{1} << 24) + 1, empty}, at::kLong);
+  const at::Tensor weight = at::tensor({0.1f, 0.2f});
+  write_exchange_phase(dir + "/rank0", "step1",
+                       {{"mc.t0.mch_sorted_raw_ids", "row_wise", false, {4}, 0, 0, ids0},
+                        {"dense.0.bias", "dense", true, {2}, 0, 0, weight}});
+  write_exchange_phase(dir + "/rank1", "step1", {{"mc.t0.mch_sorted_raw_ids", "row_wise", false, {4}, 2, 0, ids1}});
+  const auto rank0 = read_exchange_phase(dir + "/rank0", "step1");
+  const auto manifest = read_document_file<Phase>(dir + "/rank0/step1.json");
+  EXPECT_EQ(manifest.tensors.at(0).dtype, "int64");
+  EXPECT_EQ(manifest.tensors.at(1).dtype, "float32");
+  const auto full = assemble_full({rank0, read_exchange_phase(dir + "/rank1", "step1")});
+  const at::Tensor ids = full.at("mc.t0.mch_sorted_raw_ids");
+  ASSERT_EQ(ids.scalar_type(), at::kLong);
+  EXPECT_TRUE(at::equal(ids, at::cat({ids0, ids1})));
+  EXPECT_EQ(ids[3].item<int64_t>(), empty);
+  EXPECT_TRUE(at::equal(full.at("dense.0.bias"), weight));
+  // A type the exchange does not hold is named, not read as float.
+  nlohmann::json doc = read_json(dir + "/rank1/step1.json");
+  doc["tensors"][0]["dtype"] = "int32";
+  report::write_text_file_atomically(dir + "/rank1/step1.json", doc.dump());
+  EXPECT_TRUE(throws_with(ErrorKind::kRankFailed, "'mc.t0.mch_sorted_raw_ids' has dtype 'int32'",
+                          [&] { read_exchange_phase(dir + "/rank1", "step1"); }));
 }
 
 }  // namespace

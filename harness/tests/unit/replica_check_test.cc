@@ -129,6 +129,26 @@ TEST(Expectations, AQuantizedOutputIsHeldToItsOwnBoundElementByElement) {
   EXPECT_TRUE(testing::contains(evaluate_expectation(e, r).failures.at(0), "was not compared"));
 }
 
+// A managed-collision module's integer state is held exactly, whatever the tolerances: an id one
+// off is another row, and ids beyond 2^53 are still told apart.
+TEST(Expectations, IntegerStateIsComparedWithTheUnshardedModelExactly) {
+  const int64_t big = (int64_t{1} << 60) + 1;
+  const at::Tensor expected = at::tensor({int64_t{5}, big, std::numeric_limits<int64_t>::max()}, at::kLong);
+  std::vector<GlobalModelCheck> results;
+  compare_with_unsharded(results, {{"mc.t0.mch_sorted_raw_ids", expected.clone()}},
+                         {{"mc.t0.mch_sorted_raw_ids", expected}}, 1, {1.0, 1.0});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].within_tolerance) << results[0].note;
+  const at::Tensor off = expected.clone();
+  off[1] = big + 1;  // the same double as `big`, another id
+  compare_with_unsharded(results, {{"mc.t0.mch_sorted_raw_ids", off}}, {{"mc.t0.mch_sorted_raw_ids", expected}}, 2,
+                         {1.0, 1.0});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].within_tolerance);
+  EXPECT_EQ(results[0].step, 2);
+  EXPECT_TRUE(testing::contains(results[0].note, "1 of 3 integers differ (held exactly)")) << results[0].note;
+}
+
 TEST(QuantizedLookup, RowsQuantizeAsFbgemmDoesAndPoolAsItsInferenceKernels) {
   scenario::RunSpec run;
   dmp::EmbeddingBagConfig t;

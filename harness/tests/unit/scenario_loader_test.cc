@@ -245,6 +245,16 @@ TEST(ScenarioLoader, ManagedCollisionTablesTakeRawIdsAndRunOnReleases) {
   EXPECT_TRUE(fails_with(head + "  - {name: t0, rows: 10, dim: 4, features: [f0], managed_collision: "
                                 "{input_hash_size: 9, eviction: fifo}}\n",
                          "tables[0].managed_collision.eviction"));
+  // Sequence tables behind managed collision (a ManagedCollisionEmbeddingCollection): all of the
+  // collection's or none, whatever the pooled ones have.
+  const std::string seq = "  - {name: s0, rows: 8, dim: 4, features: [g0], pooling: none, managed_collision: "
+                          "{input_hash_size: 64}}\n";
+  const auto with_ec = load_scenario_text(head + t0 + seq, "s.yaml");
+  EXPECT_EQ(with_ec.runs.at(0).managed_collision.at("s0").input_hash_size, 64);
+  EXPECT_NO_THROW(load_scenario_text(head + seq + "  - {name: t1, rows: 10, dim: 4, features: [f1]}\n", "s.yaml"));
+  EXPECT_TRUE(fails_with(head + seq + "  - {name: s1, rows: 8, dim: 4, features: [g1], pooling: none}\n",
+                         "puts some sequence tables behind managed collision; a ManagedCollisionEmbeddingCollection "
+                         "needs it on every table of the collection, and s1 has none"));
   // The reference does not model it: its cell is skipped saying so.
   const auto on_reference = load_scenario_text("version: 1\nname: mc\ntables:\n" + t0, "s.yaml");
   const auto why = reference_cannot_model(on_reference.runs.at(0));
