@@ -59,11 +59,35 @@ QuantizedTable quantize(const at::Tensor& weight, scenario::QuantType type) {
 std::map<std::string, at::Tensor> quantized_pooled(const scenario::RunSpec& run,
                                                    const std::map<std::string, at::Tensor>& weights,
                                                    const dmp::KeyedJaggedTensor& batch) {
-  std::vector<dmp::EmbeddingBagConfig> pooled;
-  for (const auto& t : run.model.tables)
-    if (!t.sequence) pooled.push_back(t);
+  std::vector<dmp::EmbeddingBagConfig> pooled, sequences;
+  std::map<std::string, int> readers;  // per feature, the sequence tables that read it
+  for (const auto& t : run.model.tables) {
+    (t.sequence ? sequences : pooled).push_back(t);
+    if (t.sequence)
+      for (const auto& f : t.feature_names) ++readers[f];
+  }
   const std::vector<std::string> names = dmp::embedding_names(pooled);
   std::map<std::string, at::Tensor> out;
+  for (const auto& t : sequences) {
+    const auto type = run.quant.find(t.name);
+    const auto weight = weights.find(dmp::table_weight_key(t.name));
+    DMP_CHECK(type != run.quant.end() && weight != weights.end(), ErrorKind::kInvalidInput,
+              "table '{}': no quantized data type or no weight to quantize", t.name);
+    const QuantizedTable q = quantize(weight->second, type->second);
+    for (const auto& feature : t.feature_names) {
+      const at::Tensor ids = batch.values_of(batch.key_index(feature)).to(at::kLong).contiguous();
+      at::Tensor rows = at::zeros({ids.numel(), q.dim}, at::kFloat);
+      float* o = rows.data_ptr<float>();
+      const int64_t* id = ids.data_ptr<int64_t>();
+      for (int64_t i = 0; i < ids.numel(); ++i) {
+        const float* v = q.values.data() + id[i] * q.dim;
+        for (int64_t c = 0; c < q.dim; ++c)
+          o[i * q.dim + c] =
+              q.type == scenario::QuantType::kFp16 ? v[c] : std::fma(q.scale[id[i]], v[c], q.bias[id[i]]);
+      }
+      out["sequence_embeddings." + (readers[feature] == 1 ? feature : feature + "@" + t.name)] = rows;
+    }
+  }
   size_t lookup = 0;
   for (const auto& t : pooled) {
     const auto type = run.quant.find(t.name);

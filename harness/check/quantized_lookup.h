@@ -18,9 +18,12 @@
 
 namespace dmpcheck::check {
 
-// Each pooled table of `run` quantized as run.quant says, from `weights` (full float tables,
-// named dmp::table_weight_key), and looked up on `batch` (a plain one, not a variable batch per
-// feature): every lookup's pooled embedding, named dmp::pooled_output_key(embedding name).
+// Each table of `run` quantized as run.quant says, from `weights` (full float tables, named
+// dmp::table_weight_key), and looked up on `batch` (a plain one, not a variable batch per
+// feature): every pooled lookup's embedding, named dmp::pooled_output_key(embedding name), and
+// every sequence lookup's row per id ("sequence_embeddings.<key>", [ids, dim], the key the
+// feature, or "<feature>@<table>" where several sequence tables read it, as TorchRec names it),
+// each row as the kernel dequantizes a bag of one id: fma(scale, level, bias).
 std::map<std::string, at::Tensor> quantized_pooled(const scenario::RunSpec& run,
                                                    const std::map<std::string, at::Tensor>& weights,
                                                    const dmp::KeyedJaggedTensor& batch);

@@ -368,14 +368,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
                                             c.feature_names.end());
       }
       if (t["data_type"]) c.data_type = r.choice_of(t["data_type"], path + ".data_type", dmp::kDataTypeNames);
-      if (t["quant"]) {
-        if (c.sequence) {
-          r.fail(t["quant"], path + ".quant",
-                 "quantizes an EmbeddingBagCollection's table; a sequence table (pooling: none) is not quantized "
-                 "by dmpcheck yet");
-        }
-        run.quant[c.name] = r.choice_of(t["quant"], path + ".quant", kQuantTypeNames);
-      }
+      if (t["quant"]) { run.quant[c.name] = r.choice_of(t["quant"], path + ".quant", kQuantTypeNames); }
       if (YAML::Node mc = t["managed_collision"]) {
         const std::string at = path + ".managed_collision";
         if (!mc.IsMap()) r.expected(mc, at, "a mapping {input_hash_size: N, eviction: distance_lfu, interval: 1}");

@@ -211,16 +211,23 @@ void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::
       r.fail(at, field,
              fmt::format("quantizes an EmbeddingBagCollection; run '{}' shards a {}", run.name, run.torchrec_module));
     }
-    const std::vector<std::string> plain = tables_without(run, run.quant);
+    // The whole trained model is quantized: its EmbeddingBagCollection and its EmbeddingCollection.
+    std::vector<std::string> plain = tables_without(run, run.quant);
+    const std::vector<std::string> sequence = tables_without(run, run.quant, /*sequence=*/true);
+    plain.insert(plain.end(), sequence.begin(), sequence.end());
     if (!plain.empty()) {
       r.fail(at, field,
-             fmt::format("needs every pooled table's quantized data type; {} of run '{}' {} no 'quant' (int8, int4, "
+             fmt::format("needs every table's quantized data type; {} of run '{}' {} no 'quant' (int8, int4, "
                          "int2 or fp16)",
                          fmt::join(plain, ", "), run.name, plain.size() == 1 ? "has" : "have"));
     }
-    if (std::any_of(run.model.tables.begin(), run.model.tables.end(), [](const auto& t) { return t.sequence; })) {
+    const bool has_sequence =
+        std::any_of(run.model.tables.begin(), run.model.tables.end(), [](const auto& t) { return t.sequence; });
+    if (has_sequence && run.data.variable_batch()) {
       r.fail(at, field,
-             fmt::format("quantizes the EmbeddingBagCollection alone; run '{}' has sequence tables", run.name));
+             fmt::format("quantizes sequence tables on a plain batch; run '{}' has a variable batch per feature "
+                         "(data.stride_per_rank), which dmpcheck hands only to a quantized EmbeddingBagCollection",
+                         run.name));
     }
     if (run.resume) {
       r.fail(at, field, fmt::format("quantizes one run's trained model; run '{}' resumes in a second", run.name));

@@ -1,9 +1,11 @@
 """The trained model quantized for inference, by the release's own path, on rank 0.
 
-After the sharded run, rank 0 builds the scenario's EmbeddingBagCollection unsharded on cpu with
-the sharded model's final weights (every rank's last phase put together) and quantizes it with
+After the sharded run, rank 0 builds the scenario's EmbeddingBagCollection (and the
+EmbeddingCollection of its sequence tables) unsharded on cpu with the sharded model's final
+weights (every rank's last phase put together) and quantizes them with
 torchrec.inference.modules.quantize_embeddings, each table to its own data type
-(per_table_weight_dtype).  The first global batch (rank 0's first batch as handed to TorchRec
+(per_table_weight_dtype; the EmbeddingCollection mapped to torchrec.quant's as users map it).
+A sequence table's output is a row per id (sequence_embeddings.<key>), its bound its own row's.  The first global batch (rank 0's first batch as handed to TorchRec
 where it is a variable batch per feature) goes through the float and the quantized collection; both outputs, and the bound each element may differ by, go to out/quantized/:
 float/, unsharded/ and bound/, phase outputs0, named pooled_embeddings.<key> as the model's own.
 With `sharded`, the quantized collection is also sharded for inference over world_size devices
@@ -53,15 +55,34 @@ def _bags(rows, lengths):
     return torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
 
 
-def _bounds(spec, ebc, kjt):
-    """Per output key of the collection, the bound of each element (see the module's text)."""
+def _readers(tables):
     readers = {}
-    for t in spec.tables:
+    for t in tables:
         for f in t.features:
             readers[f] = readers.get(f, 0) + 1
+    return readers
+
+
+def _sequence_bounds(spec, ec, kjt):
+    """Per output key of the EmbeddingCollection, each id's row bound (its own row's, no sum)."""
+    tables = [t for t in spec.tables if t.pooling == "none"]
+    readers, ids_of, out = _readers(tables), kjt.to_dict(), {}
+    for t in tables:
+        weight = ec.embeddings[t.name].weight.detach().double()
+        per_row = _row_bounds(weight, t.quant)
+        for f in t.features:
+            ids = ids_of[f].values().long()
+            bound = per_row[ids].unsqueeze(1).expand(-1, t.dim) + weight[ids].abs() * 2.0 ** -20
+            out[f if readers[f] == 1 else f"{f}@{t.name}"] = bound.float()
+    return out
+
+
+def _bounds(spec, ebc, kjt):
+    """Per output key of the collection, the bound of each element (see the module's text)."""
+    readers = _readers([t for t in spec.tables if t.pooling != "none"])
     bags = kjt.to_dict()
     out = {}
-    for t in spec.tables:
+    for t in [t for t in spec.tables if t.pooling != "none"]:
         weight = ebc.embedding_bags[t.name].weight.detach().double()
         per_row = _row_bounds(weight, t.quant)
         for f in t.features:
@@ -77,15 +98,47 @@ def _bounds(spec, ebc, kjt):
     return out
 
 
-def _pieces(outputs):
-    return [{"name": "pooled_embeddings." + k, "sharding": "output", "replicated": False,
+def _pieces(outputs, prefix="pooled_embeddings."):
+    return [{"name": prefix + k, "sharding": "output", "replicated": False,
              "full_sizes": list(v.shape), "row_offset": 0, "col_offset": 0, "tensor": v.detach().float()}
             for k, v in sorted(outputs.items())]
 
 
-def _shard_for_inference(spec, qebc, world, batch, split):
-    """The quantized collection sharded for inference over `world` devices in this process, as
-    TorchRec's own CPU inference tests shard it, with the unsharded state loaded; its outputs."""
+def _rows(result):
+    """An EmbeddingCollection's output, each key's rows per id."""
+    if hasattr(result, "wait"):
+        result = result.wait()
+    return {k: jt.values() for k, jt in result.items()}
+
+
+class _Collections(torch.nn.Module):
+    """The model's collections as one module (torch's quantize_dynamic and TorchRec's
+    _shard_modules act on a module's children): `ebc`, `ec` where the model has them."""
+
+    def __init__(self, ebc, ec):
+        super().__init__()
+        if ebc is not None:
+            self.ebc = ebc
+        if ec is not None:
+            self.ec = ec
+
+    def lookups(self, model, kjt):
+        """(pooled, rows): the EBC's pooled embeddings and the EC's rows per id, by output key."""
+        from dmpcheck_torchrec.models import select_features
+
+        pooled, rows = {}, {}
+        ebc, ec = getattr(self, "ebc", None), getattr(self, "ec", None)
+        if ebc is not None:
+            out = ebc(select_features(kjt, model.bag_features) if ec is not None else kjt)
+            pooled = (out.wait() if hasattr(out, "wait") else out).to_dict()
+        if ec is not None:
+            rows = _rows(ec(select_features(kjt, model.sequence_features)))
+        return pooled, rows
+
+
+def _shard_for_inference(spec, quantized, model, world, batch, split):
+    """The quantized collections sharded for inference over `world` devices in this process, as
+    TorchRec's own CPU inference tests shard them, with the unsharded state loaded; their outputs."""
     from torchrec.distributed.quant_embeddingbag import QuantEmbeddingBagCollectionSharder
     from torchrec.distributed.shard import _shard_modules
     from torchrec.distributed.sharding_plan import (column_wise, construct_module_sharding_plan, row_wise,
@@ -114,30 +167,32 @@ def _shard_for_inference(spec, qebc, world, batch, split):
             raise Unsupported(f"table {t.name}: inference sharding as {kind} is not offered here "
                               "(table_wise, row_wise, column_wise)")
 
-    class Wrapper(torch.nn.Module):  # _shard_modules shards a module's children
-        def __init__(self, ebc):
-            super().__init__()
-            self.ebc = ebc
-
-        def forward(self, kjt):
-            return self.ebc(kjt)
-
     from torchrec.distributed.fused_params import FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS
-
-    sharder = QuantEmbeddingBagCollectionSharder(fused_params={FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS: split})
-    plan = construct_module_sharding_plan(qebc, per_param_sharding=per_param, local_size=world, world_size=world,
-                                          device_type="cpu", sharder=sharder)
     from torchrec.distributed.types import ShardingPlan
 
-    unsharded_state = qebc.state_dict()
-    wrapped = _shard_modules(module=Wrapper(qebc), env=ShardingEnv.from_local(world, 0),
-                             plan=ShardingPlan({"ebc": plan}), device=torch.device("cpu"), sharders=[sharder])
-    wrapped.ebc.load_state_dict(unsharded_state)
-    result = wrapped(batch)
-    if hasattr(result, "wait"):
-        result = result.wait()
-    types = ", ".join(f"{t.name} {p.sharding_type}" for t in spec.tables for p in [plan[t.name]])
-    return result.to_dict(), f"sharded for inference over {world} cpu devices in one process ({types})"
+    fused = {FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS: split}
+    sharders, plans, states = [], {}, {}
+    for name, module in quantized.named_children():
+        if name == "ebc":
+            sharder = QuantEmbeddingBagCollectionSharder(fused_params=fused)
+            tables = [t.name for t in spec.tables if t.pooling != "none"]
+        else:
+            from torchrec.distributed.quant_embedding import QuantEmbeddingCollectionSharder
+
+            sharder = QuantEmbeddingCollectionSharder(fused_params=fused)
+            tables = [t.name for t in spec.tables if t.pooling == "none"]
+        sharders.append(sharder)
+        plans[name] = construct_module_sharding_plan(
+            module, per_param_sharding={t: per_param[t] for t in tables}, local_size=world, world_size=world,
+            device_type="cpu", sharder=sharder)
+        states[name] = module.state_dict()
+    sharded = _shard_modules(module=quantized, env=ShardingEnv.from_local(world, 0), plan=ShardingPlan(plans),
+                             device=torch.device("cpu"), sharders=sharders)
+    for name, state in states.items():
+        getattr(sharded, name).load_state_dict(state)
+    pooled, rows = sharded.lookups(model, batch)
+    types = ", ".join(f"{t} {p.sharding_type}" for plan in plans.values() for t, p in plan.items())
+    return pooled, rows, f"sharded for inference over {world} cpu devices in one process ({types})"
 
 
 def _long(kjt):
@@ -152,68 +207,85 @@ def _long(kjt):
                              weights=kjt.weights_or_none(), **vbe)
 
 
-def quantize(spec, ebc, split_scale_bias=False):
-    """`ebc` quantized by quantize_embeddings, each table to its `quant` (torch's quantize_dynamic
-    swaps a module's children, so the collection goes in as one).  `split_scale_bias`: its state
-    holds each row's scale and bias apart from the weights, the mode TorchRec's quant sharder
-    needs for row_wise and column_wise."""
+def quantize(spec, collections, split_scale_bias=False):
+    """`collections` (a _Collections) quantized by quantize_embeddings, each table to its `quant`
+    (torch's quantize_dynamic swaps a module's children: an EmbeddingBagCollection for a quant
+    one, an EmbeddingCollection too).  `split_scale_bias`: their state holds each row's scale and
+    bias apart from the weights, the mode TorchRec's quant sharders need for row_wise and
+    column_wise."""
     from torchrec.inference.modules import quantize_embeddings
 
     if split_scale_bias:
         from torchrec.quant.embedding_modules import quant_prep_enable_quant_state_dict_split_scale_bias
 
-        quant_prep_enable_quant_state_dict_split_scale_bias(ebc)
+        for module in collections.children():
+            quant_prep_enable_quant_state_dict_split_scale_bias(module)
     dtypes = _dtypes()
-    holder = torch.nn.Module()
-    holder.ebc = ebc
-    return quantize_embeddings(holder, dtype=dtypes[spec.tables[0].quant], inplace=False,
-                               per_table_weight_dtype={t.name: dtypes[t.quant] for t in spec.tables}).ebc
+    extra = {}
+    if hasattr(collections, "ec"):  # as TorchRec users ask for it: the EC's quant module named
+        import torchrec
+        from torchrec.quant.embedding_modules import EmbeddingCollection as QuantEmbeddingCollection
+
+        extra = {"additional_qconfig_spec_keys": [torchrec.EmbeddingCollection],
+                 "additional_mapping": {torchrec.EmbeddingCollection: QuantEmbeddingCollection}}
+    return quantize_embeddings(collections, dtype=dtypes[spec.tables[0].quant], inplace=False,
+                               per_table_weight_dtype={t.name: dtypes[t.quant] for t in spec.tables}, **extra)
 
 
 def run(spec, exchange, out_dir, world, final_phase, sharded):
     """Quantizes the trained model and writes out/quantized/ as above; returns a note."""
     with torch.random.fork_rng():  # the model's own draw is overwritten
         model = build_model(spec, "cpu")
-    ebc = model.ebc
+    collections = _Collections(model.ebc, model.ec)
     final = dump.read_assembled(out_dir, world, final_phase)
     with torch.no_grad():
-        for key, v in ebc.state_dict().items():
-            name = dmpcheck_name("ebc." + key)
+        for key, v in collections.state_dict().items():
+            name = dmpcheck_name(key)
             if name not in final:
                 raise Unsupported(f"the sharded model's {final_phase} holds no {name} to quantize")
             v.copy_(final[name])
-    # Sharded, the collection is made with scale and bias apart (split mode), as TorchRec's CPU
-    # inference tests make it: its quant sharder asks for it for row_wise and column_wise, and
+    # Sharded, the collections are made with scale and bias apart (split mode), as TorchRec's CPU
+    # inference tests make them: its quant sharders ask for it for row_wise and column_wise, and
     # without it a table_wise shard fails to load the unsharded state (measured on 0.8.0, 1.9.2).
     split = sharded
-    qebc = quantize(spec, ebc, split_scale_bias=split)
+    quantized = quantize(spec, collections, split_scale_bias=split)
     batch = _long(dump.load_global_batch(exchange, 1, world))
     # A variable batch per feature (VBE) goes in as a user hands it: rank 0's local batch, with its
     # strides per key and inverse indices (the global batch is its expansion); the bound of each
-    # of its bags is that of the expanded bag it stands for.
+    # of its bags is that of the expanded bag it stands for.  (dmpcheck refuses sequence tables
+    # with it at load.)
     local = _long(dump.load_batch(exchange, 1, 0))
     vbe = getattr(local, "variable_stride_per_key", lambda: False)()
     given = local if vbe else batch
+    from dmpcheck_torchrec.models import select_features
+
     with torch.no_grad():
-        floats = ebc(given).to_dict()
-        quantized = qebc(given).to_dict()
-        bounds = _bounds(spec, ebc, batch)
+        floats, float_rows = collections.lookups(model, given)
+        pooled, rows = quantized.lookups(model, given)
+        bounds = _bounds(spec, model.ebc, select_features(batch, model.bag_features)) if model.ebc is not None else {}
+        row_bounds = (_sequence_bounds(spec, model.ec, select_features(batch, model.sequence_features))
+                      if model.ec is not None else {})
         if vbe:
             bounds = {k: v[:spec.batch_size] for k, v in bounds.items()}
     where = os.path.join(out_dir, "quantized")
-    dump.write_phase_in(os.path.join(where, "float"), "outputs0", _pieces(floats))
-    dump.write_phase_in(os.path.join(where, "unsharded"), "outputs0", _pieces(quantized))
-    dump.write_phase_in(os.path.join(where, "bound"), "outputs0", _pieces(bounds))
+    seq = "sequence_embeddings."
+    dump.write_phase_in(os.path.join(where, "float"), "outputs0", _pieces(floats) + _pieces(float_rows, seq))
+    dump.write_phase_in(os.path.join(where, "unsharded"), "outputs0", _pieces(pooled) + _pieces(rows, seq))
+    dump.write_phase_in(os.path.join(where, "bound"), "outputs0", _pieces(bounds) + _pieces(row_bounds, seq))
     kinds = ", ".join(f"{t.name} {t.quant}" for t in spec.tables)
     what = ("rank 0's first batch as a variable batch per feature (VBE, as handed to TorchRec)" if vbe else
             "the first global batch")
+    names = [n for n, _ in quantized.named_children()]
+    which = " and ".join({"ebc": "EmbeddingBagCollection", "ec": "EmbeddingCollection"}[n] for n in names)
     note = (f"the trained tables quantized by quantize_embeddings ({kinds}; output keys in the quantized "
-            f"collection's order: {', '.join(quantized)}), {what} run through the float and the "
-            "quantized EmbeddingBagCollection; bound per element: half the row's step plus fp16 rounding of its "
-            "scale and bias ((max - min + |min|) * 2^-11; fp16 tables |x| * 2^-11), summed over the bag's ids")
+            f"collection's order: {', '.join(list(pooled) + list(rows))}), {what} run through the float and the "
+            f"quantized {which}; bound per element: half the row's step plus fp16 rounding of its "
+            "scale and bias ((max - min + |min|) * 2^-11; fp16 tables |x| * 2^-11), summed over the bag's ids "
+            "(a sequence table's row per id: its own row's)")
     if sharded:
         with torch.no_grad():
-            outputs, how = _shard_for_inference(spec, qebc, world, given, split)
-        dump.write_phase_in(os.path.join(where, "sharded"), "outputs0", _pieces(outputs))
+            outputs, sharded_rows, how = _shard_for_inference(spec, quantized, model, world, given, split)
+        dump.write_phase_in(os.path.join(where, "sharded"), "outputs0",
+                            _pieces(outputs) + _pieces(sharded_rows, seq))
         note += f"; the quantized collection {how}" + (", both with scale and bias apart (split mode)" if split else "")
     return note

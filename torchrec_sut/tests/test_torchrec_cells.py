@@ -1210,3 +1210,24 @@ def test_managed_collision_state_is_held_to_the_release_s_own_unsharded_modules(
     kept = failing("                if rows is not None:\n                    self.on_evict(b, rows)",
                    "                pass", "kept")
     assert kept and not any(n.startswith("mc.") for n in kept), kept
+
+
+def test_quantized_sequence_tables_are_the_references_lookup_bitwise(tmp_path):
+    """Sequence tables quantized for inference (torchrec.quant's EmbeddingCollection, by
+    quantize_embeddings as users map it): each id's row within its own row's bound of the float
+    model, bitwise the reference's dequantized row, and sharded for inference bitwise with
+    unsharded, beside a quantized pooled table."""
+    need("1.9.2")
+    p = dmpcheck("run", os.path.join(ROOT, "scenarios", "examples", "quantized_sequence.yaml"), "--quiet",
+                 "--out", str(tmp_path), "--filter", r"torchrec==1\.9\.2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.load(open(tmp_path / "quantized_sequence" / "torchrec__1.9.2.json"))
+    names = {"sequence_embeddings.g0", "sequence_embeddings.g1", "sequence_embeddings.g2", "pooled_embeddings.f0"}
+    for key in ("quantized", "quantized_reference", "quantized_sharded"):
+        assert report[key + "_compared"], key
+        assert {c["name"] for c in report[key]} == names, (key, report[key])
+    assert all(c["within_tolerance"] for c in report["quantized"]), report["quantized"]
+    # The quantization shows (no row is exact), and stays within its bound.
+    assert all(c["max_abs_diff"] > 0 for c in report["quantized"]), report["quantized"]
+    for key in ("quantized_reference", "quantized_sharded"):
+        assert all(c["max_abs_diff"] == 0 for c in report[key]), (key, report[key])

@@ -184,5 +184,37 @@ TEST(QuantizedLookup, RowsQuantizeAsFbgemmDoesAndPoolAsItsInferenceKernels) {
   }
 }
 
+// A sequence table's lookup is each id's row as the kernel dequantizes a bag of one id; a feature
+// two sequence tables read is named "<feature>@<table>", as TorchRec names it.
+TEST(QuantizedLookup, ASequenceTablesRowsAreDequantizedIdById) {
+  scenario::RunSpec run;
+  dmp::EmbeddingBagConfig t;
+  t.name = "s";
+  t.num_embeddings = 2;
+  t.embedding_dim = 4;
+  t.feature_names = {"g"};
+  t.sequence = true;
+  dmp::EmbeddingBagConfig u = t;
+  u.name = "u";
+  run.model.tables = {t, u};
+  run.quant["s"] = scenario::QuantType::kInt2;
+  run.quant["u"] = scenario::QuantType::kFp16;
+  const at::Tensor weight = at::tensor({0.0f, 1.0f, 2.0f, 3.0f, 0.1f, 0.4f, 1.0f, 0.7f}).reshape({2, 4});
+  const dmp::KeyedJaggedTensor batch({"g"}, at::tensor({1, 0, 1}, at::kLong), at::tensor({2, 1}, at::kLong));
+  const auto out =
+      quantized_pooled(run, {{dmp::table_weight_key("s"), weight}, {dmp::table_weight_key("u"), weight}}, batch);
+  const at::Tensor rows = out.at("sequence_embeddings.g@s");
+  ASSERT_EQ(rows.sizes(), (at::IntArrayRef{3, 4}));
+  const float bias = static_cast<float>(c10::Half(0.1f)), scale = static_cast<float>(c10::Half(0.9f / 3));
+  const float levels1[4] = {0.0f, 1.0f, 3.0f, 2.0f};
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(rows[0][c].item<float>(), std::fma(scale, levels1[c], bias)) << c;
+    EXPECT_EQ(rows[1][c].item<float>(), static_cast<float>(c)) << c;  // row 0: bias 0, scale 1
+    EXPECT_EQ(rows[2][c].item<float>(), rows[0][c].item<float>()) << c;
+    EXPECT_EQ(out.at("sequence_embeddings.g@u")[0][c].item<float>(),
+              static_cast<float>(c10::Half(weight[1][c].item<float>())));
+  }
+}
+
 }  // namespace
 }  // namespace dmpcheck::check

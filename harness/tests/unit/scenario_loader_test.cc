@@ -214,9 +214,17 @@ TEST(ScenarioLoader, QuantizedTablesAreJudgedOnReleases) {
   EXPECT_TRUE(
       fails_with("version: 1\nname: q\ntables:\n  - {name: t0, rows: 10, dim: 4, features: [f0], quant: int3}\n",
                  "s.yaml:4", "tables[0].quant"));
-  EXPECT_TRUE(fails_with("version: 1\nname: q\ntables:\n"
-                         "  - {name: t0, rows: 10, dim: 4, features: [f0], pooling: none, quant: int8}\n",
-                         "a sequence table (pooling: none) is not quantized"));
+  // Sequence tables quantize too (a quant EmbeddingCollection); every table of the model needs a type.
+  const std::string seq = "version: 1\nname: q\nsystem: torchrec==1.9.2\ntables:\n"
+                          "  - {name: s0, rows: 10, dim: 4, features: [g0], pooling: none, quant: int8}\n";
+  const auto with_ec = load_scenario_text(seq + "expect:\n  - quantized: true\n", "s.yaml");
+  EXPECT_EQ(with_ec.runs.at(0).quant.at("s0"), QuantType::kInt8);
+  EXPECT_TRUE(fails_with(seq + "  - {name: s1, rows: 10, dim: 4, features: [g1], pooling: none}\n"
+                               "expect:\n  - quantized: true\n",
+                         "s1 of run 'default' has no 'quant'"));
+  EXPECT_TRUE(fails_with(seq + "data: {features: {g0: {stride_per_rank: [2, 3]}}}\nworld_size: 2\n"
+                               "expect:\n  - quantized: true\n",
+                         "quantizes sequence tables on a plain batch"));
 }
 
 TEST(ScenarioLoader, ManagedCollisionTablesTakeRawIdsAndRunOnReleases) {
