@@ -54,6 +54,16 @@ QuantizedTable quantize(const at::Tensor& weight, scenario::QuantType type) {
   return q;
 }
 
+// The trained table `name` quantized as the run says.
+QuantizedTable quantized_table(const scenario::RunSpec& run, const std::map<std::string, at::Tensor>& weights,
+                               const std::string& name) {
+  const auto type = run.quant.find(name);
+  const auto weight = weights.find(dmp::table_weight_key(name));
+  DMP_CHECK(type != run.quant.end() && weight != weights.end(), ErrorKind::kInvalidInput,
+            "table '{}': no quantized data type or no weight to quantize", name);
+  return quantize(weight->second, type->second);
+}
+
 }  // namespace
 
 std::map<std::string, at::Tensor> quantized_pooled(const scenario::RunSpec& run,
@@ -69,11 +79,7 @@ std::map<std::string, at::Tensor> quantized_pooled(const scenario::RunSpec& run,
   const std::vector<std::string> names = dmp::embedding_names(pooled);
   std::map<std::string, at::Tensor> out;
   for (const auto& t : sequences) {
-    const auto type = run.quant.find(t.name);
-    const auto weight = weights.find(dmp::table_weight_key(t.name));
-    DMP_CHECK(type != run.quant.end() && weight != weights.end(), ErrorKind::kInvalidInput,
-              "table '{}': no quantized data type or no weight to quantize", t.name);
-    const QuantizedTable q = quantize(weight->second, type->second);
+    const QuantizedTable q = quantized_table(run, weights, t.name);
     for (const auto& feature : t.feature_names) {
       const at::Tensor ids = batch.values_of(batch.key_index(feature)).to(at::kLong).contiguous();
       at::Tensor rows = at::zeros({ids.numel(), q.dim}, at::kFloat);
@@ -90,11 +96,7 @@ std::map<std::string, at::Tensor> quantized_pooled(const scenario::RunSpec& run,
   }
   size_t lookup = 0;
   for (const auto& t : pooled) {
-    const auto type = run.quant.find(t.name);
-    const auto weight = weights.find(dmp::table_weight_key(t.name));
-    DMP_CHECK(type != run.quant.end() && weight != weights.end(), ErrorKind::kInvalidInput,
-              "table '{}': no quantized data type or no weight to quantize", t.name);
-    const QuantizedTable q = quantize(weight->second, type->second);
+    const QuantizedTable q = quantized_table(run, weights, t.name);
     for (const auto& feature : t.feature_names) {
       const size_t key = batch.key_index(feature);
       const at::Tensor ids = batch.values_of(key).to(at::kLong).contiguous();

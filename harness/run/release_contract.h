@@ -27,10 +27,11 @@ struct Constraints {
   int column_shards = 0;                    // 0: the planner's choice
 };
 
-// A table behind managed collision: TorchRec's MCHManagedCollisionModule over raw ids in
-// [0, input_hash_size) (0: the table has none), evicting by `eviction` (lfu | distance_lfu | lru)
-// every `interval` forwards.
+// A table behind managed collision: TorchRec's MCHManagedCollisionModule (`module` "mch") over
+// raw ids in [0, input_hash_size) (0: the table has none), evicting by `eviction` (lfu |
+// distance_lfu | lru) every `interval` forwards, or its HashZchManagedCollisionModule ("hash_zch").
 struct ManagedCollision {
+  std::string module;
   int64_t input_hash_size = 0;
   std::string eviction;
   int64_t interval = 0;
@@ -217,7 +218,7 @@ struct RankError {
 };
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Constraints, sharding_types, column_shards)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ManagedCollision, input_hash_size, eviction, interval)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ManagedCollision, module, input_hash_size, eviction, interval)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Table, name, rows, dim, features, pooling, weighted, data_type, quant,
                                                 managed_collision, constraints)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SparseOptimizer, type, lr, eps, beta1, beta2, weight_decay,

@@ -113,7 +113,8 @@ contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start st
     }
     contract::ManagedCollision mc;
     if (const auto it = spec.managed_collision.find(t.name); it != spec.managed_collision.end())
-      mc = {it->second.input_hash_size, scenario::mc_eviction_name(it->second.eviction), it->second.interval};
+      mc = {scenario::mc_module_name(it->second.module), it->second.input_hash_size,
+            scenario::mc_eviction_name(it->second.eviction), it->second.interval};
     out.tables.push_back({t.name, t.num_embeddings, t.embedding_dim, t.feature_names, dmp::pooling_name(t), t.weighted,
                           dmp::data_type_name(t.data_type),
                           spec.quant.count(t.name) ? scenario::quant_type_name(spec.quant.at(t.name)) : "", mc,

@@ -229,6 +229,7 @@ const char* fault_kind_name(FaultKind kind) { return name_in(kFaultKindNames, ki
 const char* init_mode_name(InitMode mode) { return name_in(kInitModeNames, mode); }
 const char* quant_type_name(QuantType type) { return name_in(kQuantTypeNames, type); }
 const char* mc_eviction_name(McEviction eviction) { return name_in(kMcEvictionNames, eviction); }
+const char* mc_module_name(McModule module) { return name_in(kMcModuleNames, module); }
 
 std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) const {
   auto it = per_feature.find(feature);

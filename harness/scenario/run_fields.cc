@@ -372,8 +372,16 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       if (YAML::Node mc = t["managed_collision"]) {
         const std::string at = path + ".managed_collision";
         if (!mc.IsMap()) r.expected(mc, at, "a mapping {input_hash_size: N, eviction: distance_lfu, interval: 1}");
-        r.check_keys(mc, at, {"input_hash_size", "eviction", "interval"});
+        r.check_keys(mc, at, {"module", "input_hash_size", "eviction", "interval"});
         ManagedCollision m;
+        if (mc["module"]) m.module = r.choice_of(mc["module"], at + ".module", kMcModuleNames);
+        for (const char* key : {"eviction", "interval"}) {
+          if (m.module == McModule::kHashZch && mc[key]) {
+            r.fail(mc[key], at + "." + key,
+                   "sets an MCH module's eviction; hash_zch evicts by its own configuration, which dmpcheck leaves "
+                   "at TorchRec's default (none)");
+          }
+        }
         m.input_hash_size =
             r.integer(r.required(mc, at, "input_hash_size"), at + ".input_hash_size", 1, int64_t{1} << 62);
         if (mc["eviction"]) m.eviction = r.choice_of(mc["eviction"], at + ".eviction", kMcEvictionNames);

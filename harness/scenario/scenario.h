@@ -105,7 +105,13 @@ enum class McEviction { kLfu, kDistanceLfu, kLru };
 inline constexpr Named<McEviction> kMcEvictionNames[] = {
     {McEviction::kLfu, "lfu"}, {McEviction::kDistanceLfu, "distance_lfu"}, {McEviction::kLru, "lru"}};
 const char* mc_eviction_name(McEviction eviction);
+// The remapper: TorchRec's MCHManagedCollisionModule, or the module that replaced it in 1.x,
+// HashZchManagedCollisionModule (multi-probe zero-collision hashing, its own eviction).
+enum class McModule { kMch, kHashZch };
+inline constexpr Named<McModule> kMcModuleNames[] = {{McModule::kMch, "mch"}, {McModule::kHashZch, "hash_zch"}};
+const char* mc_module_name(McModule module);
 struct ManagedCollision {
+  McModule module = McModule::kMch;
   int64_t input_hash_size = 0;
   McEviction eviction = McEviction::kDistanceLfu;
   int64_t interval = 1;

@@ -28,6 +28,7 @@ class Constraints:
 
 @dataclasses.dataclass
 class ManagedCollision:
+    module: str  # mch (MCHManagedCollisionModule) | hash_zch (HashZchManagedCollisionModule); "": none
     input_hash_size: int  # raw ids in [0, input_hash_size); 0: the table has no managed collision
     eviction: str  # lfu | distance_lfu | lru
     interval: int  # forwards between evictions

@@ -186,6 +186,17 @@ def managed_collision(spec, collection, configs, device):
     names = {c.name for c in configs}
     for t in [t for t in spec.tables if t.name in names]:
         mc = t.managed_collision
+        if mc.module == "hash_zch":
+            # What replaced the MCH module in 1.x: multi-probe zero-collision hashing, a bucket per
+            # rank as its row_wise sharding asks (rows must divide by them), its own eviction (none).
+            try:
+                from torchrec.modules.hash_mc_modules import HashZchManagedCollisionModule
+            except ImportError:
+                raise Unsupported(f"table {t.name}: this release has no HashZchManagedCollisionModule") from None
+            modules[t.name] = HashZchManagedCollisionModule(
+                zch_size=t.rows, device=torch.device(device), total_num_buckets=spec.world_size,
+                input_hash_size=mc.input_hash_size, name=t.name)
+            continue
         policy = getattr(mc_modules, policies[mc.eviction], None)
         if policy is None:
             raise Unsupported(f"table {t.name}: this release has no {policies[mc.eviction]} (eviction {mc.eviction})")

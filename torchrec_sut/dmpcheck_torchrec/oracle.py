@@ -83,6 +83,9 @@ def train_unsharded(spec, exchange, out_dir, world):
         model = build_model(spec, "cpu")
     initial = dump.read_assembled(out_dir, world, "init")
     mc_replicated, current, mismatches = None, {"step": 0}, []
+    if any(t.managed_collision.module == "hash_zch" for t in spec.tables):
+        raise Unsupported("the unsharded model stands for sharded MCH modules only; one for hash_zch's "
+                          "(HashZchManagedCollisionModule) is not built")
     if any(t.managed_collision.input_hash_size for t in spec.tables):
         # Managed collision: one MCH module per rank's rows, as the sharded model holds them.
         bucketed_managed_collision(model, spec, lambda table: dump.row_splits(

@@ -149,14 +149,20 @@ TEST(Expectations, IntegerStateIsComparedWithTheUnshardedModelExactly) {
   EXPECT_TRUE(testing::contains(results[0].note, "1 of 3 integers differ (held exactly)")) << results[0].note;
 }
 
-TEST(QuantizedLookup, RowsQuantizeAsFbgemmDoesAndPoolAsItsInferenceKernels) {
-  scenario::RunSpec run;
+// A table of 2 rows of dim 4 read by `feature` (a sequence table's, `sequence`).
+dmp::EmbeddingBagConfig two_row_table(const std::string& name, const std::string& feature, bool sequence = false) {
   dmp::EmbeddingBagConfig t;
-  t.name = "t";
+  t.name = name;
   t.num_embeddings = 2;
   t.embedding_dim = 4;
-  t.feature_names = {"f"};
-  run.model.tables = {t};
+  t.feature_names = {feature};
+  t.sequence = sequence;
+  return t;
+}
+
+TEST(QuantizedLookup, RowsQuantizeAsFbgemmDoesAndPoolAsItsInferenceKernels) {
+  scenario::RunSpec run;
+  run.model.tables = {two_row_table("t", "f")};
   run.quant["t"] = scenario::QuantType::kInt2;
   // Row 0 sits on the levels of its own range exactly (bias 0, scale 1); row 1's 0.4 lies 0.4 of a
   // step above level 0 and 1.6 rounds up to level 2 (scale 0.9 / 3 rounded to fp16).
@@ -188,15 +194,7 @@ TEST(QuantizedLookup, RowsQuantizeAsFbgemmDoesAndPoolAsItsInferenceKernels) {
 // two sequence tables read is named "<feature>@<table>", as TorchRec names it.
 TEST(QuantizedLookup, ASequenceTablesRowsAreDequantizedIdById) {
   scenario::RunSpec run;
-  dmp::EmbeddingBagConfig t;
-  t.name = "s";
-  t.num_embeddings = 2;
-  t.embedding_dim = 4;
-  t.feature_names = {"g"};
-  t.sequence = true;
-  dmp::EmbeddingBagConfig u = t;
-  u.name = "u";
-  run.model.tables = {t, u};
+  run.model.tables = {two_row_table("s", "g", true), two_row_table("u", "g", true)};
   run.quant["s"] = scenario::QuantType::kInt2;
   run.quant["u"] = scenario::QuantType::kFp16;
   const at::Tensor weight = at::tensor({0.0f, 1.0f, 2.0f, 3.0f, 0.1f, 0.4f, 1.0f, 0.7f}).reshape({2, 4});

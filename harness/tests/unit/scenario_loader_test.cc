@@ -253,6 +253,19 @@ TEST(ScenarioLoader, ManagedCollisionTablesTakeRawIdsAndRunOnReleases) {
   EXPECT_TRUE(fails_with(head + "  - {name: t0, rows: 10, dim: 4, features: [f0], managed_collision: "
                                 "{input_hash_size: 9, eviction: fifo}}\n",
                          "tables[0].managed_collision.eviction"));
+  // What replaced the MCH module: hash_zch, whose eviction is its own.
+  const auto hash_zch = load_scenario_text(
+      head + "  - {name: t0, rows: 10, dim: 4, features: [f0], managed_collision: {module: hash_zch, "
+             "input_hash_size: 99}}\n",
+      "s.yaml");
+  EXPECT_EQ(hash_zch.runs.at(0).managed_collision.at("t0").module, McModule::kHashZch);
+  EXPECT_EQ(run.managed_collision.at("t0").module, McModule::kMch);
+  EXPECT_TRUE(fails_with(head + "  - {name: t0, rows: 10, dim: 4, features: [f0], managed_collision: "
+                                "{module: hash_zch, input_hash_size: 9, interval: 2}}\n",
+                         "tables[0].managed_collision.interval", "hash_zch evicts by its own configuration"));
+  EXPECT_TRUE(fails_with(head + "  - {name: t0, rows: 10, dim: 4, features: [f0], managed_collision: "
+                                "{module: zch, input_hash_size: 9}}\n",
+                         "tables[0].managed_collision.module"));
   // Sequence tables behind managed collision (a ManagedCollisionEmbeddingCollection): all of the
   // collection's or none, whatever the pooled ones have.
   const std::string seq = "  - {name: s0, rows: 8, dim: 4, features: [g0], pooling: none, managed_collision: "
