@@ -4,10 +4,31 @@
 
 #include <cmath>
 
+// Each kernel is built for AVX-512, AVX2 and the baseline, the widest the CPU runs chosen when the
+// program loads (GCC's function multiversioning, ifunc): the same loops, wider vectors.  IEEE
+// add, multiply, divide and square root are correctly rounded at every width and the file is
+// compiled with -ffp-contract=off, so every clone gives the same bits (the fidelity table and
+// FusedOptimizer.* check it).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DMPCHECK_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DMPCHECK_KERNEL
+#endif
+
 namespace dmpcheck::dmp::kernels {
 namespace {
 
 float to_fp16(float x) { return static_cast<float>(c10::Half(x)); }  // round to nearest even
+
+// The rows are random (each a cache miss): ask for a row a few ahead while this one is updated.
+// A prefetch reads nothing into the arithmetic, so no result changes.
+constexpr int64_t kAhead = 4;
+inline void prefetch_row(const float* base, const int64_t* rows, int64_t i, int64_t end, int64_t dim) {
+  if (i + kAhead >= end) return;
+  const char* row = reinterpret_cast<const char*>(base + rows[i + kAhead] * dim);
+  for (int64_t byte = 0; byte < dim * static_cast<int64_t>(sizeof(float)); byte += 64)
+    __builtin_prefetch(row + byte, 1, 0);
+}
 
 }  // namespace
 
@@ -17,8 +38,10 @@ float to_fp16(float x) { return static_cast<float>(c10::Half(x)); }  // round to
 // code says so explicitly with double arithmetic, whose product of two floats is exact; the flags
 // this file is compiled with never contract or reassociate on their own.
 
-void sgd_rows(float* w, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim, float lr) {
+DMPCHECK_KERNEL void sgd_rows(float* w, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
+                              float lr) {
   for (int64_t i = begin; i < end; ++i) {
+    prefetch_row(w, rows, i, end, dim);
     float* wr = w + rows[i] * dim;
     const float* gr = g + i * dim;
     // One rounding: w - lr * g in double (FBGEMM: a fused multiply-add).
@@ -33,9 +56,12 @@ namespace {
 // fp32 tables subtract it in double (one rounding), fp16 tables add it rounded to fp16 and
 // round the sum to fp16.
 template <bool kFp16>
-void adagrad_rows_as(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
-                     float lr, float eps) {
+inline __attribute__((always_inline)) void adagrad_rows_as(float* w, float* m, const float* g, const int64_t* rows,
+                                                           int64_t begin, int64_t end, int64_t dim, float lr,
+                                                           float eps) {
   for (int64_t i = begin; i < end; ++i) {
+    prefetch_row(w, rows, i, end, dim);
+    prefetch_row(m, rows, i, end, dim);
     float* wr = w + rows[i] * dim;
     float* mr = m + rows[i] * dim;
     const float* gr = g + i * dim;
@@ -54,20 +80,21 @@ void adagrad_rows_as(float* w, float* m, const float* g, const int64_t* rows, in
 
 }  // namespace
 
-void adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
-                  float lr, float eps) {
+DMPCHECK_KERNEL void adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end,
+                                  int64_t dim, float lr, float eps) {
   adagrad_rows_as<false>(w, m, g, rows, begin, end, dim, lr, eps);
 }
 
-void adagrad_rows_fp16(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim,
-                       float lr, float eps) {
+DMPCHECK_KERNEL void adagrad_rows_fp16(float* w, float* m, const float* g, const int64_t* rows, int64_t begin,
+                                       int64_t end, int64_t dim, float lr, float eps) {
   adagrad_rows_as<true>(w, m, g, rows, begin, end, dim, lr, eps);
 }
 
-void rowwise_adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin, int64_t end,
-                          int64_t dim, const float* row_mean_square, float lr, float eps, float wd, int wd_mode,
-                          float decoupled_correction) {
+DMPCHECK_KERNEL void rowwise_adagrad_rows(float* w, float* m, const float* g, const int64_t* rows, int64_t begin,
+                                          int64_t end, int64_t dim, const float* row_mean_square, float lr, float eps,
+                                          float wd, int wd_mode, float decoupled_correction) {
   for (int64_t i = begin; i < end; ++i) {
+    prefetch_row(w, rows, i, end, dim);
     float* wr = w + rows[i] * dim;
     const float* gr = g + i * dim;
     const float momentum = m[rows[i]] + row_mean_square[i];
@@ -78,7 +105,8 @@ void rowwise_adagrad_rows(float* w, float* m, const float* g, const int64_t* row
   }
 }
 
-void sgd_rows_fp16(float* w, const float* g, const int64_t* rows, int64_t begin, int64_t end, int64_t dim, float lr) {
+DMPCHECK_KERNEL void sgd_rows_fp16(float* w, const float* g, const int64_t* rows, int64_t begin, int64_t end,
+                                   int64_t dim, float lr) {
   for (int64_t i = begin; i < end; ++i) {
     float* wr = w + rows[i] * dim;
     const float* gr = g + i * dim;
@@ -111,9 +139,12 @@ float fbgemm_mean_square(const float* g, int64_t dim) {
   return total / static_cast<float>(dim);
 }
 
-void adam_rows(float* w, float* exp_avg, float* exp_avg_sq, const float* g, const int64_t* rows, int64_t begin,
-               int64_t end, int64_t dim, const AdamScalars& s) {
+DMPCHECK_KERNEL void adam_rows(float* w, float* exp_avg, float* exp_avg_sq, const float* g, const int64_t* rows,
+                               int64_t begin, int64_t end, int64_t dim, const AdamScalars& s) {
   for (int64_t i = begin; i < end; ++i) {
+    prefetch_row(w, rows, i, end, dim);
+    prefetch_row(exp_avg, rows, i, end, dim);
+    prefetch_row(exp_avg_sq, rows, i, end, dim);
     float* wr = w + rows[i] * dim;
     float* ar = exp_avg + rows[i] * dim;
     float* sr = exp_avg_sq + rows[i] * dim;
