@@ -71,6 +71,8 @@ def main():
     parser.add_argument("--suite-pairs", type=int, default=1,
                         help="pairs for the whole regression suite, warm against cold (default 1; 0 skips it)")
     parser.add_argument("--json", help="write the timings and ratios here")
+    parser.add_argument("--only", help="run only the comparisons whose name contains this text (e.g. \"reporter's "
+                                       "script\" for the seed cell against the reporter's script)")
     args = parser.parse_args()
 
     torchrun = os.path.join(args.envs, "torchrec-0.6.0", "bin", "torchrun")
@@ -131,6 +133,10 @@ def main():
         if args.suite_pairs > 0:
             comparisons.append(("regression suite (every cell): cold / warm", lambda: suite("exec", None),
                                 lambda: suite("fork", None), 2.5, args.suite_pairs))
+        if args.only:
+            comparisons = [c for c in comparisons if args.only in c[0]]
+            if not comparisons:
+                sys.exit("vs_torchrec: no comparison's name contains %r" % args.only)
         print("%-72s %10s %10s %8s %8s" % ("comparison (slow side / fast side)", "slow (s)", "fast (s)", "ratio", "target"))
         for name, slow, fast, target, pairs in comparisons:
             slow_t, fast_t = [], []
