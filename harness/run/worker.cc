@@ -3,6 +3,7 @@
 #include "dmp/behaviour_profile.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -67,6 +68,11 @@ void write_torchelastic_error_file(const std::string& kind, const std::string& m
 
 int worker_main(const WorkerOptions& options) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // A write to a peer that has died must fail (EPIPE) and be reported as a communication error,
+  // not kill this rank with SIGPIPE. dmpcheck's own launcher sets this before it starts a rank;
+  // an external one (torchrun, mpirun, srun) does not: under srun, a rank killed mid-run once took
+  // its peer down with "Broken pipe" before the peer could say what happened.
+  std::signal(SIGPIPE, SIG_IGN);
   std::optional<comm::Store> store;  // the run's view: keys under the secret's prefix
   std::string secret;
   int rank = -1;
