@@ -31,6 +31,15 @@ def select_features(kjt, features):
         inverse_indices=(list(features), inverse[torch.tensor(index)]))
 
 
+def output_keys(readings):
+    """The output key of each (table, feature) a collection reads, in order, as TorchRec names it:
+    the feature, or "<feature>@<table>" where several of the collection's tables read it."""
+    readers = {}
+    for _, f in readings:
+        readers[f] = readers.get(f, 0) + 1
+    return [f if readers[f] == 1 else f"{f}@{table}" for table, f in readings]
+
+
 def _embeddings(result):
     """A collection's embeddings: a managed-collision one returns (embeddings, remapped features or None)."""
     return result[0] if isinstance(result, tuple) else result
@@ -52,11 +61,7 @@ class Model(nn.Module):
         self.sequence_features = list(dict.fromkeys(f for t in sequence_tables for f in t.feature_names))
         # The EmbeddingCollection's output keys: a feature several of its tables read is
         # "<feature>@<table>", as TorchRec names it.
-        readers = {}
-        for t in sequence_tables:
-            for f in t.feature_names:
-                readers[f] = readers.get(f, 0) + 1
-        self.sequence_keys = [f if readers[f] == 1 else f"{f}@{t.name}" for t in sequence_tables for f in t.feature_names]
+        self.sequence_keys = output_keys([(t.name, f) for t in sequence_tables for f in t.feature_names])
         width = sum(t.embedding_dim * len(t.feature_names) for t in list(tables) + list(sequence_tables))
         self.dense = nn.ModuleList()
         for out in layers:
@@ -255,7 +260,7 @@ class BucketedMCH(nn.Module):
             for start, rows in splits)
         self.block = (input_hash_size + len(splits) - 1) // len(splits)
         # on_evict(part, rows): what the sharded model does to the rows a part evicts (it re-draws
-        # them before the lookup; TorchRec's unsharded MC-EBC leaves them, its evict being a TODO).
+        # them before the lookup; TorchRec's unsharded MC-EBC leaves them: its evict does nothing).
         self.on_evict = None
 
     def forward(self, features, mutate_miss_lengths=True):
@@ -367,11 +372,7 @@ def build_model(spec, device="meta"):
         if t.managed_collision.input_hash_size and config.init_fn is not None:
             config.init_fn = EvictionDraws(t.name, config.init_fn)
     # The EBC's output keys: a feature several tables read is "<feature>@<table>" (TorchRec's naming).
-    readers = {}
-    for t in spec.tables:
-        for f in t.features:
-            readers[f] = readers.get(f, 0) + 1
-    features = [f if readers[f] == 1 else f"{f}@{t.name}" for t in spec.tables for f in t.features]
+    features = output_keys([(t.name, f) for t in spec.tables for f in t.features])
     # The EBC's is_weighted as the user passed it: by default whether the tables are; "false" with
     # weighted tables is the user who forgot it (their batches still carry the weights).
     is_weighted = {"tables": all(weighted) and bool(weighted), "true": True, "false": False}[spec.is_weighted]

@@ -27,7 +27,7 @@ import os
 import torch
 
 from dmpcheck_torchrec import dump
-from dmpcheck_torchrec.models import build_model
+from dmpcheck_torchrec.models import build_model, output_keys
 from dmpcheck_torchrec.optim import Unsupported
 from dmpcheck_torchrec.state import dmpcheck_name
 
@@ -55,31 +55,29 @@ def _bags(rows, lengths):
     return torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
 
 
-def _readers(tables):
-    readers = {}
-    for t in tables:
-        for f in t.features:
-            readers[f] = readers.get(f, 0) + 1
-    return readers
+def _keys(tables):
+    """Each (table, feature) of `tables` to its output key (models.output_keys)."""
+    readings = [(t.name, f) for t in tables for f in t.features]
+    return dict(zip(readings, output_keys(readings)))
 
 
 def _sequence_bounds(spec, ec, kjt):
     """Per output key of the EmbeddingCollection, each id's row bound (its own row's, no sum)."""
     tables = [t for t in spec.tables if t.pooling == "none"]
-    readers, ids_of, out = _readers(tables), kjt.to_dict(), {}
+    keys, ids_of, out = _keys(tables), kjt.to_dict(), {}
     for t in tables:
         weight = ec.embeddings[t.name].weight.detach().double()
         per_row = _row_bounds(weight, t.quant)
         for f in t.features:
             ids = ids_of[f].values().long()
             bound = per_row[ids].unsqueeze(1).expand(-1, t.dim) + weight[ids].abs() * 2.0 ** -20
-            out[f if readers[f] == 1 else f"{f}@{t.name}"] = bound.float()
+            out[keys[(t.name, f)]] = bound.float()
     return out
 
 
 def _bounds(spec, ebc, kjt):
     """Per output key of the collection, the bound of each element (see the module's text)."""
-    readers = _readers([t for t in spec.tables if t.pooling != "none"])
+    keys = _keys([t for t in spec.tables if t.pooling != "none"])
     bags = kjt.to_dict()
     out = {}
     for t in [t for t in spec.tables if t.pooling != "none"]:
@@ -94,7 +92,7 @@ def _bounds(spec, ebc, kjt):
             bound = error + magnitude * 2.0 ** -20
             if t.pooling == "mean":
                 bound = bound / lengths.clamp(min=1).double().unsqueeze(1)
-            out[f if readers[f] == 1 else f"{f}@{t.name}"] = bound.float()
+            out[keys[(t.name, f)]] = bound.float()
     return out
 
 
