@@ -13,6 +13,8 @@
 #include "run/launcher.h"
 #include "run/rank_run.h"
 #include "run/torchrec_cell.h"
+#include "run/torchrec_systems.h"
+#include "run/warm_interpreter.h"
 #include "run/worker.h"
 
 namespace dmpcheck::run {
@@ -113,9 +115,19 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
                   fmt::format("--filter '{}' is not a regular expression: {}", options.filter, e.what()));
     }
   }
+  auto selected = [&](const scenario::RunSpec& spec) {
+    return !filter || std::regex_search(fmt::format("{} [{}]", scenario.name, spec.name), *filter);
+  };
+  // The releases' interpreters import in the background while the cells before theirs run.
+  std::vector<scenario::System> systems;
+  for (const auto& spec : scenario.runs) {
+    if (selected(spec)) systems.push_back(spec.system);
+  }
+  prestart_release_interpreters(systems, options.exec_ranks);
   for (size_t i = 0; i < scenario.runs.size() && !interrupt_requested(); ++i) {
     const scenario::RunSpec& spec = scenario.runs[i];
-    if (filter && !std::regex_search(fmt::format("{} [{}]", scenario.name, spec.name), *filter)) continue;
+    if (!selected(spec)) continue;
+    WarmInterpreter::pump();
     if (options.out) {
       *options.out << fmt::format("-- run {}/{}: {} [{}] on {} ranks\n", i + 1, scenario.runs.size(), scenario.name,
                                   spec.name, spec.world_size)

@@ -21,6 +21,8 @@
 #include "run/preflight.h"
 #include "run/rank_run.h"
 #include "run/scenario_runner.h"
+#include "run/torchrec_systems.h"
+#include "run/warm_interpreter.h"
 #include "scenario/scenario.h"
 
 namespace dmpcheck::run {
@@ -109,6 +111,10 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
     }
   }
   outcome.report_dir = make_report_dir(options.out_root);
+  // The releases' interpreters import in the background while the cells before theirs run.
+  std::vector<scenario::System> systems;
+  for (const auto& c : cells) systems.push_back(scenarios[c.scenario].runs[c.run].system);
+  prestart_release_interpreters(systems, options.exec_ranks);
 
   ScenarioRunOptions run_options;
   run_options.worker_executable = options.worker_executable;
@@ -129,6 +135,7 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
   for (size_t i = 0; i < cells.size() && !interrupt_requested(); ++i) {
     const auto& spec = scenarios[cells[i].scenario].runs[cells[i].run];
     const int ranks = spec.world_size;
+    WarmInterpreter::pump();
     {
       std::unique_lock<std::mutex> lock(mutex);
       changed.wait(

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 #include "common/file_io.h"
 #include "run/release_contract.h"
 #include "run/subprocess.h"
+#include "run/warm_interpreter.h"
 
 #ifndef DMPCHECK_SOURCE_DIR
 #define DMPCHECK_SOURCE_DIR "."
@@ -265,6 +267,31 @@ LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::s
                           "torchrec.distributed.embeddingbag",
                           "dmpcheck_torchrec.runner"};
   return request;
+}
+
+void prestart_release_interpreters(const std::vector<scenario::System>& systems, bool exec_ranks) {
+  const char* ranks_mode = std::getenv("DMPCHECK_RANKS");
+  if (exec_ranks || (ranks_mode != nullptr && std::string(ranks_mode) == "exec")) return;
+  std::vector<WarmInterpreter::Wanted> wanted;
+  std::set<std::string> seen;
+  for (const auto& system : systems) {
+    if (system.kind != scenario::System::Kind::kRelease || !seen.insert(system.version).second) continue;
+    TorchRecEnvironment env;
+    env.dir = torchrec_environments_root() + "/torchrec-" + system.version;
+    env.python = env.dir + "/bin/python";
+    // Installed only (never installing ahead), and held against the installer's eviction as a cell holds it.
+    if (!fs::exists(env.dir + "/dmpcheck-ready.json") || !fs::exists(env.python)) continue;
+    const int fd = ::open((env.dir + "/dmpcheck-in-use.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_SH | LOCK_NB) != 0) {
+      ::close(fd);
+      continue;
+    }
+    const LaunchRequest request = torchrec_launch(env, {}, "");
+    wanted.push_back({request.executable, request.environment, request.warm_preload,
+                      std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); })});
+  }
+  WarmInterpreter::prestart(std::move(wanted));
 }
 
 // ---- TorchRec's repository ----

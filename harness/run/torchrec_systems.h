@@ -40,6 +40,13 @@ std::optional<TorchRecEnvironment> resolve_environment(const scenario::System& s
 LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::string> arguments,
                               const std::string& error_dir);
 
+// Queues the warm interpreters of the installed releases among `systems` (in the order given: the
+// order their cells come) to start in the background (WarmInterpreter::prestart), so that their
+// imports overlap the cells before them.  Commits and a user's interpreter are not started
+// ahead (naming their environment means asking git or the interpreter); nor is anything with
+// exec-ed ranks (`exec_ranks`, DMPCHECK_RANKS=exec), which no warm interpreter serves.
+void prestart_release_interpreters(const std::vector<scenario::System>& systems, bool exec_ranks);
+
 // $DMPCHECK_TORCHREC_ENVS, else $XDG_CACHE_HOME/dmpcheck/torchrec, else ~/.cache/dmpcheck/torchrec.
 std::string torchrec_environments_root();
 // The rank program: $DMPCHECK_TORCHREC_SUT, else this source tree's, else the installed copy.

@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "run/launcher.h"
+#include "run/rank_run.h"
 
 namespace dmpcheck::run {
 namespace {
@@ -34,12 +35,6 @@ constexpr auto kReadyTimeout = std::chrono::seconds(300);
 // How long it may take to answer a spawn request (it forks: milliseconds).
 constexpr auto kSpawnTimeout = std::chrono::seconds(60);
 constexpr size_t kMaxPacket = 1 << 20;
-
-size_t interpreters_kept() {
-  const char* v = std::getenv("DMPCHECK_WARM_INTERPRETERS");
-  const int n = v != nullptr ? std::atoi(v) : 4;
-  return static_cast<size_t>(std::max(1, n));
-}
 
 std::string tail_of(const std::string& path, size_t lines) {
   std::ifstream in(path);
@@ -56,9 +51,11 @@ struct Registry {
     std::shared_ptr<WarmInterpreter> warm;
     std::string failed;
     uint64_t last_used = 0;
+    std::shared_ptr<void> hold;  // what prestart was asked to keep with it
   };
   std::mutex mutex;
   std::map<std::string, Entry> entries;
+  std::vector<std::pair<std::string, WarmInterpreter::Wanted>> queued;  // prestart's, in order of use
   uint64_t clock = 0;
   // At exit: every interpreter is told to go (its socket closed) and waited for, so that nothing
   // it forked outlives the command.
@@ -70,103 +67,215 @@ Registry& registry() {
   return r;
 }
 
+std::string key_of(const WarmInterpreter::Wanted& w) {
+  std::string key = w.python;
+  for (const auto& [k, v] : w.environment) key += "\n" + k + "=" + v;
+  for (const auto& m : w.preload) key += "\n" + m;
+  return key;
+}
+
+// MemAvailable in GiB (0 where /proc/meminfo does not say).
+double available_memory_gib() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string name; in >> name;) {
+    long long kib = 0;
+    in >> kib;
+    if (name == "MemAvailable:") return static_cast<double>(kib) / (1024.0 * 1024.0);
+    in.ignore(1 << 10, '\n');
+  }
+  return 0;
+}
+
+// The interpreters started and still importing (they have not spoken yet).
+size_t importing(Registry& reg) {
+  size_t n = 0;
+  for (auto& [key, e] : reg.entries) {
+    if (e.warm && !e.warm->ready() && !e.warm->answered()) ++n;
+  }
+  return n;
+}
+
+size_t live(Registry& reg) {
+  size_t n = 0;
+  for (auto& [key, e] : reg.entries) n += e.warm != nullptr;
+  return n;
+}
+
+// Starts queued interpreters while fewer than `at_once` import and fewer than `kept` live.
+void pump_locked(Registry& reg) {
+  const int at_once = WarmInterpreter::prestart_at_once();
+  while (!reg.queued.empty() && at_once > 0 && importing(reg) < static_cast<size_t>(at_once) &&
+         live(reg) < WarmInterpreter::kept()) {
+    auto [key, wanted] = std::move(reg.queued.front());
+    reg.queued.erase(reg.queued.begin());
+    if (reg.entries.count(key) != 0) continue;  // started (or failed) since it was queued
+    Registry::Entry entry;
+    entry.last_used = ++reg.clock;
+    entry.hold = wanted.hold;
+    try {
+      entry.warm = WarmInterpreter::start(wanted);
+    } catch (const std::exception& e) {
+      entry.failed =
+          fmt::format("the warm interpreter of {} could not serve ({}): ranks start cold", wanted.python, e.what());
+    }
+    reg.entries[key] = std::move(entry);
+  }
+}
+
 }  // namespace
+
+size_t WarmInterpreter::kept() {
+  if (const char* v = std::getenv("DMPCHECK_WARM_INTERPRETERS")) return static_cast<size_t>(std::max(1, std::atoi(v)));
+  // One per 2 GiB of what the machine has free: a suite over every installed release keeps all
+  // of them (7 here) rather than importing one again each time it comes back to it.
+  const auto by_memory = static_cast<long>(available_memory_gib() / 2.0);
+  return static_cast<size_t>(std::clamp(by_memory, 4L, 12L));
+}
+
+int WarmInterpreter::prestart_at_once() {
+  if (const char* v = std::getenv("DMPCHECK_WARM_PRESTART")) return std::max(0, std::atoi(v));
+  return std::max(2, available_cores() / 2);
+}
+
+void WarmInterpreter::prestart(std::vector<Wanted> wanted) {
+  Registry& reg = registry();
+  {
+    std::lock_guard<std::mutex> lock(reg.mutex);
+    for (auto& w : wanted) {
+      std::string key = key_of(w);
+      const bool queued =
+          std::any_of(reg.queued.begin(), reg.queued.end(), [&](const auto& q) { return q.first == key; });
+      if (!queued && reg.entries.count(key) == 0) reg.queued.emplace_back(std::move(key), std::move(w));
+    }
+  }
+  pump();
+}
+
+void WarmInterpreter::pump() {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  pump_locked(reg);
+}
 
 std::shared_ptr<WarmInterpreter> WarmInterpreter::get(const std::string& python,
                                                       const std::map<std::string, std::string>& environment,
                                                       const std::vector<std::string>& preload, std::string& why_not) {
-  std::string key = python;
-  for (const auto& [k, v] : environment) key += "\n" + k + "=" + v;
-  for (const auto& m : preload) key += "\n" + m;
+  const Wanted wanted{python, environment, preload, nullptr};
+  const std::string key = key_of(wanted);
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mutex);
   auto found = reg.entries.find(key);
-  if (found != reg.entries.end() && found->second.warm && !found->second.warm->alive()) {
+  if (found != reg.entries.end() && found->second.warm && found->second.warm->ready() && !found->second.warm->alive()) {
     reg.entries.erase(found);  // it died (killed from outside): a new one is started
     found = reg.entries.end();
   }
-  if (found != reg.entries.end()) {
-    found->second.last_used = ++reg.clock;
-    why_not = found->second.failed;
-    return found->second.warm;
+  if (found == reg.entries.end()) {
+    // This one is wanted now: not from the queue later.
+    reg.queued.erase(
+        std::remove_if(reg.queued.begin(), reg.queued.end(), [&](const auto& q) { return q.first == key; }),
+        reg.queued.end());
+    // Room for one more: the least recently used interpreter no launch holds goes.
+    std::vector<std::map<std::string, Registry::Entry>::iterator> idle;
+    size_t running = 0;
+    for (auto it = reg.entries.begin(); it != reg.entries.end(); ++it) {
+      if (!it->second.warm) continue;
+      ++running;
+      if (it->second.warm.use_count() == 1 && it->second.warm->ready()) idle.push_back(it);
+    }
+    std::sort(idle.begin(), idle.end(), [](auto a, auto b) { return a->second.last_used < b->second.last_used; });
+    for (size_t i = 0; running >= kept() && i < idle.size(); ++i, --running) reg.entries.erase(idle[i]);
+    Registry::Entry entry;
+    try {
+      entry.warm = start(wanted);
+    } catch (const std::exception& e) {
+      entry.failed = fmt::format("the warm interpreter of {} could not serve ({}): ranks start cold", python, e.what());
+    }
+    found = reg.entries.emplace(key, std::move(entry)).first;
   }
-  // Room for one more: the least recently used interpreter no launch holds goes.
-  std::vector<std::map<std::string, Registry::Entry>::iterator> idle;
-  size_t live = 0;
-  for (auto it = reg.entries.begin(); it != reg.entries.end(); ++it) {
-    if (!it->second.warm) continue;
-    ++live;
-    if (it->second.warm.use_count() == 1) idle.push_back(it);
-  }
-  std::sort(idle.begin(), idle.end(), [](auto a, auto b) { return a->second.last_used < b->second.last_used; });
-  for (size_t i = 0; live >= interpreters_kept() && i < idle.size(); ++i, --live) reg.entries.erase(idle[i]);
-
-  Registry::Entry entry;
+  Registry::Entry& entry = found->second;
   entry.last_used = ++reg.clock;
-  std::shared_ptr<WarmInterpreter> warm(new WarmInterpreter());
-  const auto start = Clock::now();
-  try {
-    // The interpreter's own output (never a rank's) goes to a file shown when it fails to start.
-    warm->dir_ = std::make_unique<PrivateDir>("dmpcheck-warm");
-    warm->log_ = warm->dir_->path() + "/interpreter.log";
-    const int log_fd = ::open(warm->log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    int sv[2];
-    DMP_CHECK(log_fd >= 0 && null_fd >= 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0,
-              ErrorKind::kRankFailed, "cannot set up a warm interpreter: {}", std::strerror(errno));
-    // Everything the child needs, built before fork(): between fork and exec only
-    // async-signal-safe calls are allowed (a suite may run cells on several threads).
-    std::vector<std::string> args = {python, "-m", "dmpcheck_torchrec.warm", std::to_string(sv[1])};
-    args.insert(args.end(), preload.begin(), preload.end());
-    // Importing torch starts its OpenMP pool unless told to keep one thread: a fork would copy a
-    // pool without its threads.  Each rank sets its own count after the fork.
-    std::map<std::string, std::string> ours = environment;
-    ours["OMP_NUM_THREADS"] = "1";
-    ours["MKL_NUM_THREADS"] = "1";
-    std::vector<std::string> env = child_environment(ours);
-    std::vector<char*> argv, envp;
-    for (auto& s : args) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      // A process group of its own: Ctrl-C at a terminal is dmpcheck's to handle.
-      ::setpgid(0, 0);
-      ::fcntl(sv[1], F_SETFD, 0);  // the one descriptor it keeps across exec
-      ::dup2(null_fd, STDIN_FILENO);
-      ::dup2(log_fd, STDOUT_FILENO);
-      ::dup2(log_fd, STDERR_FILENO);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
+  if (entry.warm && !entry.warm->ready()) {
+    try {
+      entry.warm->await_ready();
+    } catch (const std::exception& e) {
+      entry.failed = fmt::format("the warm interpreter of {} could not serve ({}): ranks start cold", python, e.what());
+      entry.warm.reset();  // its socket closes and its process is reaped
     }
-    ::close(sv[1]);
-    ::close(log_fd);
-    ::close(null_fd);
-    if (pid < 0) {
-      ::close(sv[0]);
-      throw_error(ErrorKind::kRankFailed, fmt::format("fork failed: {}", std::strerror(errno)));
-    }
-    warm->pid_ = pid;
-    warm->socket_ = sv[0];
-    // Its first word: ready, or why not.
-    while (warm->pending_.empty() && warm->alive_ && Clock::now() - start < kReadyTimeout && !interrupt_requested())
-      warm->read_messages(100);
-    DMP_CHECK(!warm->pending_.empty(), ErrorKind::kRankFailed, "{}{}",
-              warm->alive_ ? "it did not say it was ready within 300 s" : "it ended before it was ready",
-              tail_of(warm->log_, 6));
-    const auto ready = nlohmann::json::parse(warm->pending_.front());
-    warm->pending_.clear();
-    DMP_CHECK(ready.value("ready", false), ErrorKind::kRankFailed, "{}", ready.value("why", ready.dump()));
-    warm->import_s_ = ready.value("import_s", 0.0);
-    entry.warm = warm;
-  } catch (const std::exception& e) {
-    entry.failed = fmt::format("the warm interpreter of {} could not serve ({}): ranks start cold", python, e.what());
-    why_not = entry.failed;
-    // `warm` goes with this scope: its socket closes and its process is reaped.
   }
-  reg.entries[key] = entry;
+  // While this one's ranks run, the next queued interpreters import.
+  pump_locked(reg);
+  why_not = entry.failed;
   return entry.warm;
+}
+
+std::shared_ptr<WarmInterpreter> WarmInterpreter::start(const Wanted& wanted) {
+  const std::string& python = wanted.python;
+  std::shared_ptr<WarmInterpreter> warm(new WarmInterpreter());
+  warm->start_ = Clock::now();
+  // The interpreter's own output (never a rank's) goes to a file shown when it fails to start.
+  warm->dir_ = std::make_unique<PrivateDir>("dmpcheck-warm");
+  warm->log_ = warm->dir_->path() + "/interpreter.log";
+  const int log_fd = ::open(warm->log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int sv[2];
+  DMP_CHECK(log_fd >= 0 && null_fd >= 0 && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0,
+            ErrorKind::kRankFailed, "cannot set up a warm interpreter: {}", std::strerror(errno));
+  // Everything the child needs, built before fork(): between fork and exec only
+  // async-signal-safe calls are allowed (a suite may run cells on several threads).
+  std::vector<std::string> args = {python, "-m", "dmpcheck_torchrec.warm", std::to_string(sv[1])};
+  args.insert(args.end(), wanted.preload.begin(), wanted.preload.end());
+  // Importing torch starts its OpenMP pool unless told to keep one thread: a fork would copy a
+  // pool without its threads.  Each rank sets its own count after the fork.
+  std::map<std::string, std::string> ours = wanted.environment;
+  ours["OMP_NUM_THREADS"] = "1";
+  ours["MKL_NUM_THREADS"] = "1";
+  std::vector<std::string> env = child_environment(ours);
+  std::vector<char*> argv, envp;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // A process group of its own: Ctrl-C at a terminal is dmpcheck's to handle.
+    ::setpgid(0, 0);
+    ::fcntl(sv[1], F_SETFD, 0);  // the one descriptor it keeps across exec
+    ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(log_fd, STDERR_FILENO);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(sv[1]);
+  ::close(log_fd);
+  ::close(null_fd);
+  if (pid < 0) {
+    ::close(sv[0]);
+    throw_error(ErrorKind::kRankFailed, fmt::format("fork failed: {}", std::strerror(errno)));
+  }
+  warm->pid_ = pid;
+  warm->socket_ = sv[0];
+  return warm;
+}
+
+void WarmInterpreter::await_ready() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Its first word: ready, or why not.
+  while (pending_.empty() && alive_ && Clock::now() - start_ < kReadyTimeout && !interrupt_requested())
+    read_messages(100);
+  DMP_CHECK(!pending_.empty(), ErrorKind::kRankFailed, "{}{}",
+            alive_ ? "it did not say it was ready within 300 s" : "it ended before it was ready", tail_of(log_, 6));
+  const auto ready = nlohmann::json::parse(pending_.front());
+  pending_.clear();
+  DMP_CHECK(ready.value("ready", false), ErrorKind::kRankFailed, "{}", ready.value("why", ready.dump()));
+  import_s_ = ready.value("import_s", 0.0);
+  ready_ = true;
+}
+
+bool WarmInterpreter::answered() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  read_messages(0);
+  return !pending_.empty() || !alive_;
 }
 
 void WarmInterpreter::stop_all() {
@@ -175,6 +284,7 @@ void WarmInterpreter::stop_all() {
   {
     std::lock_guard<std::mutex> lock(reg.mutex);
     going.swap(reg.entries);
+    reg.queued.clear();
   }
 }
 

@@ -45,6 +45,17 @@ if mode == "sleep":
 time.sleep(100000)
 )";
 
+// A stack that takes a while to import: it says when it began and ended (and in which process),
+// and the interpreter tagged `broken` fails to import it.
+const char* kSlowStack = R"(import os, time
+tag, out = os.environ["WARM_TAG"], os.environ["WARM_OUT"]
+open(f"{out}/began-{tag}", "w").write(str(os.getpid()))
+time.sleep(0.8)
+if tag == "broken":
+    raise ImportError("the stack of broken does not import")
+open(f"{out}/ended-{tag}", "w").write(str(os.getpid()))
+)";
+
 bool gone(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string p, comm, state;
@@ -56,6 +67,21 @@ class WarmRanks : public testing::MultiProcessTest {
   void SetUp() override {
     MultiProcessTest::SetUp();
     write("warm_fixture.py", kFixture);
+    write("slow_stack.py", kSlowStack);
+  }
+
+  // The interpreter tagged `tag` that imports slow_stack, as prestart and get() name it.
+  WarmInterpreter::Wanted slow(const std::string& tag) {
+    LaunchRequest request = ranks("hello", 1);
+    request.environment["WARM_TAG"] = tag;
+    request.environment["WARM_OUT"] = dir_;
+    return {request.executable, request.environment, {"json", "slow_stack"}, nullptr};
+  }
+
+  pid_t began(const std::string& tag) {
+    std::ifstream in(path("began-" + tag));
+    pid_t pid = -1;
+    return in >> pid ? pid : -1;
   }
 
   LaunchRequest ranks(const std::string& mode, int world_size) {
@@ -144,6 +170,45 @@ TEST_F(WarmRanks, ExecedRanksWhenAskedForOrWhenTheInterpreterCannotImportItsStac
   EXPECT_TRUE(testing::contains(cold.cold_reason, "import no_such_module_of_dmpcheck failed: ModuleNotFoundError"))
       << cold.cold_reason;
   EXPECT_TRUE(testing::contains(cold.cold_reason, "ranks start cold")) << cold.cold_reason;
+}
+
+// A suite's releases start ahead of their cells: two import at a time (the third waits for one of
+// them to be ready), and the interpreter a launch then gets is the one started ahead, not a
+// second.  One that cannot import its stack is remembered as such: ranks start cold, once.
+TEST_F(WarmRanks, PrestartedInterpretersImportTwoAtATimeAndAreTheOnesLaunchesGet) {
+  ::setenv("DMPCHECK_WARM_PRESTART", "2", 1);
+  WarmInterpreter::prestart({slow("a"), slow("broken"), slow("c")});
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_GT(began("a"), 0);
+  EXPECT_GT(began("broken"), 0);
+  EXPECT_EQ(began("c"), -1) << "a third import began while two were importing";
+  WarmInterpreter::prestart({slow("a")});  // already started: not queued again
+
+  const auto a = slow("a");
+  std::string why;
+  const auto got = WarmInterpreter::get(a.python, a.environment, a.preload, why);
+  ASSERT_TRUE(got) << why;
+  EXPECT_EQ(got->pid(), began("a"));
+  EXPECT_GT(got->import_seconds(), 0.7);
+  for (int i = 0; i < 100 && began("c") == -1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    WarmInterpreter::pump();
+  }
+  EXPECT_GT(began("c"), 0) << "the queued import never began";
+
+  const auto broken = slow("broken");
+  EXPECT_FALSE(WarmInterpreter::get(broken.python, broken.environment, broken.preload, why));
+  EXPECT_TRUE(testing::contains(why, "the stack of broken does not import")) << why;
+  EXPECT_TRUE(testing::contains(why, "ranks start cold")) << why;
+  const pid_t first_try = began("broken");
+  EXPECT_FALSE(WarmInterpreter::get(broken.python, broken.environment, broken.preload, why));
+  EXPECT_EQ(began("broken"), first_try) << "a failed interpreter was started again";
+
+  const auto c = slow("c");
+  const auto third = WarmInterpreter::get(c.python, c.environment, c.preload, why);
+  ASSERT_TRUE(third) << why;
+  EXPECT_EQ(third->pid(), began("c"));
+  ::unsetenv("DMPCHECK_WARM_PRESTART");
 }
 
 // The launcher is killed outright (no destructor, no handler runs): its socket closes, and the
