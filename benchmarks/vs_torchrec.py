@@ -16,7 +16,11 @@ ratio of the medians:
   5. the seed's bisection over 0.6.0, 0.7.0, 0.8.0 and 1.9.2, warm against cold (skipped unless
      the four environments are installed);
   6. the whole regression suite, release cells included, warm against cold (--suite-pairs pairs,
-     1 by default: the cold side takes minutes).
+     1 by default: the cold side takes minutes);
+  7. the regression suite issue 28 timed (87 cells in 118 s: scenarios/regressions at commit
+     29ab4d6, taken from this clone's history), with release ranks in fresh interpreters as then
+     (DMPCHECK_WARM_INTERPRETERS=0; reference ranks forked, as then) against warm interpreters
+     started ahead (--suite-pairs pairs; skipped where the clone has no history).
 
 Every timed process must also do its job: the cells and the suites must exit 0 (a repeat with
 identical digests), the bisection must name 0.8.0, the reporter's script must print its four
@@ -44,6 +48,8 @@ CELL_FILTER = r"\[init\.mode=unseeded profile=torchrec-0\.6\]"
 SUITE_FILTER = r"^(?!.*torchrec==)"
 RELEASE_CELL_FILTER = r"\[init\.mode=unseeded system=torchrec==0\.6\.0\]"
 BISECT_RELEASES = ["0.6.0", "0.7.0", "0.8.0", "1.9.2"]
+# The regression suite as it was when issue 28 measured it (87 cells, 118 s).
+ISSUE28_SUITE_COMMIT = "29ab4d6"
 
 
 def free_port():
@@ -110,6 +116,20 @@ def main():
         return timed([args.dmpcheck, "bisect", SEED, "--releases", ",".join(BISECT_RELEASES)], dict(env, DMPCHECK_RANKS=mode),
                      check=lambda out: "first release that behaves differently: 0.8.0" in out)
 
+    def issue28_suite(warm):
+        run_env = dict(env)
+        if not warm:
+            run_env["DMPCHECK_WARM_INTERPRETERS"] = "0"
+        return timed([args.dmpcheck, "suite", issue28_dir, "--out", os.path.join(scratch, "suite28")], run_env,
+                     check=lambda out: "87 run(s) met their expectations" in out or
+                     "86 of 86 run(s) met their expectations, 1 skipped" in out)
+
+    issue28_dir = os.path.join(scratch, "issue28")
+    os.makedirs(issue28_dir)
+    archive = subprocess.run("git -C %s archive %s scenarios/regressions | tar -x -C %s"
+                             % (ROOT, ISSUE28_SUITE_COMMIT, issue28_dir), shell=True, stderr=subprocess.PIPE, text=True)
+    issue28_dir = os.path.join(issue28_dir, "scenarios", "regressions")
+
     installed = all(os.path.exists(os.path.join(args.envs, "torchrec-" + v, "dmpcheck-ready.json"))
                     for v in BISECT_RELEASES)
     results = {}
@@ -133,6 +153,12 @@ def main():
         if args.suite_pairs > 0:
             comparisons.append(("regression suite (every cell): cold / warm", lambda: suite("exec", None),
                                 lambda: suite("fork", None), 2.5, args.suite_pairs))
+        if args.suite_pairs > 0 and archive.returncode == 0:
+            comparisons.append(("issue 28's suite (87 cells at %s): release ranks cold / warm" % ISSUE28_SUITE_COMMIT,
+                                lambda: issue28_suite(False), lambda: issue28_suite(True), 2.5, args.suite_pairs))
+        elif args.suite_pairs > 0:
+            print("issue 28's suite: skipped, this clone cannot give scenarios/regressions at %s: %s"
+                  % (ISSUE28_SUITE_COMMIT, archive.stderr.strip()))
         if args.only:
             comparisons = [c for c in comparisons if args.only in c[0]]
             if not comparisons:
@@ -148,7 +174,7 @@ def main():
                     fast_t.append(fast())
                     slow_t.append(slow())
             ratio = statistics.median(slow_t) / statistics.median(fast_t)
-            met = "" if target is None else (">= %.0fx %s" % (target, "met" if ratio >= target else "NOT met"))
+            met = "" if target is None else (">= %gx %s" % (target, "met" if ratio >= target else "NOT met"))
             print("%-72s %10.3f %10.3f %7.1fx %s" % (name, statistics.median(slow_t), statistics.median(fast_t), ratio, met),
                   flush=True)
             results[name] = {"slow_s": slow_t, "fast_s": fast_t, "ratio_of_medians": ratio, "target": target,

@@ -125,7 +125,7 @@ void pump_locked(Registry& reg) {
 }  // namespace
 
 size_t WarmInterpreter::kept() {
-  if (const char* v = std::getenv("DMPCHECK_WARM_INTERPRETERS")) return static_cast<size_t>(std::max(1, std::atoi(v)));
+  if (const char* v = std::getenv("DMPCHECK_WARM_INTERPRETERS")) return static_cast<size_t>(std::max(0, std::atoi(v)));
   // One per 2 GiB of what the machine has free: a suite over every installed release keeps all
   // of them (7 here) rather than importing one again each time it comes back to it.
   const auto by_memory = static_cast<long>(available_memory_gib() / 2.0);
@@ -138,6 +138,7 @@ int WarmInterpreter::prestart_at_once() {
 }
 
 void WarmInterpreter::prestart(std::vector<Wanted> wanted) {
+  if (kept() == 0 || prestart_at_once() == 0) return;  // turned off
   Registry& reg = registry();
   {
     std::lock_guard<std::mutex> lock(reg.mutex);
@@ -160,6 +161,10 @@ void WarmInterpreter::pump() {
 std::shared_ptr<WarmInterpreter> WarmInterpreter::get(const std::string& python,
                                                       const std::map<std::string, std::string>& environment,
                                                       const std::vector<std::string>& preload, std::string& why_not) {
+  if (kept() == 0) {
+    why_not = "warm interpreters are turned off (DMPCHECK_WARM_INTERPRETERS=0): ranks start cold";
+    return nullptr;
+  }
   const Wanted wanted{python, environment, preload, nullptr};
   const std::string key = key_of(wanted);
   Registry& reg = registry();

@@ -60,7 +60,8 @@ class WarmInterpreter {
   // on two cores, two at once beside the cells ran the seed's release cells 1.1-1.3x faster than
   // one at a time (measured 2026-12-03).
   static int prestart_at_once();
-  // How many interpreters are kept at most ($DMPCHECK_WARM_INTERPRETERS, or from the memory).
+  // How many interpreters are kept at most ($DMPCHECK_WARM_INTERPRETERS, or from the memory); 0:
+  // none is started, and every release rank starts cold (what the benchmark compares with).
   static size_t kept();
 
   ~WarmInterpreter();

@@ -162,6 +162,14 @@ TEST_F(WarmRanks, ExecedRanksWhenAskedForOrWhenTheInterpreterCannotImportItsStac
   EXPECT_FALSE(exec_ed.warm_interpreter);
   EXPECT_TRUE(testing::contains(exec_ed.cold_reason, "exec-ed ranks were asked for")) << exec_ed.cold_reason;
 
+  ::setenv("DMPCHECK_WARM_INTERPRETERS", "0", 1);  // turned off: cold, and nothing started ahead
+  WarmInterpreter::prestart({{"/usr/bin/python3", {}, {"json"}, nullptr}});
+  const LaunchOutcome off = launch(ranks("hello", 2));
+  ::unsetenv("DMPCHECK_WARM_INTERPRETERS");
+  EXPECT_TRUE(off.ok);
+  EXPECT_FALSE(off.warm_interpreter);
+  EXPECT_TRUE(testing::contains(off.cold_reason, "turned off (DMPCHECK_WARM_INTERPRETERS=0)")) << off.cold_reason;
+
   auto broken = ranks("hello", 2);
   broken.warm_preload = {"json", "no_such_module_of_dmpcheck"};
   const LaunchOutcome cold = launch(broken);
