@@ -18,6 +18,7 @@
 #include "report/console.h"
 #include "report/json.h"
 #include "run/behaviour.h"
+#include "run/bisect_search.h"
 #include "run/launcher.h"
 #include "run/scenario_runner.h"
 #include "run/torchrec_systems.h"
@@ -74,14 +75,13 @@ struct Point {
 
 // What a point showed: one behaviour per distinct cell (its key, compared between points, and its
 // text, shown), or that it could not run.
-struct Seen {
-  bool visited = false, ran = false, error = false, import_failed = false;
-  std::vector<std::string> obs, texts;
+struct Seen : SearchSeen {
+  bool visited = false, import_failed = false;
+  std::vector<std::string> texts;
 };
 
-// The search itself, over points ordered oldest first.  Among commits, one whose error is neither
-// end's behaviour (it did not import over the environment, say) decides nothing and is skipped
-// like `git bisect skip`.
+// A bisection over releases or commits: runs the scenario's cells on the points the search
+// (run/bisect_search.h) visits, and says what each showed.
 class Bisection {
  public:
   Bisection(const ReleaseOptions& options, std::vector<Point> points, std::string sub, bool commits)
@@ -129,45 +129,14 @@ class Bisection {
   // not import, the commits that do not are taken to be the newest ones, and the search looks for
   // the first commit that runs and behaves differently, or else for the first that does not import.
   bool run() {
-    lo_ = 0;
-    hi_ = points_.size() - 1;
-    while (lo_ < hi_ && !visit(lo_).ran && !commits_) untested_.push_back(lo_++);
-    if (lo_ >= hi_ || !seen_[lo_].ran) return false;
-    while (hi_ > lo_ && !visit(hi_).ran && !commits_) untested_.push_back(hi_--);
-    if (lo_ >= hi_) return false;
-    hi_behaves_ = seen_[hi_].ran;
-    if (hi_behaves_ && seen_[lo_].obs == seen_[hi_].obs) return true;
-    std::vector<bool> skipped(points_.size(), false);
-    for (;;) {
-      if (interrupt_requested()) return true;
-      // The untried point nearest the middle of what is left.
-      std::optional<size_t> mid;
-      const double middle = (static_cast<double>(lo_) + static_cast<double>(hi_)) / 2;
-      for (size_t i = lo_ + 1; i < hi_; ++i) {
-        if (skipped[i]) continue;
-        if (!mid || std::abs(static_cast<double>(i) - middle) < std::abs(static_cast<double>(*mid) - middle)) mid = i;
-      }
-      if (!mid) break;
-      const Seen& s = visit(*mid);
-      if (!s.ran && commits_ && !hi_behaves_) {
-        hi_ = *mid;  // the commits that do not import begin here or earlier
-        continue;
-      }
-      const bool decides =
-          s.ran && (!commits_ || !s.error || s.obs == seen_[lo_].obs || (hi_behaves_ && s.obs == seen_[hi_].obs));
-      if (!decides) {
-        skipped[*mid] = true;
-        untested_.push_back(*mid);
-        continue;
-      }
-      if (s.obs == seen_[lo_].obs) {
-        lo_ = *mid;
-      } else {
-        hi_ = *mid;
-        hi_behaves_ = true;
-      }
-    }
-    return true;
+    const SearchResult r = bisect_search(
+        points_.size(), commits_, [this](size_t i) -> const SearchSeen& { return visit(i); },
+        [] { return interrupt_requested(); });
+    lo_ = r.lo;
+    hi_ = r.hi;
+    hi_behaves_ = r.hi_behaves;
+    untested_ = r.untested;
+    return r.ran;
   }
 
   // Whether `hi` ran and showed a behaviour (else it is the first commit that did not import).
