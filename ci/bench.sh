@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks behind docs/performance.md, all in one run, each printing its ratios measured
-# side by side.  Outputs (tables, JSON) go to reports/bench/<timestamp>/.  About 28 minutes once built
-# on 2 cores (measured 2026-12-03; section 5's interleaved pairs, the whole suite cold and warm among
+# side by side.  Outputs (tables, JSON) go to reports/bench/<timestamp>/.  About 23 minutes once built
+# on 2 cores (measured 2026-12-03, 19:09; section 5's interleaved pairs, the whole suite cold and warm among
 # them, are most of it); the 1 GiB scenario needs several GiB of memory per rank.  Pass --quick to
 # skip it.
 set -euo pipefail
