@@ -295,6 +295,10 @@ void WarmInterpreter::stop_all() {
 
 WarmInterpreter::~WarmInterpreter() {
   if (socket_ >= 0) ::close(socket_);  // it kills what it forked and exits
+  // One still importing (started ahead, never used: the command ended or was interrupted first)
+  // reads its socket only once the import is done, and has forked nothing: it is stopped now,
+  // not waited for.
+  if (pid_ > 0 && !ready_) ::kill(pid_, SIGKILL);
   if (pid_ > 0) {
     int status = 0;
     const auto deadline = Clock::now() + std::chrono::seconds(5);

@@ -50,7 +50,7 @@ time.sleep(100000)
 const char* kSlowStack = R"(import os, time
 tag, out = os.environ["WARM_TAG"], os.environ["WARM_OUT"]
 open(f"{out}/began-{tag}", "w").write(str(os.getpid()))
-time.sleep(0.8)
+time.sleep(float(os.environ.get("WARM_SLEEP", "0.8")))
 if tag == "broken":
     raise ImportError("the stack of broken does not import")
 open(f"{out}/ended-{tag}", "w").write(str(os.getpid()))
@@ -217,6 +217,21 @@ TEST_F(WarmRanks, PrestartedInterpretersImportTwoAtATimeAndAreTheOnesLaunchesGet
   ASSERT_TRUE(third) << why;
   EXPECT_EQ(third->pid(), began("c"));
   ::unsetenv("DMPCHECK_WARM_PRESTART");
+}
+
+// A command that ends (or is interrupted) while an interpreter it started ahead is still importing
+// does not wait for that import: the interpreter is stopped, and nothing is left behind.
+TEST_F(WarmRanks, AnInterpreterStillImportingIsStoppedNotWaitedForWhenTheCommandEnds) {
+  auto long_import = slow("long");
+  long_import.environment["WARM_SLEEP"] = "600";
+  WarmInterpreter::prestart({long_import});
+  for (int i = 0; i < 100 && began("long") == -1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const pid_t pid = began("long");
+  ASSERT_GT(pid, 0);
+  const auto start = std::chrono::steady_clock::now();
+  WarmInterpreter::stop_all();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4)) << "the import was waited for";
+  EXPECT_TRUE(gone(pid));
 }
 
 // The launcher is killed outright (no destructor, no handler runs): its socket closes, and the
