@@ -95,6 +95,11 @@ size_t importing(Registry& reg) {
   return n;
 }
 
+// Why ranks start cold when the interpreter of `python` fails to start or to import its stack.
+std::string cold_reason(const std::string& python, const std::exception& e) {
+  return fmt::format("the warm interpreter of {} could not serve ({}): ranks start cold", python, e.what());
+}
+
 size_t live(Registry& reg) {
   size_t n = 0;
   for (auto& [key, e] : reg.entries) n += e.warm != nullptr;
@@ -114,10 +119,7 @@ void pump_locked(Registry& reg) {
     entry.hold = wanted.hold;
     try {
       entry.warm = WarmInterpreter::start(wanted);
-    } catch (const std::exception& e) {
-      entry.failed =
-          fmt::format("the warm interpreter of {} could not serve ({}): ranks start cold", wanted.python, e.what());
-    }
+    } catch (const std::exception& e) { entry.failed = cold_reason(wanted.python, e); }
     reg.entries[key] = std::move(entry);
   }
 }
@@ -126,10 +128,12 @@ void pump_locked(Registry& reg) {
 
 size_t WarmInterpreter::kept() {
   if (const char* v = std::getenv("DMPCHECK_WARM_INTERPRETERS")) return static_cast<size_t>(std::max(0, std::atoi(v)));
-  // One per 2 GiB of what the machine has free: a suite over every installed release keeps all
-  // of them (7 here) rather than importing one again each time it comes back to it.
-  const auto by_memory = static_cast<long>(available_memory_gib() / 2.0);
-  return static_cast<size_t>(std::clamp(by_memory, 4L, 12L));
+  // One per 2 GiB of what the machine has free when first asked (read once: every launch asks):
+  // a suite over every installed release keeps all of them (7 here) rather than importing one
+  // again each time it comes back to it.
+  static const auto by_memory =
+      static_cast<size_t>(std::clamp(static_cast<long>(available_memory_gib() / 2.0), 4L, 12L));
+  return by_memory;
 }
 
 int WarmInterpreter::prestart_at_once() {
@@ -192,9 +196,7 @@ std::shared_ptr<WarmInterpreter> WarmInterpreter::get(const std::string& python,
     Registry::Entry entry;
     try {
       entry.warm = start(wanted);
-    } catch (const std::exception& e) {
-      entry.failed = fmt::format("the warm interpreter of {} could not serve ({}): ranks start cold", python, e.what());
-    }
+    } catch (const std::exception& e) { entry.failed = cold_reason(python, e); }
     found = reg.entries.emplace(key, std::move(entry)).first;
   }
   Registry::Entry& entry = found->second;
@@ -203,7 +205,7 @@ std::shared_ptr<WarmInterpreter> WarmInterpreter::get(const std::string& python,
     try {
       entry.warm->await_ready();
     } catch (const std::exception& e) {
-      entry.failed = fmt::format("the warm interpreter of {} could not serve ({}): ranks start cold", python, e.what());
+      entry.failed = cold_reason(python, e);
       entry.warm.reset();  // its socket closes and its process is reaped
     }
   }
