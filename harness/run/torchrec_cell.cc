@@ -7,9 +7,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -39,23 +36,6 @@ namespace {
 constexpr const char* kSequenceOutputPrefix = "sequence_embeddings.";
 
 namespace fs = std::filesystem;
-
-// A loopback port free right now, for the release's own rendezvous (torch.distributed's TCPStore
-// on rank 0): the Debian libtorch's store and a torch 2.x client do not speak to each other.
-int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  DMP_CHECK(fd >= 0, ErrorKind::kRankFailed, "socket() failed: {}", std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  ::close(fd);
-  DMP_CHECK(ok, ErrorKind::kRankFailed, "cannot find a free loopback port: {}", std::strerror(errno));
-  return ntohs(addr.sin_port);
-}
 
 // The plan a release chose, as the reference's ShardingPlan in model order.
 dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const std::vector<contract::PlanRow>& rows) {
@@ -330,7 +310,12 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
                           double& seconds) -> std::optional<check::RunResult> {
     LaunchRequest request =
         torchrec_launch(*env, {"-m", "dmpcheck_torchrec.rank", exchange_dir}, exchange_dir + "/out");
-    request.master_port = free_loopback_port();
+    // The rendezvous is a file in the launch's own private directory (no port to connect to, as
+    // dmpcheck's own ranks), and Gloo's pairs listen on loopback: a release cell runs on one host.
+    request.environment["DMPCHECK_RENDEZVOUS_FILE"] = exchange_dir + "/rendezvous";
+    // An exec-ed rank's temporary files (torch's among them) go with the exchange directory.
+    request.environment["TMPDIR"] = exchange_dir + "/tmp";
+    fs::create_directory(exchange_dir + "/tmp");
     request.world_size = run.world_size;
     request.local_world_size = run.local_world_size;
     request.threads_per_rank = threads_per_rank(run, available_cores());
@@ -625,7 +610,8 @@ dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std
   LaunchRequest request = torchrec_launch(
       *env, {"-m", "dmpcheck_torchrec.plan", exchange.path() + "/spec.json", exchange.path() + "/plan.json"},
       exchange.path() + "/out");
-  request.master_port = free_loopback_port();
+  request.environment["TMPDIR"] = exchange.path() + "/tmp";
+  fs::create_directory(exchange.path() + "/tmp");
   request.world_size = 1;
   request.budget = std::chrono::seconds(120);
   const LaunchOutcome launched = launch(request);

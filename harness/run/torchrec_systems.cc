@@ -255,6 +255,8 @@ LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::s
   request.arguments = std::move(arguments);
   request.error_dir = error_dir;
   request.environment = python_environment(env.source_dir);
+  // Gloo listens where the host name resolves unless told: a release cell's ranks are on one host.
+  request.environment["GLOO_SOCKET_IFNAME"] = "lo";
   // What every rank imports first, once per command in a warm interpreter (warm_interpreter.h).
   request.warm_preload = {"torch",
                           "fbgemm_gpu",

@@ -297,7 +297,7 @@ def write_json_atomically(path, value):
     """`value` as JSON at `path`, whole or not at all (written aside, then renamed)."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(value, f)
+        json.dump(value, f, allow_nan=False)  # JSON has no NaN: dmpcheck's reader would refuse the file
     os.replace(tmp, path)
 
 

@@ -1,7 +1,9 @@
 """One rank of a scenario run on a real TorchRec release.
 
 Started by dmpcheck's launcher under the release environment's interpreter, with torchrun's
-variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
+variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE) and, in place of MASTER_ADDR and
+MASTER_PORT, DMPCHECK_RENDEZVOUS_FILE: torch's FileStore in the cell's private directory (no
+port anyone could connect to), with GLOO_SOCKET_IFNAME=lo; under torchrun, its env:// rendezvous:
 
     python -m dmpcheck_torchrec.rank EXCHANGE_DIR
 

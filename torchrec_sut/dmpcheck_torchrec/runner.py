@@ -7,6 +7,7 @@ files).  This module is the loop: init, the plan, the wrap, the steps, the meta 
 """
 
 import datetime
+import math
 import os
 import time
 
@@ -18,6 +19,10 @@ from dmpcheck_torchrec.models import LAST_OUTPUTS, EvictionDraws, build_model, o
 from dmpcheck_torchrec.optim import Unsupported  # noqa: F401  (rank.py reports it by name)
 from dmpcheck_torchrec.planning import build_planner, plan_of
 from dmpcheck_torchrec.state import dmpcheck_name, load_initial, local_tensors, state_pieces
+
+
+class NonFiniteLoss(ArithmeticError):
+    """The release's training produced a NaN or infinite loss (a failure of the release's run)."""
 
 
 def versions():
@@ -58,6 +63,21 @@ def _start(spec, rank, notes):
     return model
 
 
+def _init_process_group(timeout):
+    """Gloo over the launcher's rendezvous.  Under dmpcheck's launcher the store is a file in the
+    cell's private (0700) directory, DMPCHECK_RENDEZVOUS_FILE, and Gloo listens on loopback
+    (GLOO_SOCKET_IFNAME=lo): torch's TCPStore would listen on every interface and take writes from
+    anyone who connects.  Started by another launcher (torchrun), its env:// rendezvous is used."""
+    path = os.environ.get("DMPCHECK_RENDEZVOUS_FILE")
+    if not path:
+        dist.init_process_group(backend="gloo", timeout=timeout)
+        return
+    world = int(os.environ["WORLD_SIZE"])
+    store = dist.FileStore(path, world)
+    dist.init_process_group(backend="gloo", store=store, rank=int(os.environ["RANK"]), world_size=world,
+                            timeout=timeout)
+
+
 def run(spec, exchange, out_dir, rank, import_s):
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.optim.keyed import CombinedOptimizer
@@ -65,7 +85,7 @@ def run(spec, exchange, out_dir, rank, import_s):
 
     t0 = time.perf_counter()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group(backend="gloo", timeout=datetime.timedelta(seconds=float(spec.timeout_s)))
+    _init_process_group(datetime.timedelta(seconds=float(spec.timeout_s)))
     world = dist.get_world_size()
     if world != spec.world_size or len(spec.seeds) != world:
         raise Unsupported(f"the scenario needs {spec.world_size} ranks ({len(spec.seeds)} seeds), WORLD_SIZE is {world}")
@@ -118,8 +138,8 @@ def run(spec, exchange, out_dir, rank, import_s):
             return persistent
         return persistent.rearm(steps)
 
-    EvictionDraws.recording = True  # the rows managed collision re-draws from here on
     for epoch in range(spec.epochs):
+        EvictionDraws.recording = True  # the rows managed collision re-draws while training, every epoch
         mine = spec.batches_per_rank[rank] if spec.batches_per_rank else per_epoch
         begin = first + epoch * per_epoch + 1
         data = iterator(range(begin, begin + mine))
@@ -131,6 +151,8 @@ def run(spec, exchange, out_dir, rank, import_s):
             except StopIteration:
                 break
             step, done = step + 1, done + 1
+            if not math.isfinite(loss):  # said as the release's, not left to break the documents
+                raise NonFiniteLoss(f"step {step}: the loss is {loss} on rank {rank}")
             if spec.outputs:  # the forward of step s runs on the weights after s - 1 steps
                 dump.write_phase(out_dir, rank, f"outputs{step - 1}",
                                  output_pieces(rank, world, spec.batch_size,

@@ -1,0 +1,138 @@
+"""What a release cell lets in and what it hides (issue 46).
+
+Item 1, its sockets, sampled from outside while it runs: the release's ranks rendezvous through a file in the cell's private (0700) directory, as dmpcheck's
+own ranks do, and Gloo's pairs listen on loopback: nothing of the run listens off loopback, and
+there is no store port for anyone to write into.  Sampled the same way for a reference cell.
+"""
+import os
+import re
+import socket
+import struct
+import subprocess
+import time
+
+from test_torchrec_cells import DMPCHECK, dmpcheck, need
+
+SCENARIO = """version: 1
+name: sockets-of-a-cell
+world_size: 4
+steps: 3
+batch_size: 8
+timeout_s: 120
+init: {mode: seeded, seed: 0}
+tables:
+  - {name: t0, rows: 64, dim: 8, features: [f0], sharding: {types: [table_wise]}}
+  - {name: t1, rows: 64, dim: 8, features: [f1], sharding: {types: [table_wise]}}
+optimizers:
+  sparse: {type: sgd, lr: 0.1}
+  dense: {type: sgd, lr: 0.1}
+matrix:
+  system: [reference, torchrec==0.6.0]
+"""
+
+
+def _descendants(root):
+    """root and every process below it, from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _socket_inodes(pids):
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(int(link[len("socket:["):-1]))
+        except OSError:  # gone between the listing and the look
+            continue
+    return inodes
+
+
+def _address(hex_address, family):
+    host, port = hex_address.split(":")
+    raw = bytes.fromhex(host)
+    if family == socket.AF_INET:
+        return socket.inet_ntop(family, struct.pack("<I", struct.unpack(">I", raw)[0])), int(port, 16)
+    words = struct.unpack("<4I", raw)  # /proc/net/tcp6: four host-order 32-bit words
+    return socket.inet_ntop(family, struct.pack(">4I", *words)), int(port, 16)
+
+
+def _listening(pids):
+    """(address, port) of every TCP socket in LISTEN that one of `pids` holds."""
+    inodes = _socket_inodes(pids)
+    out = set()
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[9]) in inodes:
+                    out.add(_address(fields[1], family))
+    return out
+
+
+def _sample_while_running(args, env):
+    proc = subprocess.Popen([DMPCHECK, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **env})
+    seen = set()
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen |= _listening(_descendants(proc.pid))
+        time.sleep(0.05)
+    out, _ = proc.communicate(timeout=60)
+    return proc.returncode, out, seen
+
+
+def test_a_release_cell_listens_on_loopback_only_and_has_no_store_port(tmp_path):
+    need("0.6.0")
+    scenario = tmp_path / "sockets.yaml"
+    scenario.write_text(SCENARIO)
+    status, out, seen = _sample_while_running(
+        ["run", str(scenario), "--filter", "torchrec", "--out", str(tmp_path / "r")], {})
+    assert status == 0, out
+    assert "on real torchrec 0.6.0" in out, out
+    # Sampling works (Gloo's pairs were seen), and every listener is on loopback.
+    assert seen, "no listening socket of the run was ever sampled: the sampling is broken"
+    off_loopback = {a for a in seen if a[0] not in ("127.0.0.1", "::1")}
+    assert not off_loopback, f"listening off loopback: {sorted(off_loopback)}"
+
+
+def test_a_reference_cell_listens_on_loopback_only(tmp_path):
+    scenario = tmp_path / "sockets.yaml"
+    scenario.write_text(SCENARIO)
+    status, out, seen = _sample_while_running(
+        ["run", str(scenario), "--filter", r"\[default\]", "--out", str(tmp_path / "r")], {})
+    assert status == 0, out
+    assert seen, "no listening socket of the run was ever sampled: the sampling is broken"
+    off_loopback = {a for a in seen if a[0] not in ("127.0.0.1", "::1")}
+    assert not off_loopback, f"listening off loopback: {sorted(off_loopback)}"
+
+
+def test_a_non_finite_loss_on_a_release_is_named_as_the_releases(tmp_path):
+    """Item 6: a NaN or infinite loss was written into JSON as NaN and read back as "output is
+    incomplete: not JSON"; the cell now fails naming the step and the loss."""
+    need("0.6.0")
+    scenario = tmp_path / "overflow.yaml"
+    scenario.write_text(SCENARIO.replace("name: sockets-of-a-cell", "name: overflow")
+                        .replace("lr: 0.1}", "lr: 1.0e+15}")
+                        .replace("system: [reference, torchrec==0.6.0]", "system: [torchrec==0.6.0]")
+                        .replace("world_size: 4", "world_size: 2"))
+    p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"))
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert re.search(r"NonFiniteLoss: step \d: the loss is (nan|inf|-inf) on rank \d", p.stdout), p.stdout
+    assert "not JSON" not in p.stdout
