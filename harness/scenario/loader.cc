@@ -2,6 +2,7 @@
 // each run's fields (run_fields.cc), expectations (expectation.cc) and what each system can run
 // (system_rules.cc), every field read through Reader (reader.h).
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -13,15 +14,72 @@ namespace {
 
 using namespace detail;  // NOLINT(google-build-using-namespace): the loader's own parts
 
+// A scenario's name names the directory of its reports, checkpoints and batch dumps under the
+// directory the user gave: one path component of plain characters, never "." or "..".
+void check_name(const Reader& r, const YAML::Node& node, const std::string& name) {
+  constexpr size_t kLongest = 100;
+  const bool plain = std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+  });
+  if (!plain || name.size() > kLongest || name.front() == '.') {
+    r.fail(node, "name",
+           fmt::format("expected at most {} letters, digits, '_', '-' or '.', not starting with '.' (it names the "
+                       "directory of the scenario's reports under --out)",
+                       kLongest));
+  }
+}
+
+// A cell's slug names its report file (and checkpoint and batch-dump directories): never hidden, never
+// "..", short enough for any file system, and one per cell (values that differ only in the characters a
+// slug replaces would otherwise share one report).
+void unique_file_slugs(std::vector<RunSpec>& runs) {
+  constexpr size_t kLongest = 120;
+  std::set<std::string> taken;
+  for (auto& run : runs) {
+    std::string slug = run.slug.front() == '.' ? "_" + run.slug : run.slug;
+    uint64_t hash = 14695981039346656037ULL;  // FNV-1a of the cell's name: the same in every build
+    for (char c : run.name) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    if (slug.size() > kLongest) slug = fmt::format("{}_{:016x}", slug.substr(0, kLongest - 17), hash);
+    if (!taken.insert(slug).second) slug = fmt::format("{}_{:016x}", slug, hash);
+    run.slug = slug;
+    taken.insert(slug);
+  }
+}
+
+// Every mapping's keys once: YAML lets a later duplicate shadow the first silently.
+void check_unique_keys(const Reader& r, const YAML::Node& node, const std::string& path) {
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) check_unique_keys(r, node[i], fmt::format("{}[{}]", path, i));
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::set<std::string> seen;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : YAML::Dump(kv.first);
+    const std::string here = path.empty() ? key : path + "." + key;
+    if (!seen.insert(key).second) {
+      r.fail(kv.first, here, fmt::format("'{}' is given twice in this mapping; YAML would keep one silently", key));
+    }
+    check_unique_keys(r, kv.second, here);
+  }
+}
+
 Scenario load_scenario_unchecked(const std::string& text, const std::string& file_label, const Overrides& overrides) {
   Reader r(file_label);
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.size() > 1) {
+      throw_error(ErrorKind::kInvalidScenario,
+                  fmt::format("{}:{}: a second YAML document; a scenario file holds one", file_label,
+                              documents[1].Mark().line + 1));
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::Exception& e) {
     throw_error(ErrorKind::kInvalidScenario,
                 fmt::format("{}:{}: not valid YAML: {}", file_label, e.mark.line + 1, e.msg));
   }
+  check_unique_keys(r, root, "");
   r.check_keys(root, "", kTopLevelKeys);
 
   Scenario s;
@@ -34,6 +92,7 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
            fmt::format("this dmpcheck reads version {}, got {}", kFormatVersion, s.version));
   }
   s.name = r.string(r.required(root, "", "name"), "name");
+  check_name(r, root["name"], s.name);
   if (root["description"]) s.description = r.string(root["description"], "description");
   if (YAML::Node rep = root["reproduces"]) {
     r.check_keys(rep, "reproduces", {"url", "affected", "fixed_in", "bug_profile", "fix_profile", "releases"});
@@ -98,6 +157,39 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
       if (!kv.second.IsSequence() || kv.second.size() == 0) r.expected(kv.second, field, "a non-empty list of values");
       for (const auto& v : kv.second) axis.values.push_back(v);
       axes.push_back(axis);
+    }
+  }
+  // Cells are counted before one is made: a few lines of YAML must not ask for 2^30 runs.
+  constexpr uint64_t kMostCells = 1024;
+  uint64_t cell_count = 1;
+  std::vector<size_t> axis_sizes;
+  for (const auto& axis : axes) {
+    axis_sizes.push_back(axis.values.size());
+    cell_count = std::min<uint64_t>(cell_count * axis.values.size(), kMostCells + 1);
+  }
+  if (cell_count > kMostCells) {
+    r.fail(root["matrix"], "matrix",
+           fmt::format("crosses {} values into more than {} cells; split the file, or narrow an axis",
+                       fmt::join(axis_sizes, " x "), kMostCells));
+  }
+  // A `when` value that no cell has would select nothing, silently: each must be one of its axis's.
+  if (const YAML::Node expect = root["expect"]; expect.IsSequence()) {
+    for (size_t i = 0; i < expect.size(); ++i) {
+      const YAML::Node entry = expect[i];
+      if (!entry.IsMap()) continue;
+      const YAML::Node when = entry["when"];
+      if (!when.IsDefined() || !when.IsMap()) continue;
+      for (const auto& kv : when) {
+        const std::string key = kv.first.as<std::string>();
+        const auto axis = std::find_if(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; });
+        if (axis == axes.end()) continue;  // reported with the cells: not a matrix key
+        std::vector<std::string> values;
+        for (const auto& v : axis->values) values.push_back(cell_text(key, v));
+        if (std::find(values.begin(), values.end(), cell_text(key, kv.second)) == values.end()) {
+          r.fail(kv.second, fmt::format("expect[{}].when.{}", i, key),
+                 fmt::format("selects no cell: matrix.{} has {}", key, fmt::join(values, ", ")));
+        }
+      }
     }
   }
 
@@ -220,6 +312,7 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
       }
     }
   }
+  unique_file_slugs(s.runs);
   return s;
 }
 

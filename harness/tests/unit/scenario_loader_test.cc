@@ -292,6 +292,35 @@ TEST(ScenarioLoader, InvalidYamlReportsTheLine) {
   EXPECT_TRUE(fails_with("version: 1\nname: [unclosed\n", "s.yaml:", "not valid YAML"));
 }
 
+// Issue 46 item 2: the name is one plain path component, so nothing is written outside --out.
+TEST(ScenarioLoader, ANameThatIsNotOnePlainPathComponentIsRefused) {
+  const std::string rest(kMinimal + std::string(kMinimal).find("world_size"));
+  for (const std::string& bad : std::vector<std::string>{"../../../x", "a/b", "..", ".hidden", std::string(101, 'n'), "caf\\xff",
+                                "a\\0b"}) {
+    EXPECT_TRUE(fails_with("version: 1\nname: \"" + bad + "\"\n" + rest, "s.yaml:2: field 'name': expected at most 100"))
+        << bad;
+  }
+  EXPECT_EQ(load_scenario_text("version: 1\nname: torchrec-1739_v1.2\n" + rest, "s.yaml").name, "torchrec-1739_v1.2");
+}
+
+// Issue 46 item 9: YAML's silent choices are refused with the line.
+TEST(ScenarioLoader, ADuplicateKeyOrASecondDocumentIsRefusedWithItsLine) {
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "steps: 1\nmatrix:\n  steps: [1]\n  steps: [3]\n",
+                         "s.yaml:15: field 'matrix.steps': 'steps' is given twice"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "world_size: 4\n", "s.yaml:12: field 'world_size'", "given twice"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "---\nversion: 1\n", "s.yaml:13: a second YAML document"));
+}
+
+// A cell's report file: never "..", never hidden, never too long, one per cell.
+TEST(ScenarioLoader, EveryCellHasItsOwnPlainReportFileName) {
+  const std::string long_value = "1." + std::string(130, '0');
+  const auto s = load_scenario_text(std::string(kMinimal) + "matrix:\n  timeout_s: [.5, " + long_value + "]\n", "s.yaml");
+  ASSERT_EQ(s.runs.size(), 2u);
+  EXPECT_EQ(s.runs[0].slug, "_.5");
+  EXPECT_EQ(s.runs[1].slug.size(), 120u);
+  EXPECT_EQ(s.runs[1].slug.rfind(long_value.substr(0, 103) + "_", 0), 0u) << s.runs[1].slug;
+}
+
 TEST(ScenarioLoader, MissingFileIsAnError) {
   EXPECT_TRUE(testing::throws_with("/nonexistent/scenario.yaml: cannot open",
                                    [] { load_scenario_file("/nonexistent/scenario.yaml"); }));
