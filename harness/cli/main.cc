@@ -1,5 +1,6 @@
 // dmpcheck: run, validate and join TorchRec-style DMP correctness scenarios.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -9,6 +10,7 @@
 
 #include "bench/sweep.h"
 #include "common/error.h"
+#include "common/file_io.h"
 #include "common/revision.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
@@ -24,6 +26,25 @@
 #include "scenario/scenario.h"
 
 namespace {
+
+// A duration in seconds: finite, above zero, at most a week (inf, nan or 1e308 would overflow the
+// deadline it becomes; zero or less would end every run at once).
+const CLI::Validator kSeconds(
+    [](std::string& text) -> std::string {
+      constexpr double kWeek = 7 * 24 * 3600.0;
+      double value = 0;
+      size_t used = 0;
+      try {
+        value = std::stod(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != text.size() || used == 0 || !std::isfinite(value) || value <= 0 || value > kWeek) {
+        return fmt::format("expected seconds > 0 and <= {} (a week), got '{}'", kWeek, text);
+      }
+      return "";
+    },
+    "SECONDS");
 
 // "3 of 4 run(s) met their expectations" (", 1 skipped: no GPU" when a backend was unavailable).
 std::string tally(const std::vector<dmpcheck::check::RunResult>& results) {
@@ -259,11 +280,12 @@ int main(int argc, char** argv) {
   run_cmd
       ->add_option("--timeout", flags.timeout_s,
                    "Deadline in seconds of every collective (overrides the scenarios' timeout_s)")
-      ->check(CLI::PositiveNumber);
+      ->check(kSeconds);
   run_cmd
       ->add_option("--repeat", flags.repeat, "Run each scenario N times; fail unless every tensor digest is identical")
       ->check(CLI::Range(1, 1000));
-  run_cmd->add_option("--budget", flags.run.budget_s, "Seconds a run may take in all before its ranks are killed");
+  run_cmd->add_option("--budget", flags.run.budget_s, "Seconds a run may take in all before its ranks are killed")
+      ->check(kSeconds);
   run_cmd->add_option(
       "--checkpoint-dir", flags.run.checkpoint_dir,
       "After the last step every rank saves its shards to DIR/<scenario>/<run>/rank<r>.pt (torch.load reads them)");
@@ -288,7 +310,8 @@ int main(int argc, char** argv) {
   suite_cmd->add_option("--jobs,-j", suite.jobs, "Runs at once, while their ranks fit on the cores")
       ->capture_default_str();
   suite_cmd->add_option("--out", suite.out_root, "Reports go to <out>/<timestamp>/")->capture_default_str();
-  suite_cmd->add_option("--budget", suite.budget_s, "Seconds a run may take in all before its ranks are killed");
+  suite_cmd->add_option("--budget", suite.budget_s, "Seconds a run may take in all before its ranks are killed")
+      ->check(kSeconds);
   suite_cmd->add_option("--torchrec-repo", torchrec_repo, kTorchRecRepoHelp);
   suite_cmd->add_flag("--install", install_releases, kInstallHelp);
   std::string suite_ranks = "fork";
@@ -472,6 +495,12 @@ int main(int argc, char** argv) {
   if (!*worker_cmd) run::install_interrupt_handlers();  // ranks die with their launcher anyway
   // A long command interrupted (Ctrl-C, SIGTERM) says so in its status, whatever it returned.
   auto finish = [](int code) { return run::interrupt_requested() ? 130 : code; };
+  // What a killed dmpcheck left (its store, exchange and interpreter directories) goes first.
+  if (!*worker_cmd) {
+    for (const auto& gone : remove_private_dirs_of_gone_makers()) {
+      std::cerr << "dmpcheck: removed " << gone << ", left by a dmpcheck that was killed\n";
+    }
+  }
   try {
     if (*run_cmd) return finish(command_run(run_files, flags));
     if (*gather_cmd) return command_gather(gather_dir, gather_out);

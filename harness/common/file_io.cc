@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -50,12 +53,69 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   }
 }
 
-PrivateDir::PrivateDir(const std::string& stem, const char* keep) : keep_(keep) {
+namespace {
+
+std::string temporary_root() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/" + stem + "-XXXXXX";
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
+// "<pid> <start time in clock ticks> <pid namespace>": one process, told apart from a later one
+// given the same pid.  Empty when the process does not exist.
+std::string process_identity(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t name_end = stat.rfind(')');
+  if (name_end == std::string::npos) return "";
+  std::istringstream fields(stat.substr(name_end + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {  // field 22 of proc(5): starttime
+  }
+  std::error_code ec;
+  const auto ns = std::filesystem::read_symlink("/proc/" + pid + "/ns/pid", ec);
+  return fmt::format("{} {} {}", pid, field, ns.string());
+}
+
+std::string own_pid_namespace() {
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/self/ns/pid", ec).string();
+}
+
+}  // namespace
+
+PrivateDir::PrivateDir(const std::string& stem, const char* keep) : keep_(keep) {
+  std::string pattern = temporary_root() + "/" + stem + "-XXXXXX";
   DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kRankFailed,
             "cannot create a private directory from {}: {}", pattern, std::strerror(errno));
   path_ = pattern;
+  std::ofstream owner(path_ + "/.owner");
+  owner << process_identity(std::to_string(::getpid())) << "\n";
+}
+
+std::vector<std::string> remove_private_dirs_of_gone_makers() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  const std::string ns = own_pid_namespace();
+  std::error_code ec;
+  for (fs::directory_iterator it(temporary_root(), ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& dir = it->path();
+    struct stat info {};
+    if (dir.filename().string().rfind("dmpcheck-", 0) != 0 || ::lstat(dir.c_str(), &info) != 0 ||
+        !S_ISDIR(info.st_mode) || info.st_uid != ::getuid()) {
+      continue;
+    }
+    std::ifstream in(dir / ".owner");
+    std::string recorded;
+    if (!std::getline(in, recorded)) continue;
+    std::istringstream words(recorded);
+    std::string pid, start, owner_ns;
+    if (!(words >> pid >> start >> owner_ns) || owner_ns != ns || ns.empty()) continue;
+    if (process_identity(pid) == recorded) continue;  // its maker still runs
+    std::error_code remove_error;
+    fs::remove_all(dir, remove_error);
+    if (!remove_error) removed.push_back(dir.string());
+  }
+  return removed;
 }
 
 PrivateDir::~PrivateDir() {

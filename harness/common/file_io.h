@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dmpcheck {
 
@@ -16,6 +17,8 @@ void write_file_atomically(const std::string& path, std::string_view bytes);
 // A private directory (mkdtemp under $TMPDIR: 0700, an unpredictable name, "<stem>-XXXXXX"),
 // removed with everything in it however its scope ends -- unless the environment variable `keep`
 // names is set, when its path is printed instead.  Error(kRankFailed) when it cannot be made.
+// It names its maker in a file `.owner` (pid, start time, pid namespace), so that a directory
+// whose maker was killed (SIGKILL: nothing ran to remove it) is removed by the next dmpcheck.
 class PrivateDir {
  public:
   explicit PrivateDir(const std::string& stem, const char* keep = nullptr);
@@ -28,5 +31,11 @@ class PrivateDir {
   std::string path_;
   const char* keep_;
 };
+
+// Removes every private directory under $TMPDIR ("dmpcheck-*", this user's) whose maker is gone:
+// its `.owner` names a process of this pid namespace that no longer runs (or another process now
+// has its pid).  A directory without `.owner`, or of a live maker, is left alone.  Returns the
+// paths removed.
+std::vector<std::string> remove_private_dirs_of_gone_makers();
 
 }  // namespace dmpcheck

@@ -236,6 +236,10 @@ std::shared_ptr<WarmInterpreter> WarmInterpreter::start(const Wanted& wanted) {
   std::map<std::string, std::string> ours = wanted.environment;
   ours["OMP_NUM_THREADS"] = "1";
   ours["MKL_NUM_THREADS"] = "1";
+  // What torch and Python put in the temporary directory (torchinductor's cache, tempfile's
+  // folders) goes into the interpreter's own, removed with it; its ranks inherit it.
+  ours["TMPDIR"] = warm->dir_->path() + "/tmp";
+  std::filesystem::create_directory(ours["TMPDIR"]);
   std::vector<std::string> env = child_environment(ours);
   std::vector<char*> argv, envp;
   for (auto& s : args) argv.push_back(s.data());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -121,16 +122,18 @@ class Reader {
         [](const std::string& t, size_t* used) { return std::stoll(t, used); },
         [&](int64_t v) { return v >= min && v <= max; });
   }
-  double number(const YAML::Node& node, const std::string& path, double min_exclusive) const {
+  // Finite numbers only: inf or nan in a tolerance or a time would compare as nothing does.
+  double number(const YAML::Node& node, const std::string& path, double min_exclusive,
+                double max_inclusive = 1e15) const {
     return parsed<double>(
-        node, path, fmt::format("a number > {}", min_exclusive),
+        node, path, fmt::format("a finite number > {} and <= {}", min_exclusive, max_inclusive),
         [](const std::string& t, size_t* used) { return std::stod(t, used); },
-        [&](double v) { return v > min_exclusive; });
+        [&](double v) { return std::isfinite(v) && v > min_exclusive && v <= max_inclusive; });
   }
   double non_negative(const YAML::Node& node, const std::string& path) const {
     return parsed<double>(
-        node, path, "a number >= 0", [](const std::string& t, size_t* used) { return std::stod(t, used); },
-        [](double v) { return v >= 0; });
+        node, path, "a finite number >= 0", [](const std::string& t, size_t* used) { return std::stod(t, used); },
+        [](double v) { return std::isfinite(v) && v >= 0; });
   }
 
   std::string string(const YAML::Node& node, const std::string& path) const {

@@ -6,6 +6,9 @@
 
 namespace dmpcheck::scenario::detail {
 
+// A rank's timeout: a week at most (a larger one overflows the launcher's deadline arithmetic).
+constexpr double kLongestTimeout = 7 * 24 * 3600.0;
+
 namespace {
 
 dmp::ShardingConstraints parse_constraints(const Reader& r, const YAML::Node& node, const std::string& path,
@@ -198,7 +201,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   });
   field("steps", [&](Node n) { run.steps = static_cast<int>(r.integer(n, "steps", 0, 1000000)); });
   field("batch_size", [&](Node n) { run.batch_size = r.integer(n, "batch_size", 1, 1 << 24); });
-  field("timeout_s", [&](Node n) { run.timeout_s = r.number(n, "timeout_s", 0.0); });
+  field("timeout_s", [&](Node n) { run.timeout_s = r.number(n, "timeout_s", 0.0, kLongestTimeout); });
   field("threads_per_rank", [&](Node n) {
     const bool automatic = n.IsScalar() && n.Scalar() == "auto";
     run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));

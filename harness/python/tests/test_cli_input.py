@@ -105,3 +105,38 @@ def test_suite_filter_judges_only_what_it_selected(dmpcheck_bin, tmp_path):
     assert "invalid scenario: " in everything.stdout and "broken.yaml:3" in everything.stdout
     named = cli(dmpcheck_bin, "suite", str(d), "--filter", "broken", "--out", str(tmp_path / "c"))
     assert named.returncode == 2, named.stdout
+
+
+def test_a_name_cannot_write_outside_the_directories_given(dmpcheck_bin, tmp_path):
+    """Issue 46, item 2: `name: ../../../x` once wrote the report, checkpoints and batches outside
+    --out, --checkpoint-dir and --dump-batches; it is refused with the line, and nothing is written."""
+    work = tmp_path / "a" / "b" / "c"
+    work.mkdir(parents=True)
+    bad = work / "bad.yaml"
+    bad.write_text(GOOD.replace("name: small-good", "name: ../../../x"))
+    p = cli(dmpcheck_bin, "run", str(bad), "--out", str(work / "out"), "--checkpoint-dir", str(work / "ck"),
+            "--dump-batches", str(work / "batches"))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "%s:2: field 'name': expected at most 100 letters" % bad in p.stderr, p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["a"] and not (tmp_path / "x").exists()
+    assert sorted(os.listdir(work)) == ["bad.yaml"]
+
+
+def test_numbers_that_are_not_finite_or_too_large_are_refused(dmpcheck_bin, tmp_path):
+    """Issue 46, items 5 and 12: `atol: inf`, `timeout_s: 1e308` and a budget of inf, nan, 1e308, -1
+    or 0 were taken (the budget became "-9223372036854776 s"); each is refused, naming the value."""
+    for field, says in (("timeout_s: 1e308", "field 'timeout_s': expected a finite number > 0 and <= 604800"),
+                        ("expect: [{global_model: {atol: inf}}]",
+                         "field 'expect[0].global_model.atol': expected a finite number >= 0")):
+        f = tmp_path / "f.yaml"
+        f.write_text(GOOD + field + "\n")
+        p = cli(dmpcheck_bin, "validate", str(f))
+        assert p.returncode == 2 and says in p.stderr, (field, p.stderr)
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD)
+    for command in ("run", "suite"):
+        for budget in ("inf", "nan", "1e308", "-1", "0", "ten"):
+            p = cli(dmpcheck_bin, command, str(good), "--budget", budget, "--out", str(tmp_path / "out"))
+            assert p.returncode == 2, (command, budget, p.stdout, p.stderr)
+            assert "expected seconds > 0 and <= 604800 (a week), got '%s'" % budget in p.stderr, p.stderr
+            assert not (tmp_path / "out").exists()

@@ -1,10 +1,13 @@
 #include "dmp/checkpoint.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <vector>
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -156,6 +159,49 @@ TEST(Digest, Sha256AndHmacMatchTheirPublishedVectors) {
   EXPECT_FALSE(constant_time_equal("abc", "abd"));
   EXPECT_NE(random_secret(), random_secret());
   EXPECT_EQ(random_secret().size(), 64u);
+}
+
+// Issue 46 item 7: a directory whose maker was SIGKILLed (no destructor ran) is removed by the
+// next sweep; one whose maker still runs is not.
+TEST(FileIo, APrivateDirectoryOfAKilledMakerIsRemovedByTheNextSweep) {
+  char root[] = "/tmp/dmpcheck-sweep-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(root), nullptr);
+  const char* before = std::getenv("TMPDIR");
+  const std::string saved = before != nullptr ? before : "";
+  ::setenv("TMPDIR", root, 1);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto* left = new PrivateDir("dmpcheck-killed");  // never destroyed: as under SIGKILL
+    const std::string path = left->path();
+    (void)!::write(pipe_fds[1], path.data(), path.size());
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  char buffer[512] = {};
+  const ssize_t n = ::read(pipe_fds[0], buffer, sizeof(buffer) - 1);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_GT(n, 0);
+  const std::string killed(buffer, static_cast<size_t>(n));
+  ASSERT_TRUE(std::filesystem::exists(killed + "/.owner"));
+  {
+    const PrivateDir alive("dmpcheck-alive");
+    const std::string unowned = std::string(root) + "/dmpcheck-unowned";
+    std::filesystem::create_directory(unowned);
+    EXPECT_EQ(remove_private_dirs_of_gone_makers(), std::vector<std::string>{killed});
+    EXPECT_FALSE(std::filesystem::exists(killed));
+    EXPECT_TRUE(std::filesystem::exists(alive.path()));
+    EXPECT_TRUE(std::filesystem::exists(unowned));  // no .owner: not ours to judge
+  }
+  if (before != nullptr) {
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
