@@ -14,9 +14,9 @@ fi
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fsanitize=fuzzer-no-link" \
   -DDMPCHECK_FUZZ=ON -DDMPCHECK_BUILD_TESTS=OFF -DDMPCHECK_WITH_PYTHON=OFF -DDMPCHECK_USE_PCH=OFF >/dev/null
-cmake --build build-fuzz --target scenario_loader_fuzz kjt_fuzz
+cmake --build build-fuzz --target scenario_loader_fuzz kjt_fuzz exchange_fuzz
 status=0
-for target in scenario_loader kjt; do
+for target in scenario_loader kjt exchange; do
   mkdir -p "build-fuzz/corpus/$target" "build-fuzz/crashes/$target"
   cp -n fixtures/fuzz/$target/* "build-fuzz/corpus/$target/" 2>/dev/null || true
   echo "ci/fuzz.sh: $target for ${seconds} s"

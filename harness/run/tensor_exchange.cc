@@ -31,6 +31,27 @@ void write_exchange_phase(const std::string& dir, const std::string& phase, cons
   report::write_text_file_atomically(dir + "/" + phase + ".json", nlohmann::json(manifest).dump());
 }
 
+namespace {
+
+// The elements a manifest's shape holds, every size checked: none negative, the product without
+// overflow and within what one tensor of the exchange may hold (2^31 elements, 8 GiB of float32).
+uint64_t checked_numel(const std::vector<int64_t>& sizes, const std::string& manifest_path, const std::string& name,
+                       const char* field) {
+  constexpr uint64_t kMostElements = uint64_t{1} << 31;
+  DMP_CHECK(sizes.size() <= 8, ErrorKind::kRankFailed, "{}: '{}' has {} dimensions in {}", manifest_path, name,
+            sizes.size(), field);
+  uint64_t numel = 1;
+  for (const int64_t size : sizes) {
+    DMP_CHECK(size >= 0 && (size == 0 || numel <= kMostElements / static_cast<uint64_t>(size)),
+              ErrorKind::kRankFailed, "{}: '{}' has {} [{}]: a negative size or over 2^31 elements", manifest_path,
+              name, field, fmt::join(sizes, ", "));
+    numel *= static_cast<uint64_t>(size);
+  }
+  return numel;
+}
+
+}  // namespace
+
 std::vector<ExchangePiece> read_exchange_phase(const std::string& dir, const std::string& phase) {
   const std::string manifest_path = dir + "/" + phase + ".json";
   const std::string data_path = dir + "/" + phase + ".bin";
@@ -46,14 +67,17 @@ std::vector<ExchangePiece> read_exchange_phase(const std::string& dir, const std
               "{}: '{}' has dtype '{}'; the exchange holds float32 or int64", manifest_path, e.name, e.dtype);
     const auto type = e.dtype == "int64" ? at::kLong : at::kFloat;
     const size_t width = e.dtype == "int64" ? sizeof(int64_t) : sizeof(float);
-    int64_t numel = 1;
-    for (int64_t size : e.sizes) numel *= size;
-    const size_t end = e.offset + static_cast<size_t>(numel) * width;
-    DMP_CHECK(numel >= 0 && end <= data.size(), ErrorKind::kRankFailed, "{}: '{}' ends at byte {} but {} holds {}",
-              manifest_path, e.name, end, data_path, data.size());
+    const uint64_t numel = checked_numel(e.sizes, manifest_path, e.name, "sizes");
+    checked_numel(e.full_sizes, manifest_path, e.name, "full_sizes");
+    DMP_CHECK(e.row_offset >= 0 && e.col_offset >= 0, ErrorKind::kRankFailed,
+              "{}: '{}' has a negative offset ({}, {})", manifest_path, e.name, e.row_offset, e.col_offset);
+    // Compared without wrapping: offset and length each within the file, then their sum.
+    DMP_CHECK(e.offset <= data.size() && numel <= (data.size() - e.offset) / width, ErrorKind::kRankFailed,
+              "{}: '{}' ({} elements at byte {}) runs past the {} bytes of {}", manifest_path, e.name, numel, e.offset,
+              data.size(), data_path);
     ExchangePiece p{
         e.name, e.sharding, e.replicated, e.full_sizes, e.row_offset, e.col_offset, at::empty(e.sizes, type)};
-    std::memcpy(p.tensor.data_ptr(), data.data() + e.offset, static_cast<size_t>(numel) * width);
+    std::memcpy(p.tensor.data_ptr(), data.data() + e.offset, numel * width);
     out.push_back(std::move(p));
   }
   return out;
@@ -70,7 +94,7 @@ std::map<std::string, at::Tensor> assemble_full(const std::vector<std::vector<Ex
       auto it = full.find(p.name);
       if (it == full.end()) it = full.emplace(p.name, at::zeros(p.full_sizes, p.tensor.scalar_type())).first;
       at::Tensor& whole = it->second;
-      DMP_CHECK(whole.sizes().vec() == p.full_sizes && p.tensor.dim() == whole.dim() && whole.dim() <= 2,
+      DMP_CHECK(whole.sizes().vec() == p.full_sizes && p.tensor.dim() == whole.dim() && whole.dim() >= 1 && whole.dim() <= 2,
                 ErrorKind::kRankFailed, "rank {}: piece of '{}' with shape [{}] does not fit [{}]", rank, p.name,
                 fmt::join(p.tensor.sizes(), ", "), fmt::join(p.full_sizes, ", "));
       DMP_CHECK(p.row_offset + p.tensor.size(0) <= whole.size(0) &&

@@ -108,5 +108,29 @@ TEST(ReleaseContract, IntegerPiecesCrossTheExchangeExactly) {
                           [&] { read_exchange_phase(dir + "/rank1", "step1"); }));
 }
 
+// Issue 46 item 3: a manifest's offsets and sizes cannot make the reader wrap, read before the
+// buffer or allocate without bound; each is a rank failure naming the manifest and the tensor.
+TEST(ReleaseContract, AManifestThatRunsPastItsBytesIsRefusedWithoutWrapping) {
+  const std::string dir = ::testing::TempDir() + "/dmpcheck_exchange_bounds";
+  std::filesystem::remove_all(dir);
+  write_exchange_phase(dir, "init", {{"t0", "row_wise", false, {4}, 0, 0, at::ones({2})}});
+  const nlohmann::json good = read_json(dir + "/init.json");
+  const auto refused = [&](const char* field, const nlohmann::json& value, const std::string& says) {
+    nlohmann::json doc = good;
+    doc["tensors"][0][field] = value;
+    report::write_text_file_atomically(dir + "/init.json", doc.dump());
+    return throws_with(ErrorKind::kRankFailed, says, [&] { assemble_full({read_exchange_phase(dir, "init")}); });
+  };
+  EXPECT_TRUE(refused("offset", std::numeric_limits<uint64_t>::max() - 3, "runs past the 8 bytes"));
+  EXPECT_TRUE(refused("offset", 4, "runs past the 8 bytes"));
+  EXPECT_TRUE(refused("sizes", {-2}, "a negative size"));
+  EXPECT_TRUE(refused("sizes", {int64_t{1} << 40, int64_t{1} << 40}, "over 2^31 elements"));
+  EXPECT_TRUE(refused("full_sizes", {int64_t{1} << 62}, "over 2^31 elements"));
+  EXPECT_TRUE(refused("row_offset", -2, "negative offset"));
+  EXPECT_TRUE(refused("row_offset", 3, "runs past [4]"));
+  report::write_text_file_atomically(dir + "/init.json", good.dump());
+  EXPECT_EQ(read_exchange_phase(dir, "init").at(0).tensor.numel(), 2);
+}
+
 }  // namespace
 }  // namespace dmpcheck::run::contract

@@ -1,0 +1,31 @@
+// Fuzz target: bytes as one rank's phase of the release exchange (run/tensor_exchange.h): the
+// manifest's JSON, a NUL, then the tensor bytes.  Read and assembled as dmpcheck reads a release's
+// output; anything malformed must raise dmpcheck::Error, never crash, wrap or allocate unbounded.
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "common/error.h"
+#include "common/file_io.h"
+#include "run/tensor_exchange.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string dir = [] {
+    std::string pattern = std::filesystem::temp_directory_path().string() + "/dmpcheck-exchange-fuzz-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    return pattern;
+  }();
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  const size_t split = bytes.find('\0');
+  try {
+    dmpcheck::write_file_atomically(dir + "/step1.json", bytes.substr(0, split));
+    dmpcheck::write_file_atomically(dir + "/step1.bin", split == std::string::npos ? "" : bytes.substr(split + 1));
+    dmpcheck::run::assemble_full({dmpcheck::run::read_exchange_phase(dir, "step1")});
+  } catch (const dmpcheck::Error&) {
+  }
+  return 0;
+}
