@@ -36,9 +36,7 @@ const CLI::Validator kSeconds(
       size_t used = 0;
       try {
         value = std::stod(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
+      } catch (const std::exception&) { used = 0; }
       if (used != text.size() || used == 0 || !std::isfinite(value) || value <= 0 || value > kWeek) {
         return fmt::format("expected seconds > 0 and <= {} (a week), got '{}'", kWeek, text);
       }

@@ -25,7 +25,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     dmpcheck::write_file_atomically(dir + "/step1.json", bytes.substr(0, split));
     dmpcheck::write_file_atomically(dir + "/step1.bin", split == std::string::npos ? "" : bytes.substr(split + 1));
     dmpcheck::run::assemble_full({dmpcheck::run::read_exchange_phase(dir, "step1")});
-  } catch (const dmpcheck::Error&) {
-  }
+  } catch (const dmpcheck::Error&) {}
   return 0;
 }

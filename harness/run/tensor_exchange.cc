@@ -42,9 +42,9 @@ uint64_t checked_numel(const std::vector<int64_t>& sizes, const std::string& man
             sizes.size(), field);
   uint64_t numel = 1;
   for (const int64_t size : sizes) {
-    DMP_CHECK(size >= 0 && (size == 0 || numel <= kMostElements / static_cast<uint64_t>(size)),
-              ErrorKind::kRankFailed, "{}: '{}' has {} [{}]: a negative size or over 2^31 elements", manifest_path,
-              name, field, fmt::join(sizes, ", "));
+    DMP_CHECK(size >= 0 && (size == 0 || numel <= kMostElements / static_cast<uint64_t>(size)), ErrorKind::kRankFailed,
+              "{}: '{}' has {} [{}]: a negative size or over 2^31 elements", manifest_path, name, field,
+              fmt::join(sizes, ", "));
     numel *= static_cast<uint64_t>(size);
   }
   return numel;
@@ -69,8 +69,8 @@ std::vector<ExchangePiece> read_exchange_phase(const std::string& dir, const std
     const size_t width = e.dtype == "int64" ? sizeof(int64_t) : sizeof(float);
     const uint64_t numel = checked_numel(e.sizes, manifest_path, e.name, "sizes");
     checked_numel(e.full_sizes, manifest_path, e.name, "full_sizes");
-    DMP_CHECK(e.row_offset >= 0 && e.col_offset >= 0, ErrorKind::kRankFailed,
-              "{}: '{}' has a negative offset ({}, {})", manifest_path, e.name, e.row_offset, e.col_offset);
+    DMP_CHECK(e.row_offset >= 0 && e.col_offset >= 0, ErrorKind::kRankFailed, "{}: '{}' has a negative offset ({}, {})",
+              manifest_path, e.name, e.row_offset, e.col_offset);
     // Compared without wrapping: offset and length each within the file, then their sum.
     DMP_CHECK(e.offset <= data.size() && numel <= (data.size() - e.offset) / width, ErrorKind::kRankFailed,
               "{}: '{}' ({} elements at byte {}) runs past the {} bytes of {}", manifest_path, e.name, numel, e.offset,
@@ -94,9 +94,10 @@ std::map<std::string, at::Tensor> assemble_full(const std::vector<std::vector<Ex
       auto it = full.find(p.name);
       if (it == full.end()) it = full.emplace(p.name, at::zeros(p.full_sizes, p.tensor.scalar_type())).first;
       at::Tensor& whole = it->second;
-      DMP_CHECK(whole.sizes().vec() == p.full_sizes && p.tensor.dim() == whole.dim() && whole.dim() >= 1 && whole.dim() <= 2,
-                ErrorKind::kRankFailed, "rank {}: piece of '{}' with shape [{}] does not fit [{}]", rank, p.name,
-                fmt::join(p.tensor.sizes(), ", "), fmt::join(p.full_sizes, ", "));
+      DMP_CHECK(
+          whole.sizes().vec() == p.full_sizes && p.tensor.dim() == whole.dim() && whole.dim() >= 1 && whole.dim() <= 2,
+          ErrorKind::kRankFailed, "rank {}: piece of '{}' with shape [{}] does not fit [{}]", rank, p.name,
+          fmt::join(p.tensor.sizes(), ", "), fmt::join(p.full_sizes, ", "));
       DMP_CHECK(p.row_offset + p.tensor.size(0) <= whole.size(0) &&
                     (whole.dim() == 1 || p.col_offset + p.tensor.size(1) <= whole.size(1)),
                 ErrorKind::kRankFailed, "rank {}: piece of '{}' at ({}, {}) runs past [{}]", rank, p.name, p.row_offset,

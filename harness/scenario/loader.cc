@@ -70,9 +70,8 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
   try {
     const std::vector<YAML::Node> documents = YAML::LoadAll(text);
     if (documents.size() > 1) {
-      throw_error(ErrorKind::kInvalidScenario,
-                  fmt::format("{}:{}: a second YAML document; a scenario file holds one", file_label,
-                              documents[1].Mark().line + 1));
+      throw_error(ErrorKind::kInvalidScenario, fmt::format("{}:{}: a second YAML document; a scenario file holds one",
+                                                           file_label, documents[1].Mark().line + 1));
     }
     if (!documents.empty()) root = documents.front();
   } catch (const YAML::Exception& e) {

@@ -295,9 +295,10 @@ TEST(ScenarioLoader, InvalidYamlReportsTheLine) {
 // Issue 46 item 2: the name is one plain path component, so nothing is written outside --out.
 TEST(ScenarioLoader, ANameThatIsNotOnePlainPathComponentIsRefused) {
   const std::string rest(kMinimal + std::string(kMinimal).find("world_size"));
-  for (const std::string& bad : std::vector<std::string>{"../../../x", "a/b", "..", ".hidden", std::string(101, 'n'), "caf\\xff",
-                                "a\\0b"}) {
-    EXPECT_TRUE(fails_with("version: 1\nname: \"" + bad + "\"\n" + rest, "s.yaml:2: field 'name': expected at most 100"))
+  for (const std::string& bad :
+       std::vector<std::string>{"../../../x", "a/b", "..", ".hidden", std::string(101, 'n'), "caf\\xff", "a\\0b"}) {
+    EXPECT_TRUE(
+        fails_with("version: 1\nname: \"" + bad + "\"\n" + rest, "s.yaml:2: field 'name': expected at most 100"))
         << bad;
   }
   EXPECT_EQ(load_scenario_text("version: 1\nname: torchrec-1739_v1.2\n" + rest, "s.yaml").name, "torchrec-1739_v1.2");
@@ -314,7 +315,8 @@ TEST(ScenarioLoader, ADuplicateKeyOrASecondDocumentIsRefusedWithItsLine) {
 // A cell's report file: never "..", never hidden, never too long, one per cell.
 TEST(ScenarioLoader, EveryCellHasItsOwnPlainReportFileName) {
   const std::string long_value = "1." + std::string(130, '0');
-  const auto s = load_scenario_text(std::string(kMinimal) + "matrix:\n  timeout_s: [.5, " + long_value + "]\n", "s.yaml");
+  const auto s =
+      load_scenario_text(std::string(kMinimal) + "matrix:\n  timeout_s: [.5, " + long_value + "]\n", "s.yaml");
   ASSERT_EQ(s.runs.size(), 2u);
   EXPECT_EQ(s.runs[0].slug, "_.5");
   EXPECT_EQ(s.runs[1].slug.size(), 120u);
