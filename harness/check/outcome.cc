@@ -9,6 +9,7 @@ int exit_status(const std::vector<RunResult>& results) {
   for (const auto& r : results) {
     code =
         std::max(code, exit_status(r.verdict, r.failure ? std::optional<FailureKind>(r.failure->kind) : std::nullopt));
+    if (!r.report_error.empty()) code = std::max(code, 2);  // a result not kept is not a pass
   }
   return code;
 }

@@ -218,6 +218,9 @@ struct RunResult {
   ExpectationResult expectation;
   Verdict verdict = Verdict::kError;
   std::string skip_reason;  // why a kSkipped cell could not run here
+  // Not in the report: why the report itself could not be written (a full disk).  The verdict is
+  // still printed, and the command exits 2.
+  std::string report_error;
 };
 
 // dmpcheck's exit status for these runs: the largest of check::exit_status over them.

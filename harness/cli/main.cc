@@ -48,12 +48,15 @@ const CLI::Validator kSeconds(
 std::string tally(const std::vector<dmpcheck::check::RunResult>& results) {
   int passed = 0;
   int skipped = 0;
+  int unwritten = 0;
   for (const auto& r : results) {
     passed += r.verdict == dmpcheck::check::Verdict::kPass ? 1 : 0;
     skipped += r.verdict == dmpcheck::check::Verdict::kSkipped ? 1 : 0;
+    unwritten += r.report_error.empty() ? 0 : 1;
   }
-  return fmt::format("{} of {} run(s) met their expectations{}", passed, results.size() - skipped,
-                     skipped > 0 ? fmt::format(", {} skipped (each report says why)", skipped) : std::string());
+  return fmt::format("{} of {} run(s) met their expectations{}{}", passed, results.size() - skipped,
+                     skipped > 0 ? fmt::format(", {} skipped (each report says why)", skipped) : std::string(),
+                     unwritten > 0 ? fmt::format(", {} report(s) NOT written (said above)", unwritten) : std::string());
 }
 
 using namespace dmpcheck;

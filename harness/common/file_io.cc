@@ -88,8 +88,17 @@ PrivateDir::PrivateDir(const std::string& stem, const char* keep) : keep_(keep) 
   DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kRankFailed,
             "cannot create a private directory from {}: {}", pattern, std::strerror(errno));
   path_ = pattern;
-  std::ofstream owner(path_ + "/.owner");
-  owner << process_identity(std::to_string(::getpid())) << "\n";
+  // Written at once: a full TMPDIR is said here, before a store or a rank meets it (c10d's
+  // FileStore aborts the process from its destructor when it cannot write).
+  try {
+    write_file_atomically(path_ + "/.owner", process_identity(std::to_string(::getpid())) + "\n");
+  } catch (const Error& e) {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("cannot write in the temporary directory {} ({}); free space there or set TMPDIR",
+                            temporary_root(), e.what()));
+  }
 }
 
 std::vector<std::string> remove_private_dirs_of_gone_makers() {

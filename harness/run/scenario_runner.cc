@@ -1,6 +1,7 @@
 #include "run/scenario_runner.h"
 
 #include <algorithm>
+#include <iostream>
 #include <mutex>
 #include <regex>
 
@@ -70,9 +71,7 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
     check::RunResult skipped = result_header(scenario, spec);
     skipped.verdict = check::Verdict::kSkipped;
     skipped.skip_reason = *reason;
-    if (options.write_reports) {
-      report::write_json_file(skipped, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, skipped.slug));
-    }
+    write_cell_report(scenario, options, skipped);
     return skipped;
   }
   LaunchRequest request;
@@ -98,10 +97,18 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
                                 ? nlohmann::json::parse(*launched.result).get<check::RunResult>()
                                 : failed_result(scenario, spec, launched);
   result.timings.total_s = launched.seconds;
-  if (options.write_reports) {
-    report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
-  }
+  write_cell_report(scenario, options, result);
   return result;
+}
+
+void write_cell_report(const scenario::Scenario& scenario, const ScenarioRunOptions& options,
+                       check::RunResult& result) {
+  if (!options.write_reports) return;
+  try {
+    report::write_json_file(result, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, result.slug));
+  } catch (const Error& e) {
+    result.report_error = fmt::format("the report of this run was not written: {}", e.what());
+  }
 }
 
 ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioRunOptions& options) {
@@ -139,6 +146,7 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
                    << report::render_verdict_line(result) << "\n"
                    << std::flush;
     }
+    if (!result.report_error.empty()) std::cerr << "dmpcheck: " << result.report_error << "\n";
     outcome.results.push_back(result);
   }
   outcome.exit_code = check::exit_status(outcome.results);

@@ -47,6 +47,11 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
 // options.echo_rank_output and options.out are set.
 check::RunResult run_cell(const scenario::Scenario& scenario, size_t run_index, const ScenarioRunOptions& options);
 
+// Writes `result`'s JSON report under options.out_dir when options.write_reports.  A report that
+// cannot be written (a full disk) is kept in result.report_error, not thrown: the verdict is still
+// printed, and the command exits 2.
+void write_cell_report(const scenario::Scenario& scenario, const ScenarioRunOptions& options, check::RunResult& result);
+
 struct LaunchOutcome;
 struct LaunchRequest;
 // What every launch of a cell shares: its budget (options.budget_s, else max(600, 10 x timeout_s))

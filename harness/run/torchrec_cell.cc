@@ -210,11 +210,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
                                    const ScenarioRunOptions& options) {
   const scenario::RunSpec& spec = scenario.runs.at(index);
   check::RunResult result = result_header(scenario, spec);
-  auto write_report = [&](const check::RunResult& r) {
-    if (options.write_reports) {
-      report::write_json_file(r, fmt::format("{}/{}/{}.json", options.out_dir, scenario.name, r.slug));
-    }
-  };
+  auto write_report = [&](check::RunResult& r) { write_cell_report(scenario, options, r); };
   std::string why_not;
   std::optional<TorchRecEnvironment> env;
   try {

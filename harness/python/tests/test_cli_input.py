@@ -140,3 +140,33 @@ def test_numbers_that_are_not_finite_or_too_large_are_refused(dmpcheck_bin, tmp_
             assert p.returncode == 2, (command, budget, p.stdout, p.stderr)
             assert "expected seconds > 0 and <= 604800 (a week), got '%s'" % budget in p.stderr, p.stderr
             assert not (tmp_path / "out").exists()
+
+
+def test_a_full_disk_is_said_and_the_verdict_is_still_printed(dmpcheck_bin, tmp_path):
+    """Issue 46, item 4: a full TMPDIR aborted `dmpcheck run` (std::system_error from c10d's FileStore,
+    exit 134, a directory left); a full --out lost the PASS.  An 8 KiB tmpfs, filled (root only)."""
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("mounting a tmpfs needs root")
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(full)], check=True)
+    try:
+        subprocess.run(["dd", "if=/dev/zero", "of=%s/fill" % full, "bs=1k", "count=8"], capture_output=True)
+        good = tmp_path / "good.yaml"
+        good.write_text(GOOD)
+        env = dict(os.environ, TMPDIR=str(full))
+        p = subprocess.run([dmpcheck_bin, "run", str(good), "--out", str(tmp_path / "out")], capture_output=True,
+                           text=True, timeout=120, env=env)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "cannot write in the temporary directory %s" % full in p.stderr, p.stderr
+        assert "No space left on device" in p.stderr and "free space there or set TMPDIR" in p.stderr
+        assert sorted(os.listdir(full)) == ["fill"]
+        p = cli(dmpcheck_bin, "run", str(good), "--quiet", "--out", str(full / "out"))
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "VERDICT small-good [default]: PASS" in p.stdout, p.stdout
+        assert "the report of this run was not written: writing %s/out/small-good/default.json: No space left" % full \
+            in p.stderr, p.stderr
+        assert "1 report(s) NOT written" in p.stdout + p.stderr
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
