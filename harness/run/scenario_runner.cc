@@ -130,6 +130,7 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
   for (const auto& spec : scenario.runs) {
     if (selected(spec)) systems.push_back(spec.system);
   }
+  require_torchrec_repository_for(systems);
   prestart_release_interpreters(systems, options.exec_ranks);
   for (size_t i = 0; i < scenario.runs.size() && !interrupt_requested(); ++i) {
     const scenario::RunSpec& spec = scenario.runs[i];

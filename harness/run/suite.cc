@@ -110,10 +110,11 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
       if (std::regex_search(label, filter)) cells.push_back({s, r});
     }
   }
-  outcome.report_dir = make_report_dir(options.out_root);
   // The releases' interpreters import in the background while the cells before theirs run.
   std::vector<scenario::System> systems;
   for (const auto& c : cells) systems.push_back(scenarios[c.scenario].runs[c.run].system);
+  require_torchrec_repository_for(systems);
+  outcome.report_dir = make_report_dir(options.out_root);
   prestart_release_interpreters(systems, options.exec_ranks);
 
   ScenarioRunOptions run_options;

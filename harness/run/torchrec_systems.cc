@@ -298,11 +298,22 @@ void prestart_release_interpreters(const std::vector<scenario::System>& systems,
 
 // ---- TorchRec's repository ----
 
+void require_torchrec_repository() {
+  DMP_CHECK(!env_or("DMPCHECK_TORCHREC_REPO", "").empty(), ErrorKind::kInvalidInput,
+            "a torchrec@<rev> system needs TorchRec's git repository: give --torchrec-repo PATH|URL|BUNDLE (or set "
+            "DMPCHECK_TORCHREC_REPO), e.g. --torchrec-repo https://github.com/pytorch/torchrec");
+}
+
+void require_torchrec_repository_for(const std::vector<scenario::System>& systems) {
+  if (std::any_of(systems.begin(), systems.end(),
+                  [](const scenario::System& s) { return s.kind == scenario::System::Kind::kCommit; })) {
+    require_torchrec_repository();
+  }
+}
+
 TorchRecRepository TorchRecRepository::open() {
+  require_torchrec_repository();
   std::string given = env_or("DMPCHECK_TORCHREC_REPO", "");
-  DMP_CHECK(!given.empty(), ErrorKind::kInvalidInput,
-            "a torchrec@<rev> system needs TorchRec's git repository: give --torchrec-repo PATH|URL (or set "
-            "DMPCHECK_TORCHREC_REPO), e.g. a clone of https://github.com/pytorch/torchrec");
   // A local path is named absolutely (its clone in the cache is the same from any directory).
   std::error_code canonical_error;
   if (const auto absolute = fs::canonical(given, canonical_error); !canonical_error) given = absolute.string();

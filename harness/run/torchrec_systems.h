@@ -63,6 +63,12 @@ struct Commit {
   std::string short_hash() const { return hash.substr(0, 8); }
 };
 
+// Error(kInvalidInput) naming --torchrec-repo when no TorchRec repository is given; the second,
+// only when `systems` (the cells a command is about to run) hold a commit: a command line's
+// mistake, said before any cell runs, not each commit cell's error.
+void require_torchrec_repository();
+void require_torchrec_repository_for(const std::vector<scenario::System>& systems);
+
 class TorchRecRepository {
  public:
   // Throws Error(kInvalidInput) naming --torchrec-repo when there is none, or git's words when it fails.

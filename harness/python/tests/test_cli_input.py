@@ -170,3 +170,18 @@ def test_a_full_disk_is_said_and_the_verdict_is_still_printed(dmpcheck_bin, tmp_
         assert "1 report(s) NOT written" in p.stdout + p.stderr
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_a_commit_cell_without_torchrecs_repository_is_the_command_lines_mistake(dmpcheck_bin, tmp_path):
+    """Issue 46, item 13: each commit cell once failed on its own (exit 3) for a missing
+    --torchrec-repo; it is said once, before any cell runs, with the repository's URL (exit 2)."""
+    commit = tmp_path / "commit.yaml"
+    commit.write_text(GOOD.replace("small-good", "commit-cell") +
+                      'matrix:\n  system: [reference, "torchrec@cc482f8a over 0.7.0"]\n')
+    env = {k: v for k, v in os.environ.items() if k != "DMPCHECK_TORCHREC_REPO"}
+    for command in ("run", "suite"):
+        p = subprocess.run([dmpcheck_bin, command, str(commit), "--out", str(tmp_path / command)],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 2, (command, p.stdout, p.stderr)
+        assert "give --torchrec-repo PATH|URL|BUNDLE" in p.stderr and "https://github.com/pytorch/torchrec" in p.stderr
+        assert "-- run" not in p.stdout and not (tmp_path / command).exists(), p.stdout
