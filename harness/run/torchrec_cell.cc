@@ -230,6 +230,7 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
     write_report(result);
     return result;
   }
+  if (auto note = spec.data.variable_batch_note()) result.system.notes.push_back(std::move(*note));
   const int cores = available_cores();
   result.environment = {"torch " + env->torch,        "gloo", hostname(), git_revision(), spec.world_size, cores,
                         threads_per_rank(spec, cores)};

@@ -340,6 +340,29 @@ bool DataSpec::variable_batch() const {
   return false;
 }
 
+std::optional<std::string> DataSpec::variable_batch_note() const {
+  if (!stride_per_rank.empty() || !variable_batch()) return std::nullopt;
+  std::string first;
+  size_t without = 0, all = 0;
+  for (size_t step = 0; step < batches.size(); ++step) {
+    for (size_t rank = 0; rank < batches[step].size(); ++rank) {
+      for (const auto& [feature, bags] : batches[step][rank]) {
+        ++all;
+        if (bags.inverse_indices.empty()) {
+          ++without;
+        } else if (first.empty()) {
+          first = fmt::format("step {} rank {} feature {}", step + 1, rank, feature);
+        }
+      }
+    }
+  }
+  if (without == 0) return std::nullopt;
+  return fmt::format(
+      "data.batches: {} has inverse_indices, so every step and feature goes to the release as a variable batch; the "
+      "{} of {} (step, rank, feature) entries without them go as one distinct bag per bag (inverse indices 0..n-1)",
+      first, without, all);
+}
+
 Scenario load_scenario_text(const std::string& text, const std::string& file_label, const Overrides& overrides) {
   // Every yaml-cpp error becomes a scenario error with its line, including shapes of input
   // the schema walk did not foresee (found by fuzzing: a scalar where a mapping was expected).

@@ -79,6 +79,9 @@ struct DataSpec {
   // Whether the batches are handed to a release as variable batch per feature (stride_per_key_per_rank
   // and inverse_indices); the reference and every unsharded model train on their expansion.
   bool variable_batch() const;
+  // Said in a release cell's report when inline batches mix the two forms: once one step's feature
+  // has inverse_indices, every step and feature is handed over as a variable batch.
+  std::optional<std::string> variable_batch_note() const;
 };
 
 struct Tolerance {

@@ -695,6 +695,11 @@ data:
   EXPECT_EQ(r0.inverse_indices, (std::vector<int64_t>{0, 1, 2, 1, 0, 1}));
   EXPECT_EQ(r1.stride_per_key, (std::vector<int64_t>{3, 1}));
   EXPECT_EQ(r1.inverse_indices, (std::vector<int64_t>{0, 1, 2, 0, 0, 0}));
+  // Issue 46 item 11: rank 0's f0 has no inverse_indices yet goes as a variable batch: said.
+  EXPECT_EQ(run.data.variable_batch_note().value_or(""),
+            "data.batches: step 1 rank 0 feature f1 has inverse_indices, so every step and feature goes to the release "
+            "as a variable batch; the 1 of 3 (step, rank, feature) entries without them go as one distinct bag per "
+            "bag (inverse indices 0..n-1)");
 
   EXPECT_TRUE(fails_with(replace(text, "inverse_indices: [1, 0, 1]", "inverse_indices: [1, 1, 1]"),
                          "'data.batches[0][0].f1.inverse_indices': never names bag 0 of lengths"));
