@@ -92,6 +92,7 @@ ChildImage make_image(const LaunchRequest& request, int rank, const std::string&
   // none: their store is a file.
   if (request.master_port > 0) ours["MASTER_PORT"] = std::to_string(request.master_port);
   ours.insert(request.environment.begin(), request.environment.end());  // the rank's own names are ours
+  for (const auto& [name, value] : request.launch_environment) ours[name] = value;
   image.env_storage = child_environment(ours);
   for (auto& s : image.argv_storage) image.argv.push_back(s.data());
   image.argv.push_back(nullptr);

@@ -35,6 +35,9 @@ struct LaunchRequest {
   // extra environment, the MASTER_PORT they rendezvous on themselves (0: the store's port), and
   // where a failing rank leaves its reason (<error_dir>/rank<R>/error.json, {kind, message}).
   std::map<std::string, std::string> environment;
+  // ... and this launch's own names (a rendezvous file, TMPDIR): the ranks get them too, but they do
+  // not choose the warm interpreter that serves the launch (`environment` does).
+  std::map<std::string, std::string> launch_environment;
   int master_port = 0;
   std::string error_dir;
   // The rank's program as a function of this very binary (dmpcheck's worker).  When set, ranks

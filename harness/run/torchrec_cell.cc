@@ -309,9 +309,9 @@ check::RunResult run_torchrec_cell(const scenario::Scenario& scenario, size_t in
         torchrec_launch(*env, {"-m", "dmpcheck_torchrec.rank", exchange_dir}, exchange_dir + "/out");
     // The rendezvous is a file in the launch's own private directory (no port to connect to, as
     // dmpcheck's own ranks), and Gloo's pairs listen on loopback: a release cell runs on one host.
-    request.environment["DMPCHECK_RENDEZVOUS_FILE"] = exchange_dir + "/rendezvous";
+    request.launch_environment["DMPCHECK_RENDEZVOUS_FILE"] = exchange_dir + "/rendezvous";
     // An exec-ed rank's temporary files (torch's among them) go with the exchange directory.
-    request.environment["TMPDIR"] = exchange_dir + "/tmp";
+    request.launch_environment["TMPDIR"] = exchange_dir + "/tmp";
     fs::create_directory(exchange_dir + "/tmp");
     request.world_size = run.world_size;
     request.local_world_size = run.local_world_size;
@@ -607,7 +607,7 @@ dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std
   LaunchRequest request = torchrec_launch(
       *env, {"-m", "dmpcheck_torchrec.plan", exchange.path() + "/spec.json", exchange.path() + "/plan.json"},
       exchange.path() + "/out");
-  request.environment["TMPDIR"] = exchange.path() + "/tmp";
+  request.launch_environment["TMPDIR"] = exchange.path() + "/tmp";
   fs::create_directory(exchange.path() + "/tmp");
   request.world_size = 1;
   request.budget = std::chrono::seconds(120);

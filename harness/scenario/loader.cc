@@ -46,6 +46,10 @@ void unique_file_slugs(std::vector<RunSpec>& runs) {
   }
 }
 
+bool axis_of_scalars(const std::vector<YAML::Node>& values) {
+  return std::all_of(values.begin(), values.end(), [](const YAML::Node& v) { return v.IsScalar(); });
+}
+
 // Every mapping's keys once: YAML lets a later duplicate shadow the first silently.
 void check_unique_keys(const Reader& r, const YAML::Node& node, const std::string& path) {
   if (node.IsSequence()) {
@@ -171,7 +175,9 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
            fmt::format("crosses {} values into more than {} cells; split the file, or narrow an axis",
                        fmt::join(axis_sizes, " x "), kMostCells));
   }
-  // A `when` value that no cell has would select nothing, silently: each must be one of its axis's.
+  // A `when` value of another shape than its axis's values (a list or mapping where they are
+  // scalars, or the reverse) would select nothing, silently: refused.  A list on an axis of scalars
+  // selects any of its values.  A scalar the matrix does not have (yet, or any more) is allowed.
   if (const YAML::Node expect = root["expect"]; expect.IsSequence()) {
     for (size_t i = 0; i < expect.size(); ++i) {
       const YAML::Node entry = expect[i];
@@ -182,16 +188,18 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
         const std::string key = kv.first.as<std::string>();
         const auto axis = std::find_if(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; });
         if (axis == axes.end()) continue;  // reported with the cells: not a matrix key
-        std::vector<std::string> values;
-        for (const auto& v : axis->values) values.push_back(cell_text(key, v));
-        if (std::find(values.begin(), values.end(), cell_text(key, kv.second)) == values.end()) {
+        const bool one_of = kv.second.IsSequence() && axis_of_scalars(axis->values);
+        const bool same_shape = std::any_of(axis->values.begin(), axis->values.end(),
+                                            [&](const YAML::Node& v) { return v.Type() == kv.second.Type(); });
+        if (!one_of && !same_shape) {
+          std::vector<std::string> values;
+          for (const auto& v : axis->values) values.push_back(cell_text(key, v));
           r.fail(kv.second, fmt::format("expect[{}].when.{}", i, key),
                  fmt::format("selects no cell: matrix.{} has {}", key, fmt::join(values, ", ")));
         }
       }
     }
   }
-
   std::vector<std::vector<size_t>> cells = {{}};
   for (const auto& axis : axes) {
     std::vector<std::vector<size_t>> next;
@@ -275,8 +283,15 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
               if (std::none_of(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; })) {
                 r.fail(kv.first, path + ".when." + key, "is not a matrix key; 'when' selects matrix cells");
               }
-              // A list or mapping value matches the cell whose matrix value is the same list or mapping.
-              matches = matches && it != assignments.end() && it->second == cell_text(key, kv.second);
+              // A list or mapping value matches the cell whose matrix value is the same list or mapping;
+              // a list on an axis of scalars, any cell whose value it holds.
+              const auto axis = std::find_if(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; });
+              bool hit = it != assignments.end() && it->second == cell_text(key, kv.second);
+              if (!hit && it != assignments.end() && kv.second.IsSequence() && axis != axes.end() &&
+                  axis_of_scalars(axis->values)) {
+                for (const auto& v : kv.second) hit = hit || (v.IsScalar() && it->second == cell_text(key, v));
+              }
+              matches = matches && hit;
             }
           }
           if (matches) {

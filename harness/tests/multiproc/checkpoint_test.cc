@@ -127,5 +127,44 @@ TEST_F(Checkpoints, InitFromUnderTorchRec1497RefusesATableShardedAnotherWay) {
       << message;
 }
 
+// Issue 46 item 8: init.from is held against the model: a table of another size, a misspelt,
+// missing or extra tensor, a tensor that is not finite, each refused naming the file and the tensor.
+TEST_F(Checkpoints, InitFromThatDoesNotFitTheModelIsRefusedNamingTheTensor) {
+  const std::string saved = run(model("fits", 2, 1, "table_wise", "{types: [table_wise]}"), "fits");
+  const dmp::FullState state = dmp::load_checkpoint(saved);
+  auto refused = [&](const std::string& name, const std::map<std::string, at::Tensor>& tensors) {
+    dmp::FullState changed = state;
+    changed.tensors = tensors;
+    const std::string file = dir_ + "/" + name + ".pt";
+    dmp::save_unsharded_checkpoint(file, changed);
+    const auto outcome = run_all(
+        scenario::load_scenario_text(model(name, 2, 1, "table_wise", "{types: [table_wise]}", file), name + ".yaml"),
+        {});
+    const auto& failure = outcome.results.at(0).failure;
+    EXPECT_TRUE(failure && failure->kind == check::FailureKind::kInvalidInput) << name;
+    return failure ? failure->message : std::string("no failure");
+  };
+  const std::string w0 = "ebc.embedding_bags.t0.weight";
+  auto with = [&](const std::string& drop, const std::string& add, const at::Tensor& t) {
+    auto tensors = state.tensors;
+    tensors.erase(drop);
+    if (!add.empty()) tensors[add] = t;
+    return tensors;
+  };
+  EXPECT_NE(refused("rows", with(w0, w0, at::zeros({50, 8})))
+                .find("init.from " + dir_ + "/rows.pt: '" + w0 + "' is [50, 8] but the model's is [37, 8]"),
+            std::string::npos);
+  EXPECT_NE(refused("misspelt", with(w0, "ebc.embedding_bags.t0.wieght", at::zeros({37, 8})))
+                .find("holds 'ebc.embedding_bags.t0.wieght', which this model does not"),
+            std::string::npos);
+  EXPECT_NE(refused("missing", with(w0, "", {})).find("has no '" + w0 + "', which the model holds ([37, 8])"),
+            std::string::npos);
+  EXPECT_NE(refused("extra", with("", "ebc.embedding_bags.t9.weight", at::zeros({3, 8})))
+                .find("holds 'ebc.embedding_bags.t9.weight', which this model does not"),
+            std::string::npos);
+  EXPECT_NE(refused("nan", with(w0, w0, at::full({37, 8}, NAN))).find("'" + w0 + "' holds NaN or Inf"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace dmpcheck

@@ -312,6 +312,19 @@ TEST(ScenarioLoader, ADuplicateKeyOrASecondDocumentIsRefusedWithItsLine) {
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "---\nversion: 1\n", "s.yaml:13: a second YAML document"));
 }
 
+// Issue 46 item 9: a `when` list once matched nothing, silently; on an axis of scalars it selects any
+// of its values.
+TEST(ScenarioLoader, AWhenListSelectsAnyOfItsValues) {
+  const auto s =
+      load_scenario_text(std::string(kMinimal) + "matrix:\n  steps: [1, 2, 3]\nexpect:\n  - when: {steps: [1, 3]}\n"
+                                                 "    replicas: diverge\n    diverged: [t0]\n  - replicas: equal\n",
+                         "s.yaml");
+  ASSERT_EQ(s.runs.size(), 3u);
+  EXPECT_EQ(s.runs[0].expect.replicas, ReplicaExpectation::kDiverge);
+  EXPECT_EQ(s.runs[1].expect.replicas, ReplicaExpectation::kEqual);
+  EXPECT_EQ(s.runs[2].expect.replicas, ReplicaExpectation::kDiverge);
+}
+
 // A cell's report file: never "..", never hidden, never too long, one per cell.
 TEST(ScenarioLoader, EveryCellHasItsOwnPlainReportFileName) {
   const std::string long_value = "1." + std::string(130, '0');
