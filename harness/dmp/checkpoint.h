@@ -41,6 +41,13 @@ void save_unsharded_checkpoint(const std::string& path, const FullState& state);
 // A directory is read as sharded, a file as unsharded: dmpcheck's own format, or a plain
 // state_dict of tensors under dmpcheck's names (torch.save(model.state_dict())), as 0 steps.
 FullState load_checkpoint(const std::string& path);
+// Error(kInvalidInput) naming `source` and the tensor unless `state` (full tensors, as a checkpoint
+// holds them) fits `model`: every name one this rank would hold (a table's tensors checked on the
+// ranks that hold the table, the dense ones on every rank) or an optimizer state of it, every
+// weight present with the model's full shape, every tensor floating point and finite.
+// Optimizer state may be absent (a plain state_dict) or in an older layout loading takes apart.
+void check_state_fits(const DistributedModelParallel& model, const std::map<std::string, at::Tensor>& state,
+                      const std::string& source);
 
 // Torch-loadable dump of one batch: {"keys", "values", "lengths", "weights" (optional), "stride"}.
 void save_batch(const std::string& path, const KeyedJaggedTensor& batch);

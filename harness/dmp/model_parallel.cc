@@ -385,68 +385,6 @@ void DistributedModelParallel::load_full_state(const std::map<std::string, at::T
   }
 }
 
-void DistributedModelParallel::check_state_fits(const std::map<std::string, at::Tensor>& state,
-                                                const std::string& source) const {
-  const std::vector<StateTensor> held = this->state();
-  std::map<std::string, const StateTensor*> by_name;
-  for (const auto& s : held) by_name.emplace(s.name, &s);
-  // The model's table a name belongs to ("" for none), and whether this rank holds any of it.
-  auto table_of = [&](const std::string& name) {
-    std::string found;
-    for (const auto& t : model_.tables) {
-      const std::string prefix = table_state_key(t.name, "");
-      if (name.rfind(prefix, 0) == 0 && prefix.size() > found.size()) found = prefix;
-    }
-    return found;
-  };
-  auto held_here = [&](const std::string& prefix) {
-    return std::any_of(held.begin(), held.end(), [&](const StateTensor& s) { return s.name.rfind(prefix, 0) == 0; });
-  };
-  auto ends_with = [](const std::string& text, const std::string& end) {
-    return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-  };
-  for (const auto& [name, tensor] : state) {
-    const auto it = by_name.find(name);
-    if (it == by_name.end()) {
-      // Not held here: a table's weight or optimizer state where the table is held elsewhere, or
-      // optimizer state a fresh model has not made yet (a dense optimizer's, at its first step) or
-      // another optimizer's.  Anything else names nothing of this model: a misspelt or extra tensor.
-      static const std::set<std::string> kStateNames = {"exp_avg",         "exp_avg_sq", "momentum1", "momentum2",
-                                                        "momentum_buffer", "sum",        "step"};
-      auto is_state = [&](const std::string& word) { return kStateNames.count(word) > 0; };
-      const std::string table = table_of(name);
-      const std::string rest = table.empty() ? "" : name.substr(table.size());
-      bool known = !table.empty() &&
-                   (!held_here(table) || is_state(rest) || (rest.rfind("weight.", 0) == 0 && is_state(rest.substr(7))));
-      for (const auto& h : held) {
-        known = known ||
-                (h.sharding == "dense" && name.rfind(h.name + ".", 0) == 0 && is_state(name.substr(h.name.size() + 1)));
-      }
-      if (known) continue;
-      std::vector<std::string> names;
-      for (const auto& h : held) names.push_back(h.name);
-      throw_error(ErrorKind::kInvalidInput, fmt::format("{} holds '{}', which this model does not (it holds {})",
-                                                        source, name, fmt::join(names, ", ")));
-    }
-    const StateTensor& s = *it->second;
-    // A weight's shape is the model's; optimizer state may come in an older layout that loading
-    // takes apart itself (row-wise state of a column-sharded table, [rows, shards]).
-    const bool weight = ends_with(name, ".weight") || ends_with(name, ".bias");
-    DMP_CHECK(!weight || tensor.sizes().vec() == s.full_sizes, ErrorKind::kInvalidInput,
-              "{}: '{}' is [{}] but the model's is [{}]", source, name, fmt::join(tensor.sizes(), ", "),
-              fmt::join(s.full_sizes, ", "));
-    DMP_CHECK(at::is_floating_point(tensor), ErrorKind::kInvalidInput, "{}: '{}' holds {}, not floating point", source,
-              name, std::string(c10::toString(tensor.scalar_type())));
-    DMP_CHECK(at::isfinite(tensor).all().item<bool>(), ErrorKind::kInvalidInput, "{}: '{}' holds NaN or Inf", source,
-              name);
-  }
-  for (const auto& s : held) {
-    const bool weight = ends_with(s.name, ".weight") || ends_with(s.name, ".bias");
-    DMP_CHECK(!weight || state.count(s.name) > 0, ErrorKind::kInvalidInput,
-              "{} has no '{}', which the model holds ([{}])", source, s.name, fmt::join(s.full_sizes, ", "));
-  }
-}
-
 bool DistributedModelParallel::take_weights_loaded_before_wrap(const std::map<std::string, at::Tensor>& state,
                                                                int64_t steps) {
   if (options_.profile.wrap_keeps_weights_loaded_before_it) {

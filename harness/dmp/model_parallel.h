@@ -82,11 +82,6 @@ class DistributedModelParallel {
   // Overwrites this rank's pieces from full tensors (keys as gather_full_state).  Keys absent
   // from `state` are left as they are; optimizer state is loaded when present.
   void load_full_state(const std::map<std::string, at::Tensor>& state);
-  // Error(kInvalidInput) naming `source` and the tensor unless `state` fits this model: every
-  // name one this rank would hold (a table's tensors checked on the ranks that hold the table, the
-  // dense ones on every rank), every weight present, every shape the model's full shape, every
-  // tensor floating point and finite.  Optimizer state may be absent (a plain state_dict).
-  void check_state_fits(const std::map<std::string, at::Tensor>& state, const std::string& source) const;
   // Resuming after `steps` steps: optimizer step counters (Adam's bias correction) and the
   // dense optimizer's state from `state`.
   void resume(const std::map<std::string, at::Tensor>& state, int64_t steps);

@@ -230,7 +230,7 @@ class RankRun {
     std::optional<dmp::FullState> checkpoint;
     if (!spec_.init.from.empty()) {
       checkpoint = dmp::load_checkpoint(spec_.init.from);
-      model_->check_state_fits(checkpoint->tensors, "init.from " + spec_.init.from);
+      dmp::check_state_fits(*model_, checkpoint->tensors, "init.from " + spec_.init.from);
       if (!checkpoint->plan.empty())
         dmp::check_same_sharding(dmp::ShardingPlan::deserialize(checkpoint->plan), plan_, spec_.profile);
       if (!spec_.init.load_before_wrap) {

@@ -77,7 +77,14 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
   SuiteOutcome outcome;
   const std::string started_at = utc_now("%Y-%m-%dT%H:%M:%SZ");
 
-  const std::regex filter(options.filter.empty() ? std::string(".*") : options.filter);
+  const std::regex filter = [&] {
+    try {
+      return std::regex(options.filter.empty() ? std::string(".*") : options.filter, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {  // as `run --filter` says it: bad input, exit 2
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("--filter '{}' is not a regular expression: {}", options.filter, e.what()));
+    }
+  }();
   std::vector<scenario::Scenario> scenarios;
   for (const auto& file : collect_scenario_files(options.paths)) {
     try {

@@ -185,3 +185,13 @@ def test_a_commit_cell_without_torchrecs_repository_is_the_command_lines_mistake
         assert p.returncode == 2, (command, p.stdout, p.stderr)
         assert "give --torchrec-repo PATH|URL|BUNDLE" in p.stderr and "https://github.com/pytorch/torchrec" in p.stderr
         assert "-- run" not in p.stdout and not (tmp_path / command).exists(), p.stdout
+
+
+def test_a_filter_that_is_not_a_regular_expression_is_bad_input_for_run_and_suite(dmpcheck_bin, tmp_path):
+    """Issue 44's defect: `suite --filter '('` exited 3 (an internal error) where `run` exits 2."""
+    good = tmp_path / "good.yaml"
+    good.write_text(GOOD)
+    for command in ("run", "suite"):
+        p = cli(dmpcheck_bin, command, str(good), "--filter", "(", "--out", str(tmp_path / command))
+        assert p.returncode == 2, (command, p.stdout, p.stderr)
+        assert "--filter '(' is not a regular expression" in p.stderr, p.stderr
