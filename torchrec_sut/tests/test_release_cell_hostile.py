@@ -43,11 +43,11 @@ def _descendants(root):
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
         found.append(pid)
-        todo.extend(children.get(pid, []))
+        pending.extend(children.get(pid, []))
     return found
 
 
