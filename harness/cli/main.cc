@@ -15,15 +15,15 @@
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
 #include "dmp/planner.h"
+#include "release/release_cell.h"
 #include "report/explain.h"
 #include "run/launcher.h"
 #include "run/preflight.h"
-#include "run/releases.h"
-#include "run/scenario_runner.h"
-#include "run/suite.h"
-#include "run/torchrec_cell.h"
 #include "run/worker.h"
 #include "scenario/scenario.h"
+#include "suite/cells.h"
+#include "suite/releases.h"
+#include "suite/suite.h"
 
 namespace {
 
@@ -490,7 +490,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (!torchrec_repo.empty()) ::setenv("DMPCHECK_TORCHREC_REPO", torchrec_repo.c_str(), 1);
-  // Where a missing release is installed (run/torchrec_systems.cc reads it): bisect and releases by default.
+  // Where a missing release is installed (release/torchrec_systems.cc reads it): bisect and releases by default.
   if (install_releases || (*bisect_cmd && !no_install) || (*table_cmd && !table_no_install))
     ::setenv("DMPCHECK_INSTALL_RELEASES", "1", 1);
   if (!*worker_cmd) run::install_interrupt_handlers();  // ranks die with their launcher anyway

@@ -12,8 +12,8 @@
 #include "comm/backends.h"
 #include "common/error.h"
 #include "report/json.h"
-#include "run/scenario_runner.h"
 #include "scenario/scenario.h"
+#include "suite/cells.h"
 
 namespace py = pybind11;
 using namespace dmpcheck;

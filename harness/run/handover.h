@@ -36,7 +36,7 @@ NLOHMANN_JSON_SERIALIZE_ENUM(BenchKind, {{BenchKind::kNone, "none"},
                                          {BenchKind::kSweep, "sweep"},
                                          {BenchKind::kScenario, "scenario"}})
 
-// The reference half of a side-by-side TorchRec cell (torchrec_cell.cc): the same run on the
+// The reference half of a side-by-side release cell (release/release_cell.cc): the same run on the
 // reference DMP, dumping its whole state (init, every step, the outputs) into full_state_dir; under
 // `profile` when set, sharing rank 0's start on every rank (a release starts from rank 0's
 // data-parallel replicas, so the profile's #1739 broadcast is forced on), on `plan` when set

@@ -18,7 +18,7 @@ struct System {
   // written (a hash, a tag, any name git resolves in the TorchRec repository).
   std::string version;
   // kCommit: the pinned release whose environment its source runs over ("torchrec@<rev> over
-  // 0.7.0"); empty: the release it descends from (run/torchrec_systems.h).
+  // 0.7.0"); empty: the release it descends from (release/torchrec_systems.h).
   std::string over;
 
   static System release(std::string v) { return {Kind::kRelease, std::move(v), {}}; }

@@ -26,9 +26,9 @@
 
 #include <gtest/gtest.h>
 
-#include "run/scenario_runner.h"
 #include "run/warm_interpreter.h"
 #include "scenario/scenario.h"
+#include "suite/cells.h"
 #include "test_util.h"
 
 namespace dmpcheck::testing {

@@ -1,8 +1,8 @@
-// How a cell run on another release is judged (run/behaviour.h): against the expectations the
+// How a cell run on another release is judged (suite/behaviour.h): against the expectations the
 // scenario writes for each release it names.  Results are made here; nothing is launched.
 #include <gtest/gtest.h>
 
-#include "run/behaviour.h"
+#include "suite/behaviour.h"
 #include "scenario/scenario.h"
 #include "test_util.h"
 

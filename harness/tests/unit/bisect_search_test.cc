@@ -1,5 +1,5 @@
 // The bisection's search over made-up observations: which points it visits and where it stops.
-#include "run/bisect_search.h"
+#include "suite/bisect_search.h"
 
 #include <set>
 

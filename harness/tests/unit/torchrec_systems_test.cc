@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "run/subprocess.h"
-#include "run/torchrec_systems.h"
+#include "release/torchrec_systems.h"
 #include "test_util.h"
 
 namespace dmpcheck::run {

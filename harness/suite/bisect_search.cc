@@ -1,4 +1,4 @@
-#include "run/bisect_search.h"
+#include "suite/bisect_search.h"
 
 #include <algorithm>
 #include <cmath>

@@ -15,14 +15,14 @@
 
 #include "common/digest.h"
 #include "common/error.h"
+#include "release/torchrec_systems.h"
 #include "report/json.h"
-#include "run/behaviour.h"
 #include "run/launcher.h"
-#include "run/releases.h"
-#include "run/scenario_runner.h"
-#include "run/suite.h"
-#include "run/torchrec_systems.h"
 #include "scenario/scenario.h"
+#include "suite/behaviour.h"
+#include "suite/cells.h"
+#include "suite/releases.h"
+#include "suite/suite.h"
 
 namespace dmpcheck::run {
 namespace {
@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr int kStoreFormat = 1;
-// How cells are judged (run/behaviour.h): 2 tries each named release's own cell where the first
+// How cells are judged (suite/behaviour.h): 2 tries each named release's own cell where the first
 // meets no named behaviour; 3 judges a named behaviour only on a run that made its comparisons, and
 // tells control cells apart.  A measurement judged before is kept where the newer judgement could
 // not change it (decided, in a scenario with no control cell and no such comparison).

@@ -1,4 +1,4 @@
-#include "run/behaviour.h"
+#include "suite/behaviour.h"
 
 #include <algorithm>
 #include <functional>
@@ -10,7 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "check/expectations.h"
-#include "run/torchrec_systems.h"
+#include "release/torchrec_systems.h"
 #include "scenario/system.h"
 
 namespace dmpcheck::run {

@@ -1,6 +1,8 @@
-// Runs every run of a scenario through the launcher, one process set per run, writes
-// reports/<scenario>/<run>.json and prints each run's table and verdict.  The CLI, the tests
-// and (later) the Python module all call this.
+// A cell is one run of a scenario on one system.  Each kind of system has a kind of cell: the
+// reference cell (run/reference_cell.h) runs the scenario on dmpcheck's own DistributedModelParallel,
+// the release cell (release/release_cell.h) on a TorchRec release, commit or interpreter.  Every kind
+// fills the same few hooks (CellKind, as each of nccl-tests' collectives fills the same functions),
+// and suite/cells.h runs each cell with the first kind that takes it.
 #pragma once
 
 #include <optional>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "check/run_result.h"
-#include "run/handover.h"
 #include "scenario/scenario.h"
 
 namespace dmpcheck::run {
@@ -24,9 +25,6 @@ struct ScenarioRunOptions {
   std::optional<double> budget_s;  // per run; default max(600, 10 x timeout_s)
   std::string checkpoint_dir;      // ranks save sharded checkpoints under <dir>/<scenario>/<run>/
   std::string dump_batches_dir;    // rank 0 dumps the global batches under <dir>/<scenario>/<run>/
-  // Internal (side-by-side TorchRec cells): run the cell on the reference whatever its system,
-  // as handover.h's ReferenceHalf says.
-  std::optional<ReferenceHalf> reference_half;
   // Exec a fresh worker binary per rank instead of forking ranks from this warm process
   // (launcher.h says when a fork is made).
   bool exec_ranks = false;
@@ -34,18 +32,24 @@ struct ScenarioRunOptions {
   std::string filter;
 };
 
-struct ScenarioOutcome {
-  std::vector<check::RunResult> results;
-  // 0 every expectation held, 1 one did not, 3 a rank failed or timed out.
-  int exit_code = 0;
+class CellKind {
+ public:
+  virtual ~CellKind() = default;
+  // "reference", "release": how this kind is named.
+  virtual const char* name() const = 0;
+  // Whether this kind runs `spec`.
+  virtual bool takes(const scenario::RunSpec& spec) const = 0;
+  // Before any cell of a command runs, with the cells this kind takes among them, in the order they
+  // will run: a mistake of the command line is said here, once (Error), and what can start in the
+  // background starts.
+  virtual void before_cells(const std::vector<const scenario::RunSpec*>& /*specs*/,
+                            const ScenarioRunOptions& /*options*/) const {}
+  // Runs cell `index` of `scenario`: its verdict, or the failure that stopped it, in its RunResult.
+  // It writes no report (the caller does, once).  Throws for a mistake of the scenario or the
+  // environment that no cell of this kind could run with.
+  virtual check::RunResult run(const scenario::Scenario& scenario, size_t index,
+                               const ScenarioRunOptions& options) const = 0;
 };
-
-ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioRunOptions& options);
-
-// One run of a scenario: launch its ranks, collect (or make, on failure) its RunResult, write
-// its JSON report when options.write_reports.  Thread-safe; prints nothing itself unless
-// options.echo_rank_output and options.out are set.
-check::RunResult run_cell(const scenario::Scenario& scenario, size_t run_index, const ScenarioRunOptions& options);
 
 // Writes `result`'s JSON report under options.out_dir when options.write_reports.  A report that
 // cannot be written (a full disk) is kept in result.report_error, not thrown: the verdict is still

@@ -1,4 +1,4 @@
-#include "run/suite.h"
+#include "suite/suite.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,16 +14,16 @@
 #include "common/error.h"
 #include "common/file_io.h"
 
+#include "release/torchrec_systems.h"
 #include "report/console.h"
 #include "report/json.h"
 #include "report/suite_reports.h"
 #include "run/launcher.h"
 #include "run/preflight.h"
 #include "run/rank_run.h"
-#include "run/scenario_runner.h"
-#include "run/torchrec_systems.h"
 #include "run/warm_interpreter.h"
 #include "scenario/scenario.h"
+#include "suite/cells.h"
 
 namespace dmpcheck::run {
 namespace {
@@ -117,19 +117,18 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
       if (std::regex_search(label, filter)) cells.push_back({s, r});
     }
   }
-  // The releases' interpreters import in the background while the cells before theirs run.
-  std::vector<scenario::System> systems;
-  for (const auto& c : cells) systems.push_back(scenarios[c.scenario].runs[c.run].system);
-  require_torchrec_repository_for(systems);
-  outcome.report_dir = make_report_dir(options.out_root);
-  prestart_release_interpreters(systems, options.exec_ranks);
-
   ScenarioRunOptions run_options;
   run_options.worker_executable = options.worker_executable;
-  run_options.out_dir = outcome.report_dir;
   run_options.budget_s = options.budget_s;
   run_options.echo_rank_output = false;
   run_options.exec_ranks = options.exec_ranks;
+  // A command line's mistake is said before anything is made; the releases' interpreters import
+  // in the background while the cells before theirs run.
+  std::vector<const scenario::RunSpec*> specs;
+  for (const auto& c : cells) specs.push_back(&scenarios[c.scenario].runs[c.run]);
+  before_cells(specs, run_options);
+  outcome.report_dir = make_report_dir(options.out_root);
+  run_options.out_dir = outcome.report_dir;
 
   // Scheduler: up to `jobs` runs at once while their ranks fit on the machine's cores (a run
   // larger than the machine runs alone).

@@ -1,4 +1,4 @@
-#include "run/torchrec_systems.h"
+#include "release/torchrec_systems.h"
 
 #include <algorithm>
 #include <cerrno>

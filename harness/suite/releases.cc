@@ -1,4 +1,4 @@
-#include "run/releases.h"
+#include "suite/releases.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,14 +15,14 @@
 #include <fmt/ranges.h>
 
 #include "common/error.h"
+#include "release/torchrec_systems.h"
 #include "report/console.h"
 #include "report/json.h"
-#include "run/behaviour.h"
-#include "run/bisect_search.h"
 #include "run/launcher.h"
-#include "run/scenario_runner.h"
-#include "run/torchrec_systems.h"
 #include "scenario/scenario.h"
+#include "suite/behaviour.h"
+#include "suite/bisect_search.h"
+#include "suite/cells.h"
 
 namespace dmpcheck::run {
 namespace {
@@ -81,7 +81,7 @@ struct Seen : SearchSeen {
 };
 
 // A bisection over releases or commits: runs the scenario's cells on the points the search
-// (run/bisect_search.h) visits, and says what each showed.
+// (suite/bisect_search.h) visits, and says what each showed.
 class Bisection {
  public:
   Bisection(const ReleaseOptions& options, std::vector<Point> points, std::string sub, bool commits)

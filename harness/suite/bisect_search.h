@@ -1,7 +1,7 @@
 // The search of a bisection, apart from running anything: over points ordered oldest first, each
 // visited at most once through a callback, it narrows [lo, hi] to the first point that behaves
 // differently from the oldest.  `dmpcheck bisect` and `dmpcheck releases --commits` run it over
-// releases and commits (run/releases.cc); the unit tests over made-up observations.
+// releases and commits (suite/releases.cc); the unit tests over made-up observations.
 #pragma once
 
 #include <cstddef>

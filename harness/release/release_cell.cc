@@ -1,0 +1,552 @@
+#include "release/release_cell.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "check/expectations.h"
+#include "check/global_model.h"
+#include "check/quantized_lookup.h"
+#include "check/replica_check.h"
+#include "common/error.h"
+#include "common/file_io.h"
+#include "common/revision.h"
+#include "dmp/behaviour_profile.h"
+#include "dmp/checkpoint.h"
+#include "release/release_inputs.h"
+#include "release/torchrec_systems.h"
+#include "report/json.h"
+#include "run/data_generator.h"
+#include "run/launcher.h"
+#include "run/rank_run.h"
+#include "run/reference_cell.h"
+
+namespace dmpcheck::run {
+namespace {
+
+namespace fs = std::filesystem;
+using Tensors = std::map<std::string, at::Tensor>;
+// A stage that ends the cell early returns its RunResult (a skip, an error, a failed launch).
+using Ended = std::optional<check::RunResult>;
+
+// One release cell, stage by stage: prepare the environment and the inputs, run the reference half
+// (before the release, or after it on its plan), launch the ranks (and the resumed run), then read
+// what they wrote and judge it.  Errors while reading and judging are mapped in one place
+// (judging_failed): what the release wrote that cannot be read is the release's; anything else is
+// dmpcheck's own, named so, never blamed on the release.
+class ReleaseCell {
+ public:
+  ReleaseCell(const scenario::Scenario& scenario, size_t index, const ScenarioRunOptions& options)
+      : scenario_(scenario),
+        index_(index),
+        options_(options),
+        spec_(scenario.runs.at(index)),
+        result_(result_header(scenario, spec_)) {}
+
+  check::RunResult run() {
+    if (auto ended = prepare()) return *ended;
+    if (auto ended = start()) return *ended;
+    if (auto ended = launch(spec_, exchange_->path(), "")) return *ended;
+    if (auto ended = resume()) return *ended;
+    try {
+      const auto meta = contract::read_document_file<contract::RunMeta>(out_ + "/meta.json");
+      if (spec_.expect.reference && spec_.expect.reference_draws_own_init) {
+        if (auto ended = reference_half(release_plan(spec_, meta.plan).serialize())) return *ended;
+      }
+      read_results(meta);
+      const int steps = judge_loop(meta);
+      const Tensors final_state = compare_phases(steps);
+      compare_quantized(steps, final_state);
+      finish(steps, final_state);
+    } catch (const Error& e) { return judging_failed(e); }
+    result_.timings.total_s = launched_seconds_;
+    result_.expectation = check::evaluate_expectation(spec_.expect, result_);
+    result_.verdict = result_.expectation.held ? check::Verdict::kPass : check::Verdict::kFail;
+    return result_;
+  }
+
+ private:
+  Ended prepare();
+  Ended reference_half(const std::string& plan);
+  Ended start();
+  Ended launch(const scenario::RunSpec& run, const std::string& exchange_dir, const std::string& label);
+  Ended resume();
+  void read_results(const contract::RunMeta& meta);
+  int judge_loop(const contract::RunMeta& meta);
+  Tensors compare_phases(int steps);
+  void compare_resumed(const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase, int step);
+  void compare(const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase, int step,
+               const scenario::Tolerance& tol);
+  void compare_unsharded(const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase, int step,
+                         const scenario::Tolerance& tol);
+  void compare_quantized(int steps, const Tensors& final_state);
+  void finish(int steps, const Tensors& final_state);
+  check::RunResult judging_failed(const Error& e);
+
+  // Where each phase's tensors are: the resumed run's from the step it resumed after on.
+  std::vector<std::vector<ExchangePiece>> ranks_of(int step, const std::string& phase) const {
+    return step >= resumed_after_ && phase != "init" ? read_ranks(resumed_dir_ + "/out", resumed_run_.world_size, phase)
+                                                     : read_ranks(out_, spec_.world_size, phase);
+  }
+
+  const scenario::Scenario& scenario_;
+  const size_t index_;
+  const ScenarioRunOptions& options_;
+  const scenario::RunSpec& spec_;
+  check::RunResult result_;
+  std::optional<TorchRecEnvironment> env_;
+  std::optional<PrivateDir> exchange_;
+  std::string out_, reference_dir_, checkpoint_dir_, resumed_dir_;
+  Tensors user_weights_;
+  bool warm_ranks_ = false;  // the first run's ranks forked from a warm interpreter (torchrec already imported)
+  double launched_seconds_ = 0;
+  int resumed_after_ = 0;
+  scenario::RunSpec resumed_run_;
+  std::chrono::steady_clock::time_point check_start_;
+  bool sequence_note_given_ = false;
+};
+
+// The environment, the rank program and the inputs: the cell is skipped where its environment is
+// not installed, and an error where it cannot work as given.
+Ended ReleaseCell::prepare() {
+  std::string why_not;
+  try {
+    env_ = resolve_environment(spec_.system, why_not);
+  } catch (const Error& e) {
+    // An interpreter that cannot import TorchRec, a commit the repository lacks: this cell's error.
+    result_.verdict = check::Verdict::kError;
+    const auto kind = spec_.system.kind == scenario::System::Kind::kPython ? check::FailureKind::kImport
+                                                                           : check::FailureKind::kInvalidInput;
+    result_.failure = check::RankFailure{-1, kind, "no rank started", e.what(), {}};
+    return result_;
+  }
+  if (!env_) {
+    result_.verdict = check::Verdict::kSkipped;
+    result_.skip_reason = why_not;
+    return result_;
+  }
+  if (auto note = spec_.data.variable_batch_note()) result_.system.notes.push_back(std::move(*note));
+  const int cores = available_cores();
+  result_.environment = {"torch " + env_->torch,        "gloo", hostname(), git_revision(), spec_.world_size, cores,
+                         threads_per_rank(spec_, cores)};
+  result_.system.torchrec = env_->describe();
+  result_.system.torch = env_->torch;
+  result_.system.fbgemm_gpu = env_->fbgemm_gpu;
+  const std::string sut = torchrec_sut_dir();
+  DMP_CHECK(fs::exists(sut + "/dmpcheck_torchrec/rank.py"), ErrorKind::kInvalidInput,
+            "the TorchRec rank program is not at {} (set DMPCHECK_TORCHREC_SUT to the torchrec_sut/ folder of "
+            "dmpcheck's source)",
+            sut);
+
+  exchange_.emplace("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
+  out_ = exchange_->path() + "/out";
+  reference_dir_ = exchange_->path() + "/reference";
+  checkpoint_dir_ = exchange_->path() + "/checkpoint";
+  resumed_dir_ = exchange_->path() + "/resumed";
+  resumed_after_ = spec_.resume ? spec_.resume->after_step : spec_.steps + 1;
+  resumed_run_ = spec_.resume ? scenario::resumed_run(spec_) : spec_;
+  // A run of zero steps that compares outputs (or quantizes) runs the forward alone, on the first batch.
+  const bool forwards = spec_.expect.outputs || spec_.expect.quantized || spec_.expect.quantized_sharded;
+  write_batches(spec_, exchange_->path() + "/batches", 0, forwards ? std::max(spec_.steps, 1) : spec_.steps,
+                spec_.world_size, spec_.batch_size);
+  return std::nullopt;
+}
+
+// The reference half of a side-by-side comparison, on the release's plan when `plan` is not empty.
+Ended ReleaseCell::reference_half(const std::string& plan) {
+  ScenarioRunOptions ref_options = options_;
+  ref_options.write_reports = false;
+  ReferenceHalf half{reference_dir_, spec_.expect.reference_profile, !spec_.expect.reference_draws_own_init, plan};
+  if (half.profile == dmp::kReleaseProfile) {
+    // A commit is modelled as the release it runs over; an interpreter as the torchrec it imports.
+    const std::string modelled = !env_->base_release.empty() ? env_->base_release : env_->torchrec;
+    half.profile = dmp::profile_for_release(modelled);
+    DMP_CHECK(!half.profile.empty(), ErrorKind::kInvalidScenario, "{}: no behaviour profile models torchrec {}",
+              scenario_.name, modelled);
+  }
+  const check::RunResult ref = run_reference_cell(scenario_, index_, ref_options, half);
+  result_.system.notes.push_back(fmt::format(
+      "compared with the reference DMP under profile '{}'{}", half.profile.empty() ? spec_.profile.name : half.profile,
+      plan.empty() ? "" : ", on the release's own plan, each side drawing its initial weights from the seed"));
+  if (!ref.failure) return std::nullopt;
+  check::RunResult failed = result_;
+  failed.verdict = check::Verdict::kError;
+  failed.failure = ref.failure;
+  failed.failure->message = "the reference half of the comparison failed: " + failed.failure->message;
+  return failed;
+}
+
+// What the release starts from, and the run spec.  `start: reference` (the default): the reference
+// half runs first and TorchRec starts from its initial weights.  `start: seed`: TorchRec runs first
+// and draws its own; the reference then runs on TorchRec's plan (run()), so both draw the same
+// shards on the same ranks and step 0 compares the draws.  `init.from`: the user's weights (a
+// release loads weights, not a checkpoint's optimizer state), handed over as whole tensors; the
+// rank loads them before or after the wrap as init.load says.
+Ended ReleaseCell::start() {
+  contract::Start start;  // the release draws its own weights unless one of the two below
+  if (spec_.expect.reference && !spec_.expect.reference_draws_own_init) {
+    if (auto ended = reference_half("")) return ended;
+    start = {"reference", reference_dir_ + "/init.json", ""};
+  }
+  if (!spec_.init.from.empty()) {
+    for (const auto& [name, t] : dmp::load_checkpoint(spec_.init.from).tensors) {
+      const bool weight = name.size() > 7 && (name.compare(name.size() - 7, 7, ".weight") == 0 ||
+                                              name.compare(name.size() - 5, 5, ".bias") == 0);
+      if (weight) user_weights_[name] = t;
+    }
+    write_exchange_phase(exchange_->path(), "user_weights", whole_pieces(user_weights_));
+    start = {"user_weights", exchange_->path() + "/user_weights.json", ""};
+  }
+  contract::RunSpec document = release_spec(spec_, start);
+  if (spec_.resume) document.checkpoint = {spec_.resume->after_step, checkpoint_dir_};
+  report::write_text_file_atomically(exchange_->path() + "/spec.json", nlohmann::json(document).dump(2));
+  return std::nullopt;
+}
+
+// One launch of the rank program over `exchange_dir` (spec.json, batches/) on `run`'s ranks.
+Ended ReleaseCell::launch(const scenario::RunSpec& run, const std::string& exchange_dir, const std::string& label) {
+  LaunchRequest request = torchrec_launch(*env_, {"-m", "dmpcheck_torchrec.rank", exchange_dir}, exchange_dir + "/out");
+  // The rendezvous is a file in the launch's own private directory (no port to connect to, as
+  // dmpcheck's own ranks), and Gloo's pairs listen on loopback: a release cell runs on one host.
+  request.launch_environment["DMPCHECK_RENDEZVOUS_FILE"] = exchange_dir + "/rendezvous";
+  // An exec-ed rank's temporary files (torch's among them) go with the exchange directory.
+  request.launch_environment["TMPDIR"] = exchange_dir + "/tmp";
+  fs::create_directory(exchange_dir + "/tmp");
+  request.world_size = run.world_size;
+  request.local_world_size = run.local_world_size;
+  request.threads_per_rank = threads_per_rank(run, available_cores());
+  request.exec_ranks = options_.exec_ranks;
+  set_cell_budget_and_echo(run, options_, spec_.system.name() + label + " ", request);
+  const LaunchOutcome launched = run::launch(request);
+  launched_seconds_ += launched.seconds;
+  if (label.empty()) {
+    warm_ranks_ = launched.warm_interpreter;
+    result_.system.notes.push_back(
+        launched.warm_interpreter
+            ? fmt::format("ranks forked from a warm interpreter of this environment (torch and torchrec imported "
+                          "once for the command, in {:.2f} s)",
+                          launched.warm_import_s)
+            : "ranks started as fresh interpreters" +
+                  (launched.cold_reason.empty() ? std::string() : " (" + launched.cold_reason + ")"));
+  }
+  if (launched.ok) return std::nullopt;
+  check::RunResult failed = failed_result(scenario_, spec_, launched);
+  if (failed.failure && !label.empty()) failed.failure->message = label.substr(1) + ": " + failed.failure->message;
+  failed.system = result_.system;
+  failed.environment = result_.environment;
+  failed.timings.total_s = launched_seconds_;
+  return failed;
+}
+
+// `resume`: the first launch saved its checkpoint after resume.after_step and trained on,
+// uninterrupted.  A fresh set of resume.world_size ranks now builds the model under resume's plan,
+// loads that checkpoint through torch.distributed.checkpoint and trains the remaining steps on the
+// same global batches (each split among its ranks).
+Ended ReleaseCell::resume() {
+  if (!spec_.resume) return std::nullopt;
+  resumed_run_.expect.global_model.reset();  // the oracle trained uninterrupted, in the first run
+  write_batches(spec_, resumed_dir_ + "/batches", resumed_after_,
+                spec_.expect.outputs ? std::max(spec_.steps, 1) : spec_.steps, resumed_run_.world_size,
+                resumed_run_.batch_size);
+  contract::RunSpec second = release_spec(resumed_run_, {"checkpoint", checkpoint_dir_, ""});
+  second.first_step = resumed_after_;
+  report::write_text_file_atomically(resumed_dir_ + "/spec.json", nlohmann::json(second).dump(2));
+  return launch(resumed_run_, resumed_dir_,
+                fmt::format(" the resumed run ({} ranks, from the checkpoint after step {})", resumed_run_.world_size,
+                            resumed_after_));
+}
+
+// What the ranks said of themselves: versions, notes, plan, losses, loops.
+void ReleaseCell::read_results(const contract::RunMeta& meta) {
+  // A commit's cell must have imported the commit's source, not the release's own package.
+  if (!env_->source_dir.empty()) {
+    std::error_code ec;
+    const auto wanted = fs::weakly_canonical(env_->source_dir + "/torchrec", ec);
+    const auto got = fs::weakly_canonical(meta.versions.torchrec_source, ec);
+    DMP_CHECK(wanted == got, ErrorKind::kRankFailed,
+              "{}: the ranks imported torchrec from {}, not from the commit's source {}", spec_.system.name(),
+              meta.versions.torchrec_source, wanted.string());
+  }
+  result_.system.torchrec = env_->source_dir.empty() ? meta.versions.torchrec : env_->describe();
+  result_.system.torch = meta.versions.torch;
+  result_.system.fbgemm_gpu = meta.versions.fbgemm_gpu;
+  result_.system.notes.insert(result_.system.notes.end(), meta.notes.begin(), meta.notes.end());
+  result_.plan = placements_of(meta.plan);
+  result_.losses = meta.losses;
+  if (spec_.resume) {
+    const auto second = contract::read_document_file<contract::RunMeta>(resumed_dir_ + "/out/meta.json");
+    result_.losses.resize(std::min<size_t>(result_.losses.size(), resumed_after_));
+    result_.losses.insert(result_.losses.end(), second.losses.begin(), second.losses.end());
+    result_.resumed_plan = placements_of(second.plan);
+    std::vector<std::string> placed;
+    for (const auto& t : second.plan) placed.push_back(t.table + " " + t.sharding);
+    result_.system.notes.push_back(fmt::format(
+        "saved through torch.distributed.checkpoint after step {} on {} ranks; resumed on {} ranks under the "
+        "release's plan {}",
+        resumed_after_, spec_.world_size, resumed_run_.world_size, fmt::join(placed, ", ")));
+    for (const auto& n : second.notes) result_.system.notes.push_back("resumed run: " + n);
+  }
+  result_.loop = spec_.torchrec_loop;
+  for (const auto& l : meta.loops) result_.loops.push_back({l.rank, l.batches, l.next_after_exhausted, l.eval_batches});
+  if (spec_.torchrec_loop != "plain" || spec_.torchrec_epochs > 1 || !spec_.torchrec_eval_batches.empty()) {
+    std::vector<std::string> ranks;
+    for (const auto& l : meta.loops) {
+      ranks.push_back(fmt::format(
+          "rank {}: [{}]{}{}", l.rank, fmt::join(l.batches, ", "),
+          l.eval_batches.empty() ? "" : fmt::format(", eval [{}]", fmt::join(l.eval_batches, ", ")),
+          l.next_after_exhausted ? fmt::format(", next() on its exhausted iterator {}x", l.next_after_exhausted) : ""));
+    }
+    result_.system.notes.push_back(fmt::format("loop {}, {} epoch(s); batches executed per epoch: {}",
+                                               spec_.torchrec_loop, spec_.torchrec_epochs, fmt::join(ranks, "; ")));
+  }
+  result_.timings.init_s = meta.timings.import_s + meta.timings.init_s;
+  result_.timings.train_s = meta.timings.train_s;
+  result_.system.notes.push_back(
+      fmt::format("import torch + torchrec took {:.2f} s on rank 0{}, TorchRec's planner {:.2f} s",
+                  meta.timings.import_s, warm_ranks_ ? " (already imported)" : "", meta.timings.plan_s));
+}
+
+// The steps the cell is judged on.  A loop that stopped early (its pipeline saw no more data)
+// trained fewer steps than the scenario has.  Only where the expectation names exactly that
+// shortfall (loop.batches per epoch, a run of full epochs then nothing) is the cell judged on the
+// steps it trained, with a note; any other shortfall is this cell's error, never a pass on fewer steps.
+int ReleaseCell::judge_loop(const contract::RunMeta& meta) {
+  const auto& expected = spec_.expect.loop_batches_per_epoch;
+  int64_t expected_steps = 0;
+  bool prefix = !expected.empty();
+  for (size_t e = 0; e < expected.size(); ++e) {
+    expected_steps += expected[e];
+    const int64_t full = spec_.steps / spec_.torchrec_epochs;
+    if (e > 0 && expected[e] != 0 && expected[e - 1] != full) prefix = false;
+  }
+  int64_t least = spec_.steps;
+  std::vector<std::string> trained_by;
+  for (const auto& l : meta.loops) {
+    int64_t trained = 0;
+    for (const auto b : l.batches) trained += b;
+    least = std::min(least, trained);
+    trained_by.push_back(fmt::format("rank {}: [{}]", l.rank, fmt::join(l.batches, ", ")));
+  }
+  if (least >= spec_.steps || spec_.resume) return spec_.steps;
+  bool as_expected = prefix && expected_steps > 0 && expected_steps < spec_.steps;
+  for (const auto& l : meta.loops) as_expected = as_expected && l.batches == expected;
+  DMP_CHECK(as_expected, ErrorKind::kRankFailed,
+            "the loop trained {} of the scenario's {} steps (batches per epoch: {}); a loop expected to stop "
+            "early names its batches per epoch in loop.batches",
+            least, spec_.steps, fmt::join(trained_by, "; "));
+  const int steps = static_cast<int>(expected_steps);
+  result_.system.notes.push_back(fmt::format(
+      "the loop trained {} of the scenario's {} steps, as loop.batches expects: the cell is judged on those {}", steps,
+      spec_.steps, steps));
+  return steps;
+}
+
+// TorchRec's tensors of `phase` against the reference's; the earliest step that breaks `tol` is kept.
+void ReleaseCell::compare(const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase, int step,
+                          const scenario::Tolerance& tol) {
+  auto theirs = assemble_full(per_rank);
+  const auto ours = assemble_full({read_exchange_phase(reference_dir_, phase)});
+  // Each id's row of a sequence table: the reference models the table by its bag sums
+  // (pooled_embeddings.<feature>, compared), so these are held against the unsharded model only.
+  for (auto it = theirs.begin(); it != theirs.end();) {
+    if (it->first.rfind(kSequenceOutputPrefix, 0) != 0) {
+      ++it;
+      continue;
+    }
+    if (!sequence_note_given_) {
+      result_.system.notes.push_back(
+          spec_.expect.global_model
+              ? "each id's row of a sequence table (sequence_embeddings.*) is compared with the release's own "
+                "unsharded model (global_model) only: the reference models a sequence table by its bag sums"
+              : "each id's row of a sequence table (sequence_embeddings.*) is not compared: the reference models "
+                "a sequence table by its bag sums (global_model compares them with the release's own unsharded "
+                "model)");
+      sequence_note_given_ = true;
+    }
+    it = theirs.erase(it);
+  }
+  for (auto& d : compare_with_reference(theirs, ours, step, tol)) {
+    if (!d.within_tolerance && (result_.reference_first_break_step < 0 || step < result_.reference_first_break_step))
+      result_.reference_first_break_step = step;
+    result_.reference.push_back(std::move(d));
+  }
+}
+
+// TorchRec's sharded tensors against its own unsharded model's (the oracle on the release, rank 0's
+// out/unsharded), each tensor kept at its worst step.
+void ReleaseCell::compare_unsharded(const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase,
+                                    int step, const scenario::Tolerance& tol) {
+  check::compare_with_unsharded(result_.global_model, assemble_full(per_rank),
+                                assemble_full({read_exchange_phase(out_ + "/unsharded", phase)}), step,
+                                {tol.rtol, tol.atol});
+}
+
+// The resumed run's tensors of `phase` against the run that was never interrupted.
+void ReleaseCell::compare_resumed(const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase,
+                                  int step) {
+  const auto resumed = assemble_full(per_rank);
+  const auto uninterrupted = assemble_full(read_ranks(out_, spec_.world_size, phase));
+  const auto tol = spec_.expect.resumed ? *spec_.expect.resumed : scenario::Tolerance{};
+  check::compare_with_unsharded(result_.resumed, resumed, uninterrupted, step, {tol.rtol, tol.atol},
+                                "the uninterrupted run");
+  for (const auto& [name, t] : uninterrupted) {
+    const std::string& key = name;
+    if (resumed.count(name) || std::any_of(result_.resumed.begin(), result_.resumed.end(),
+                                           [&](const check::GlobalModelCheck& c) { return c.name == key; }))
+      continue;
+    check::GlobalModelCheck lost;
+    lost.name = name;
+    lost.step = step;
+    lost.within_tolerance = lost.comparable = false;
+    lost.numel = t.numel();
+    lost.note = "only in the uninterrupted run: the resumed run holds no such tensor";
+    result_.resumed.push_back(lost);
+  }
+}
+
+// Every phase the ranks wrote, step by step: the replicas across ranks, the reference, the
+// unsharded model, the resumed run; then the forward's outputs.  Returns every full tensor after
+// the last step.
+Tensors ReleaseCell::compare_phases(int steps) {
+  check_start_ = std::chrono::steady_clock::now();
+  std::vector<std::vector<ExchangePiece>> last;
+  for (int step = 0; step <= steps; ++step) {
+    const std::string phase = step == 0 ? "init" : fmt::format("step{}", step);
+    auto per_rank = ranks_of(step, phase);
+    if (spec_.resume && step >= resumed_after_) compare_resumed(per_rank, phase, step);
+    const bool final_phase = step == steps;
+    const auto checks = replica_checks(per_rank, step == 0     ? scenario::Phase::kInit
+                                                 : final_phase ? scenario::Phase::kFinal
+                                                               : scenario::Phase::kStep);
+    result_.divergence.push_back(check::step_divergence(step, checks));
+    if (step == 0) result_.replicas = checks;
+    if (final_phase && step > 0) result_.replicas.insert(result_.replicas.end(), checks.begin(), checks.end());
+    if (spec_.expect.reference) compare(per_rank, phase, step, *spec_.expect.reference);
+    if (spec_.expect.global_model && step > 0) compare_unsharded(per_rank, phase, step, *spec_.expect.global_model);
+    if (final_phase) last = std::move(per_rank);
+  }
+  // The forward's outputs, from step 0 (the forward of step s + 1, on the weights after s steps).
+  for (int step = 0; spec_.expect.outputs && step < std::max(steps, 1); ++step) {
+    const std::string phase = fmt::format("outputs{}", step);
+    const auto per_rank = ranks_of(step, phase);
+    if (spec_.expect.reference) compare(per_rank, phase, step, *spec_.expect.outputs);
+    if (spec_.expect.global_model) compare_unsharded(per_rank, phase, step, *spec_.expect.outputs);
+  }
+  if (steps == 0) {  // nothing trained: the final state is the initial one
+    const auto again = replica_checks(last, scenario::Phase::kFinal);
+    result_.replicas.insert(result_.replicas.end(), again.begin(), again.end());
+  }
+  return assemble_full(last);
+}
+
+// The trained model quantized (rank 0's out/quantized): on the first batch, against the float model
+// within each element's bound, against the reference's quantized lookup, and sharded for inference
+// against unsharded.
+void ReleaseCell::compare_quantized(int steps, const Tensors& final_state) {
+  if (!spec_.expect.quantized && !spec_.expect.quantized_sharded) return;
+  const auto phase = [&](const std::string& who) {
+    return assemble_full({read_exchange_phase(out_ + "/quantized/" + who, "outputs0")});
+  };
+  const auto quantized = phase("unsharded");
+  if (spec_.expect.quantized) {
+    check::compare_within_bound(result_.quantized, quantized, phase("float"), phase("bound"), steps, "the float model");
+    result_.quantized_compared = true;
+  }
+  // The reference's quantized lookup on the release's trained weights and the same batch (a
+  // variable batch goes to the release as rank 0's local batch: not compared).
+  if (!spec_.data.variable_batch()) {
+    const auto ours = check::quantized_pooled(spec_, final_state, make_global_batch(spec_, 0));
+    for (const auto& [name, theirs] : quantized) {
+      const auto it = ours.find(name);
+      result_.quantized_reference.push_back(
+          it == ours.end()
+              ? check::absent_tensor(name, steps, theirs.numel(), "the reference has no such output")
+              : check::diff_tensor(name, theirs, it->second, steps, 0.0, 0.0, "the release's", "the reference's"));
+    }
+    result_.quantized_reference_compared = true;
+  }
+  if (spec_.expect.quantized_sharded) {
+    const auto& tol = *spec_.expect.quantized_sharded;
+    check::compare_with_unsharded(result_.quantized_sharded, phase("sharded"), quantized, steps, {tol.rtol, tol.atol},
+                                  "the unsharded quantized model");
+    result_.quantized_sharded_compared = true;
+  }
+}
+
+// What was compared, init.from against the user's weights, and the final state's digests.
+void ReleaseCell::finish(int /*steps*/, const Tensors& final_state) {
+  result_.reference_compared = spec_.expect.reference.has_value();
+  result_.global_model_checked = spec_.expect.global_model.has_value();
+  result_.resumed_compared = spec_.resume.has_value();
+  result_.resumed_world_size = spec_.resume ? resumed_run_.world_size : 0;
+  if (spec_.expect.initial_state) {
+    result_.init_from =
+        check::compare_with_checkpoint(assemble_full(read_ranks(out_, spec_.world_size, "init")), user_weights_);
+    result_.init_from_compared = true;
+  }
+  for (const auto& [name, tensor] : final_state) result_.digests[name] = tensor_digest(tensor);
+  result_.timings.check_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - check_start_).count();
+}
+
+// An error while reading and judging what the ranks wrote.  The contract's and the exchange's
+// readers say kRankFailed for what the release wrote that cannot be read: the release's output is
+// incomplete.  Any other kind is dmpcheck's own (an invariant of ours, a scenario it cannot judge),
+// said as such and never blamed on the release.
+check::RunResult ReleaseCell::judging_failed(const Error& e) {
+  result_.verdict = check::Verdict::kError;
+  result_.failure = e.kind() == ErrorKind::kRankFailed
+                        ? check::RankFailure{0,
+                                             check::FailureKind::kTorchRec,
+                                             "the ranks exited 0 but their output is incomplete",
+                                             e.what(),
+                                             {}}
+                        : check::RankFailure{-1,
+                                             check::failure_kind_of(e.kind()),
+                                             "dmpcheck failed while judging the release's output",
+                                             e.what(),
+                                             {}};
+  return result_;
+}
+
+}  // namespace
+
+void ReleaseCellKind::before_cells(const std::vector<const scenario::RunSpec*>& specs,
+                                   const ScenarioRunOptions& options) const {
+  std::vector<scenario::System> systems;
+  for (const auto* spec : specs) systems.push_back(spec->system);
+  require_torchrec_repository_for(systems);
+  prestart_release_interpreters(systems, options.exec_ranks);
+}
+
+check::RunResult ReleaseCellKind::run(const scenario::Scenario& scenario, size_t index,
+                                      const ScenarioRunOptions& options) const {
+  return ReleaseCell(scenario, index, options).run();
+}
+
+dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std::string& version, std::string* label) {
+  std::string why_not;
+  const auto env = resolve_environment(scenario::System::release(version), why_not);
+  DMP_CHECK(env.has_value(), ErrorKind::kInvalidInput, "{}", why_not);
+  PrivateDir exchange("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
+  report::write_text_file_atomically(exchange.path() + "/spec.json", nlohmann::json(release_spec(spec, {})).dump(2));
+  LaunchRequest request = torchrec_launch(
+      *env, {"-m", "dmpcheck_torchrec.plan", exchange.path() + "/spec.json", exchange.path() + "/plan.json"},
+      exchange.path() + "/out");
+  request.launch_environment["TMPDIR"] = exchange.path() + "/tmp";
+  fs::create_directory(exchange.path() + "/tmp");
+  request.world_size = 1;
+  request.budget = std::chrono::seconds(120);
+  const LaunchOutcome launched = launch(request);
+  DMP_CHECK(launched.ok, ErrorKind::kInvalidInput, "torchrec {}'s planner failed on run [{}]: {}", version, spec.name,
+            launched.failure ? launched.failure->message : std::string("no output"));
+  const auto answer = contract::read_document_file<contract::PlanAnswer>(exchange.path() + "/plan.json");
+  if (label) *label = fmt::format("torchrec {} (torch {})", answer.versions.torchrec, answer.versions.torch);
+  return release_plan(spec, answer.plan);
+}
+
+}  // namespace dmpcheck::run
