@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what dmpcheck builds with, from Debian's packages only.  Idempotent: when everything
-# is present it prints one line and touches nothing.
+# Installs what dmpcheck builds with, from Debian's packages, and ci/lint.py's mypy (the version it
+# pins, from PyPI, into a virtual environment of its own under ~/.cache/dmpcheck).  Idempotent: when
+# everything is present it prints two lines and touches nothing.
 set -euo pipefail
 
 packages=(
@@ -27,13 +28,16 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "ci/setup.sh: all ${#packages[@]} build packages present"
-  exit 0
+else
+  echo "ci/setup.sh: installing ${missing[*]}"
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "ci/setup.sh: done"
 fi
 
-echo "ci/setup.sh: installing ${missing[*]}"
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "ci/setup.sh: done"
+# ci/lint.py's type check of the TorchRec rank program: one pinned mypy on every machine (Debian's is 1.0).
+cd "$(dirname "$0")/.."
+/usr/bin/python3 ci/lint.py --install-mypy

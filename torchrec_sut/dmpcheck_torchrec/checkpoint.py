@@ -2,14 +2,22 @@
 optimizers' (the fused one's ShardedTensors included) through torch.distributed.checkpoint, which
 reshards on load, so a checkpoint written under one plan and world size loads under another."""
 
+from __future__ import annotations
 
-def _dcp():
+from typing import TYPE_CHECKING, Any, Dict, List
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torchrec.optim.keyed import KeyedOptimizer
+
+
+def _dcp() -> Any:
     import torch.distributed.checkpoint as dcp
 
     return dcp
 
 
-def save(model, optimizer, directory):
+def save(model: nn.Module, optimizer: KeyedOptimizer, directory: str) -> None:
     """Every rank's part of the model's and the optimizer's state_dict, into `directory`."""
     dcp = _dcp()
     state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
@@ -17,7 +25,7 @@ def save(model, optimizer, directory):
     (dcp.save if hasattr(dcp, "save") else dcp.save_state_dict)(state, storage_writer=dcp.FileSystemWriter(directory))
 
 
-def load(model, optimizer, directory):
+def load(model: nn.Module, optimizer: KeyedOptimizer, directory: str) -> str:
     """The checkpoint in `directory` loaded into this model and optimizer (under their own plan);
     returns a note naming what was loaded and any optimizer state the checkpoint does not hold
     (such state stays as the new optimizer made it: a table that was data-parallel when saved has
@@ -28,7 +36,8 @@ def load(model, optimizer, directory):
     saved = set(dcp.FileSystemReader(directory).read_metadata().state_dict_metadata)
     model_state = model.state_dict()
     optim_state = optimizer.state_dict()
-    held, fresh = {}, []
+    held: Dict[str, Dict[str, Any]] = {}
+    fresh: List[str] = []
     for param, states in optim_state["state"].items():
         mine = {n: v for n, v in states.items() if f"optim.state.{param}.{n}" in saved}
         fresh += [f"{param}.{n}" for n in states if n not in mine]

@@ -5,15 +5,27 @@ is read strictly: a field this side does not know, or one it misses, is a Contra
 it, never a silent drop.  fixtures/contract/ holds one document of each kind with every field
 set; this module's test (tests/test_contract.py) and the C++ one read and write exactly those,
 and neither needs torch.  Nothing here imports torch.
+
+Every field has the C++ side's default (a number 0, a string "", a list or an object empty, but
+where the header says otherwise), and documents are built by keyword, naming what they set: built
+positionally, a field added to the contract would shift every argument after it.
 """
+
+from __future__ import annotations
 
 import dataclasses
 import json
 import os
 import typing
-from typing import List
+from dataclasses import field
+from typing import TYPE_CHECKING, Any, Dict, List, Type, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 SCHEMA_VERSION = 4
+
+_D = TypeVar("_D")
 
 
 class ContractError(ValueError):
@@ -22,216 +34,219 @@ class ContractError(ValueError):
 
 @dataclasses.dataclass
 class Constraints:
-    sharding_types: List[str]
-    column_shards: int
+    sharding_types: List[str] = field(default_factory=list)
+    column_shards: int = 0
 
 
 @dataclasses.dataclass
 class ManagedCollision:
-    module: str  # mch (MCHManagedCollisionModule) | hash_zch (HashZchManagedCollisionModule); "": none
-    input_hash_size: int  # raw ids in [0, input_hash_size); 0: the table has no managed collision
-    eviction: str  # lfu | distance_lfu | lru
-    interval: int  # forwards between evictions
+    module: str = ""  # mch (MCHManagedCollisionModule) | hash_zch (HashZchManagedCollisionModule); "": none
+    input_hash_size: int = 0  # raw ids in [0, input_hash_size); 0: the table has no managed collision
+    eviction: str = ""  # lfu | distance_lfu | lru
+    interval: int = 0  # forwards between evictions
 
 
 @dataclasses.dataclass
 class Table:
-    name: str
-    rows: int
-    dim: int
-    features: List[str]
-    pooling: str  # sum | mean | none (a sequence table, in an EmbeddingCollection)
-    weighted: bool
-    data_type: str  # fp32 | fp16 | bf16
-    quant: str  # how it is quantized for inference: int8 | int4 | int2 | fp16 ("": not)
-    managed_collision: ManagedCollision
-    constraints: Constraints
+    name: str = ""
+    rows: int = 0
+    dim: int = 0
+    features: List[str] = field(default_factory=list)
+    pooling: str = ""  # sum | mean | none (a sequence table, in an EmbeddingCollection)
+    weighted: bool = False
+    data_type: str = ""  # fp32 | fp16 | bf16
+    quant: str = ""  # how it is quantized for inference: int8 | int4 | int2 | fp16 ("": not)
+    managed_collision: ManagedCollision = field(default_factory=ManagedCollision)
+    constraints: Constraints = field(default_factory=Constraints)
 
 
 @dataclasses.dataclass
 class SparseOptimizer:
-    type: str  # sgd | adagrad | rowwise_adagrad | adam
-    lr: float
-    eps: float
-    beta1: float
-    beta2: float
-    weight_decay: float
-    weight_decay_mode: str  # none | l2 | decoupled
+    type: str = ""  # sgd | adagrad | rowwise_adagrad | adam
+    lr: float = 0.0
+    eps: float = 0.0
+    beta1: float = 0.0
+    beta2: float = 0.0
+    weight_decay: float = 0.0
+    weight_decay_mode: str = ""  # none | l2 | decoupled
 
 
 @dataclasses.dataclass
 class DenseOptimizer:
-    type: str  # sgd | adagrad | adam | rowwise_adagrad (torchrec.optim.RowWiseAdagrad over 2-D parameters, Adagrad over the rest)
-    lr: float
-    eps: float
-    beta1: float
-    beta2: float
-    momentum: float
-    weight_decay: float
+    type: str = ""  # sgd | adagrad | adam | rowwise_adagrad (torchrec.optim.RowWiseAdagrad over 2-D parameters, Adagrad over the rest)
+    lr: float = 0.0
+    eps: float = 0.0
+    beta1: float = 0.0
+    beta2: float = 0.0
+    momentum: float = 0.0
+    weight_decay: float = 0.0
 
 
 @dataclasses.dataclass
 class Start:
-    kind: str  # seed | reference | user_weights | checkpoint (a resumed run)
-    state: str  # the exchange file of whole tensors to load, or the checkpoint's directory (empty for seed)
-    load: str  # after_wrap | before_wrap
+    kind: str = "seed"  # seed | reference | user_weights | checkpoint (a resumed run)
+    state: str = ""  # the exchange file of whole tensors to load, or the checkpoint's directory (empty for seed)
+    load: str = "after_wrap"  # after_wrap | before_wrap
 
 
 @dataclasses.dataclass
 class Checkpoint:
     """After step after_step (0: never), save the model's and optimizers' state_dict through
     torch.distributed.checkpoint into dir, then train on."""
-    after_step: int
-    dir: str
+    after_step: int = 0
+    dir: str = ""
 
 
 @dataclasses.dataclass
 class RunSpec:
-    schema_version: int
-    world_size: int
-    local_world_size: int
-    memory_per_rank: int  # bytes the planner may use on a rank (Topology's ddr_cap); 0: its default
-    steps: int
-    batch_size: int
-    timeout_s: float
-    sharder: str  # extended | stock
-    module: str  # embedding_bag_collection | embedding_bag
-    outputs: bool
-    unsharded: bool  # rank 0 also trains the modules unsharded (out/unsharded/), after the sharded run
-    quantized: bool  # rank 0 quantizes the trained tables, float vs quantized on batch 1 (out/quantized/)
-    quantized_sharded: bool  # ... and shards the quantized module for inference (out/quantized/sharded/)
-    loop: str  # plain | train_pipeline_sparse_dist
-    epochs: int  # passes over the steps' batches (data_iterator says over which iterator)
-    batches_per_rank: List[int]  # per rank, batches per epoch; empty: steps / epochs on every rank
-    eval_batches: List[int]  # per rank, batches of the eval pass after every epoch; empty: no eval
-    data_iterator: str  # fresh (a new iterator per pass) | persistent (one object, re-armed per pass)
-    is_weighted: str  # the EBC's is_weighted: "tables" (whether they are weighted), "true", "false"
-    seeds: List[int]  # per rank: torch.manual_seed before the model exists
-    start: Start
-    first_step: int  # steps trained before this run (a resumed run writes step<first_step> as loaded)
-    checkpoint: Checkpoint
-    tables: List[Table]
-    dense_layers: List[int]
-    sparse_optimizer: SparseOptimizer
-    dense_optimizer: DenseOptimizer
+    schema_version: int = SCHEMA_VERSION
+    world_size: int = 0
+    local_world_size: int = 0
+    memory_per_rank: int = 0  # bytes the planner may use on a rank (Topology's ddr_cap); 0: its default
+    steps: int = 0
+    batch_size: int = 0
+    timeout_s: float = 0.0
+    sharder: str = ""  # extended | stock
+    module: str = ""  # embedding_bag_collection | embedding_bag
+    outputs: bool = False
+    unsharded: bool = False  # rank 0 also trains the modules unsharded (out/unsharded/), after the sharded run
+    quantized: bool = False  # rank 0 quantizes the trained tables, float vs quantized on batch 1 (out/quantized/)
+    quantized_sharded: bool = False  # ... and shards the quantized module for inference (out/quantized/sharded/)
+    loop: str = ""  # plain | train_pipeline_sparse_dist
+    epochs: int = 1  # passes over the steps' batches (data_iterator says over which iterator)
+    # per rank, batches per epoch; empty: steps / epochs on every rank
+    batches_per_rank: List[int] = field(default_factory=list)
+    # per rank, batches of the eval pass after every epoch; empty: no eval
+    eval_batches: List[int] = field(default_factory=list)
+    data_iterator: str = ""  # fresh (a new iterator per pass) | persistent (one object, re-armed per pass)
+    is_weighted: str = "tables"  # the EBC's is_weighted: "tables" (whether they are weighted), "true", "false"
+    seeds: List[int] = field(default_factory=list)  # per rank: torch.manual_seed before the model exists
+    start: Start = field(default_factory=Start)
+    first_step: int = 0  # steps trained before this run (a resumed run writes step<first_step> as loaded)
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    tables: List[Table] = field(default_factory=list)
+    dense_layers: List[int] = field(default_factory=list)
+    sparse_optimizer: SparseOptimizer = field(default_factory=SparseOptimizer)
+    dense_optimizer: DenseOptimizer = field(default_factory=DenseOptimizer)
 
 
 @dataclasses.dataclass
 class ShardRow:
-    rank: int
-    row_offset: int
-    rows: int  # -1: the whole table (a data-parallel replica)
-    col_offset: int
-    cols: int
+    rank: int = 0
+    row_offset: int = 0
+    rows: int = 0  # -1: the whole table (a data-parallel replica)
+    col_offset: int = 0
+    cols: int = 0
 
 
 @dataclasses.dataclass
 class PlanRow:
-    table: str
-    sharding: str
-    compute_kernel: str
-    ranks: List[int]
-    shards: List[ShardRow]
+    table: str = ""
+    sharding: str = ""
+    compute_kernel: str = ""
+    ranks: List[int] = field(default_factory=list)
+    shards: List[ShardRow] = field(default_factory=list)
 
 
 @dataclasses.dataclass
 class Versions:
-    torchrec: str
-    torch: str
-    fbgemm_gpu: str
-    torchrec_source: str  # the folder the imported torchrec package is in
+    torchrec: str = ""
+    torch: str = ""
+    fbgemm_gpu: str = ""
+    torchrec_source: str = ""  # the folder the imported torchrec package is in
 
 
 @dataclasses.dataclass
 class Timings:
-    import_s: float
-    init_s: float
-    plan_s: float  # TorchRec's planner, within init_s
-    train_s: float
+    import_s: float = 0.0
+    init_s: float = 0.0
+    plan_s: float = 0.0  # TorchRec's planner, within init_s
+    train_s: float = 0.0
 
 
 @dataclasses.dataclass
 class RankLoop:
     """What one rank's loop did: batches executed per epoch, next() asked of an exhausted iterator."""
-    rank: int
-    batches: List[int]
-    next_after_exhausted: int
-    eval_batches: List[int]  # per eval pass (one after every epoch)
+    rank: int = 0
+    batches: List[int] = field(default_factory=list)
+    next_after_exhausted: int = 0
+    eval_batches: List[int] = field(default_factory=list)  # per eval pass (one after every epoch)
 
 
 @dataclasses.dataclass
 class RunMeta:
-    schema_version: int
-    versions: Versions
-    plan: List[PlanRow]
-    losses: List[float]
-    notes: List[str]
-    timings: Timings
-    loops: List[RankLoop]
+    schema_version: int = SCHEMA_VERSION
+    versions: Versions = field(default_factory=Versions)
+    plan: List[PlanRow] = field(default_factory=list)
+    losses: List[float] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+    timings: Timings = field(default_factory=Timings)
+    loops: List[RankLoop] = field(default_factory=list)
 
 
 @dataclasses.dataclass
 class PlanAnswer:
-    schema_version: int
-    versions: Versions
-    plan: List[PlanRow]
-    notes: List[str]
+    schema_version: int = SCHEMA_VERSION
+    versions: Versions = field(default_factory=Versions)
+    plan: List[PlanRow] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
 
 
 @dataclasses.dataclass
 class ProbeAnswer:
     """`python -m dmpcheck_torchrec.probe`'s answer: what an interpreter of the user's imports."""
-    schema_version: int
-    versions: Versions
-    python: str
+    schema_version: int = SCHEMA_VERSION
+    versions: Versions = field(default_factory=Versions)
+    python: str = ""
 
 
 @dataclasses.dataclass
 class Piece:
-    name: str
-    sharding: str
-    replicated: bool
-    full_sizes: List[int]
-    row_offset: int
-    col_offset: int
-    sizes: List[int]
-    offset: int
-    dtype: str  # "float32", or "int64" (managed-collision remapping tables and counters)
+    name: str = ""
+    sharding: str = ""
+    replicated: bool = False
+    full_sizes: List[int] = field(default_factory=list)
+    row_offset: int = 0
+    col_offset: int = 0
+    sizes: List[int] = field(default_factory=list)
+    offset: int = 0
+    dtype: str = "float32"  # "float32", or "int64" (managed-collision remapping tables and counters)
 
 
 @dataclasses.dataclass
 class Phase:
-    schema_version: int
-    phase: str
-    tensors: List[Piece]
+    schema_version: int = SCHEMA_VERSION
+    phase: str = ""
+    tensors: List[Piece] = field(default_factory=list)
 
 
 @dataclasses.dataclass
 class RankError:
     """Why this rank failed (out/rank<R>/error.json); kind: a failure kind's name."""
-    schema_version: int
-    kind: str
-    message: str
-    traceback: str
+    schema_version: int = SCHEMA_VERSION
+    kind: str = ""
+    message: str = ""
+    traceback: str = ""
 
 
 @dataclasses.dataclass
 class Batch:
     """One rank's local batch of one step (batches/step<S>_rank<R>.json)."""
-    schema_version: int
-    keys: List[str]
-    lengths: List[int]
-    values: List[int]
-    weighted: bool
-    weights: List[float]  # one per value when weighted
+    schema_version: int = SCHEMA_VERSION
+    keys: List[str] = field(default_factory=list)
+    lengths: List[int] = field(default_factory=list)
+    values: List[int] = field(default_factory=list)
+    weighted: bool = False
+    weights: List[float] = field(default_factory=list)  # one per value when weighted
     # Variable batch per feature (VBE): per key, the distinct bags handed to TorchRec, and per key
     # batch_size indices into them (key-major); lengths/values hold the expanded batch (a distinct
     # bag is the first bag that names it).  Empty: no VBE.
-    stride_per_key: List[int]
-    inverse_indices: List[int]
+    stride_per_key: List[int] = field(default_factory=list)
+    inverse_indices: List[int] = field(default_factory=list)
 
 
-def _read(kind, value, path):
+def _read(kind: Any, value: Any, path: str) -> Any:
+    """`value` as `kind` (a contract type, a List of one, or a plain one), strictly."""
     origin = typing.get_origin(kind)
     if origin in (list, List):
         if not isinstance(value, list):
@@ -239,10 +254,11 @@ def _read(kind, value, path):
         (item,) = typing.get_args(kind)
         return [_read(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
     if dataclasses.is_dataclass(kind):
+        document: Any = kind  # one of the classes above (is_dataclass would also take an instance)
         if not isinstance(value, dict):
-            raise ContractError(f"'{path or kind.__name__}' is {type(value).__name__}, expected an object")
-        hints = typing.get_type_hints(kind)
-        names = [f.name for f in dataclasses.fields(kind)]
+            raise ContractError(f"'{path or document.__name__}' is {type(value).__name__}, expected an object")
+        hints = typing.get_type_hints(document)
+        names = [f.name for f in dataclasses.fields(document)]
         prefix = f"{path}." if path else ""
         for key in value:
             if key not in hints:
@@ -251,7 +267,7 @@ def _read(kind, value, path):
         for name in names:
             if name not in value:
                 raise ContractError(f"missing field '{prefix}{name}'")
-        return kind(**{n: _read(hints[n], value[n], prefix + n) for n in names})
+        return document(**{n: _read(hints[n], value[n], prefix + n) for n in names})
     if kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     elif kind is int:
@@ -263,7 +279,7 @@ def _read(kind, value, path):
     return float(value) if kind is float else value
 
 
-def parse(kind, document, what="document"):
+def parse(kind: Type[_D], document: object, what: str = "document") -> _D:
     """`document` (a dict) as `kind`, strictly; ContractError naming `what` and the field otherwise."""
     try:
         if not isinstance(document, dict) or not isinstance(document.get("schema_version"), int):
@@ -271,29 +287,31 @@ def parse(kind, document, what="document"):
         if document["schema_version"] != SCHEMA_VERSION:
             raise ContractError(f"schema_version {document['schema_version']}, this rank program reads "
                                 f"{SCHEMA_VERSION} (it is from another dmpcheck than the launcher)")
-        return _read(kind, document, "")
+        read: _D = _read(kind, document, "")
+        return read
     except ContractError as e:
         raise ContractError(f"{what}: not a valid contract document: {e}") from None
 
 
-def parse_part(kind, value, what):
+def parse_part(kind: Type[_D], value: object, what: str) -> _D:
     """A part of a document (no schema_version of its own) as `kind`, strictly."""
     try:
-        return _read(kind, value, "")
+        read: _D = _read(kind, value, "")
+        return read
     except ContractError as e:
         raise ContractError(f"{what}: {e}") from None
 
 
-def load(kind, path):
+def load(kind: Type[_D], path: str) -> _D:
     with open(path) as f:
         return parse(kind, json.load(f), path)
 
 
-def to_dict(document):
+def to_dict(document: DataclassInstance) -> Dict[str, Any]:
     return dataclasses.asdict(document)
 
 
-def write_json_atomically(path, value):
+def write_json_atomically(path: str, value: object) -> None:
     """`value` as JSON at `path`, whole or not at all (written aside, then renamed)."""
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -301,5 +319,5 @@ def write_json_atomically(path, value):
     os.replace(tmp, path)
 
 
-def save(document, path):
+def save(document: DataclassInstance, path: str) -> None:
     write_json_atomically(path, to_dict(document))

@@ -9,20 +9,43 @@ reader never sees a half-written phase).  A piece sits at [row_offset, row_offse
 pieces are whole tensors.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from dmpcheck_torchrec import contract
 
+if TYPE_CHECKING:
+    from typing import TypedDict
 
-def write_phase(out_dir, rank, phase, pieces):
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    class _TensorPieceFields(TypedDict):
+        name: str
+        sharding: str
+        replicated: bool
+        full_sizes: List[int]
+        tensor: torch.Tensor
+
+    class TensorPiece(_TensorPieceFields, total=False):
+        """A piece of a phase as the modules hand it to write_phase: its tensor, where it sits in
+        the full one (row_offset, col_offset: 0 when not given)."""
+
+        row_offset: int
+        col_offset: int
+
+
+def write_phase(out_dir: str, rank: int, phase: str, pieces: Sequence[TensorPiece]) -> None:
     write_phase_in(os.path.join(out_dir, f"rank{rank}"), phase, pieces)
 
 
-def write_phase_in(path, phase, pieces):
+def write_phase_in(path: str, phase: str, pieces: Sequence[TensorPiece]) -> None:
     import torch
 
     os.makedirs(path, exist_ok=True)
-    entries = []
+    entries: List[contract.Piece] = []
     offset = 0
     with open(os.path.join(path, f"{phase}.bin"), "wb") as f:
         for p in pieces:
@@ -40,7 +63,7 @@ def write_phase_in(path, phase, pieces):
     contract.save(contract.Phase(contract.SCHEMA_VERSION, phase, entries), os.path.join(path, f"{phase}.json"))
 
 
-def _pieces(path_json):
+def _pieces(path_json: str) -> Iterator[Tuple[contract.Piece, torch.Tensor]]:
     """(Piece, tensor) of every piece of one phase file."""
     import torch
 
@@ -61,16 +84,16 @@ def _pieces(path_json):
         yield e, torch.frombuffer(bytearray(blob[e.offset: e.offset + width * n]), dtype=types[e.dtype]).reshape(e.sizes)
 
 
-def read_full(path_json):
+def read_full(path_json: str) -> Dict[str, torch.Tensor]:
     """Whole tensors written by dmpcheck (an initial state to start from): {name: tensor}."""
     return {e.name: t.clone() for e, t in _pieces(path_json)}
 
 
-def read_assembled(out_dir, world, phase):
+def read_assembled(out_dir: str, world: int, phase: str) -> Dict[str, torch.Tensor]:
     """Every rank's pieces of `phase` put together: {name: full tensor} (a replica from rank 0)."""
     import torch
 
-    out = {}
+    out: Dict[str, torch.Tensor] = {}
     for rank in range(world):
         for e, t in _pieces(os.path.join(out_dir, f"rank{rank}", f"{phase}.json")):
             if e.replicated:
@@ -84,20 +107,21 @@ def read_assembled(out_dir, world, phase):
     return out
 
 
-def row_splits(out_dir, world, phase, name):
+def row_splits(out_dir: str, world: int, phase: str, name: str) -> List[Tuple[int, int]]:
     """Where every rank's pieces of `name` sit in its rows, in row order: [(row_offset, rows)]."""
-    splits = []
+    splits: List[Tuple[int, int]] = []
     for rank in range(world):
         manifest = contract.load(contract.Phase, os.path.join(out_dir, f"rank{rank}", f"{phase}.json"))
         splits += [(e.row_offset, e.sizes[0]) for e in manifest.tensors if e.name == name and not e.replicated]
     return sorted(splits)
 
 
-def _read_batch(exchange, step, rank):
+def _read_batch(exchange: str, step: int, rank: int) -> contract.Batch:
     return contract.load(contract.Batch, os.path.join(exchange, "batches", f"step{step}_rank{rank}.json"))
 
 
-def _kjt(keys, lengths, values, weights):
+def _kjt(keys: List[str], lengths: List[int], values: List[int],
+         weights: Optional[List[float]]) -> KeyedJaggedTensor:
     import torch
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
@@ -106,7 +130,7 @@ def _kjt(keys, lengths, values, weights):
                              weights=torch.tensor(weights, dtype=torch.float32) if weights is not None else None)
 
 
-def load_batch(exchange, step, rank):
+def load_batch(exchange: str, step: int, rank: int) -> KeyedJaggedTensor:
     """This rank's local batch of `step` (counted from 1): exactly what the reference trains on, or
     with variable batch per feature (VBE) each key's distinct bags with TorchRec's
     stride_per_key_per_rank and inverse_indices, which expand to it."""
@@ -121,7 +145,10 @@ def load_batch(exchange, step, rank):
         raise contract.ContractError(f"step {step} rank {rank}: {len(b.stride_per_key)} strides and "
                                      f"{len(b.inverse_indices)} inverse indices for {keys} keys")
     bags = len(b.lengths) // keys
-    lengths, values, weights, start = [], [], [], 0
+    lengths: List[int] = []
+    values: List[int] = []
+    weights: List[float] = []
+    start = 0
     for k in range(keys):
         inverse = b.inverse_indices[k * bags:(k + 1) * bags]
         key_lengths = b.lengths[k * bags:(k + 1) * bags]
@@ -141,16 +168,16 @@ def load_batch(exchange, step, rank):
         inverse_indices=(list(b.keys), torch.tensor(b.inverse_indices, dtype=torch.int64).reshape(keys, bags)))
 
 
-def bags_of(kjt):
+def bags_of(kjt: KeyedJaggedTensor) -> int:
     """The batch's bags per key: the stride, or with VBE the inverse indices' (the expanded batch)."""
     inverse = kjt.inverse_indices_or_none() if hasattr(kjt, "inverse_indices_or_none") else None
     return int(inverse[1].shape[1]) if inverse is not None else kjt.stride()
 
 
-def id_counts(exchange, step, world):
+def id_counts(exchange: str, step: int, world: int) -> Dict[str, List[int]]:
     """Per key, how many ids each rank's local batch of `step` holds (rank order): where a rank's
     rows of a sequence output sit among the global batch's."""
-    counts = {}
+    counts: Dict[str, List[int]] = {}
     for r in range(world):
         b = _read_batch(exchange, step, r)
         bags = len(b.lengths) // max(len(b.keys), 1)
@@ -159,11 +186,12 @@ def id_counts(exchange, step, world):
     return counts
 
 
-def load_global_batch(exchange, step, world):
+def load_global_batch(exchange: str, step: int, world: int) -> KeyedJaggedTensor:
     """Every rank's local batch of `step` as one batch: per key, rank 0's bags, then rank 1's, ..."""
     batches = [_read_batch(exchange, step, r) for r in range(world)]
     keys = batches[0].keys
-    per_key = {k: ([], [], []) for k in keys}  # lengths, values, weights
+    # lengths, values, weights
+    per_key: Dict[str, Tuple[List[int], List[int], List[float]]] = {k: ([], [], []) for k in keys}
     for r, b in enumerate(batches):
         if b.keys != keys:
             raise contract.ContractError(f"step {step}: rank {r}'s batch has keys {b.keys}, rank 0's {keys}")

@@ -1,31 +1,42 @@
 """The training loop as users run it: plain (forward, backward, step per batch) or TorchRec's
 TrainPipelineSparseDist (progress() over a data iterator until StopIteration)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Optional, Union
+
 import torch
 
 from dmpcheck_torchrec import dump
 from dmpcheck_torchrec.optim import Unsupported
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torchrec.datasets.utils import Batch
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+    from torchrec.optim.keyed import KeyedOptimizer
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 
 class DataIterator:
     """One epoch's batches as a data loader's iterator hands them out, counting every next() asked
     of it after it said it was exhausted (a torch DataLoader's iterator may hang there, #1778)."""
 
-    def __init__(self, exchange, rank, steps, as_batch):
+    def __init__(self, exchange: str, rank: int, steps: Iterable[int], as_batch: bool) -> None:
         self._exchange, self._rank, self._steps, self._as_batch = exchange, rank, iter(steps), as_batch
         self._exhausted = False
         self.after_exhausted = 0
 
-    def rearm(self, steps):
+    def rearm(self, steps: Iterable[int]) -> DataIterator:
         """This same object made to hand out `steps` next, as a DataLoader with persistent_workers
         hands back its one iterator, reset, from every iter(loader)."""
         self._steps, self._exhausted = iter(steps), False
         return self
 
-    def __iter__(self):
+    def __iter__(self) -> DataIterator:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Union[KeyedJaggedTensor, Batch]:
         if self._exhausted:
             self.after_exhausted += 1
             raise StopIteration
@@ -44,7 +55,7 @@ class DataIterator:
         return Batch(dense_features=torch.zeros(bags, 0), sparse_features=kjt, labels=torch.zeros(bags))
 
 
-def pipeline(kind, model, optimizer):
+def pipeline(kind: str, model: nn.Module, optimizer: KeyedOptimizer) -> Optional[TrainPipelineSparseDist]:
     """The release's pipeline for `kind` over the sharded model, None for the plain loop."""
     if kind == "plain":
         return None
@@ -57,7 +68,7 @@ def pipeline(kind, model, optimizer):
     return TrainPipelineSparseDist(model, optimizer, torch.device("cpu"), execute_all_batches=True)
 
 
-def evaluate(pipeline, model, data):
+def evaluate(pipeline: Optional[TrainPipelineSparseDist], model: nn.Module, data: DataIterator) -> int:
     """One eval pass over `data`, as users run one between epochs: the model in eval mode, the same
     loop under no_grad (the pipeline's progress(), which skips backward and the optimizer step when
     the model is not training; the plain loop's forward) until StopIteration, then training mode
@@ -79,7 +90,8 @@ def evaluate(pipeline, model, data):
         model.train()
 
 
-def train_one(pipeline, model, optimizer, data):
+def train_one(pipeline: Optional[TrainPipelineSparseDist], model: nn.Module, optimizer: KeyedOptimizer,
+              data: DataIterator) -> float:
     """One batch trained from `data`; its loss.  StopIteration when the loop ends."""
     if pipeline is not None:
         return float(pipeline.progress(data))

@@ -1,16 +1,28 @@
 """The scenario's model as a TorchRec user writes it: an EmbeddingBagCollection (an
 EmbeddingCollection for sequence tables, or one plain nn.EmbeddingBag), Linear layers, a mean."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+
 import torch
 from torch import nn
 
 from dmpcheck_torchrec import optim
 from dmpcheck_torchrec.optim import Unsupported
 
-LAST_OUTPUTS = {}  # the last forward's outputs on this rank, by dmpcheck's names
+if TYPE_CHECKING:
+    from torchrec import EmbeddingBagConfig, EmbeddingConfig
+    from torchrec.datasets.utils import Batch
+    from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor
+
+    from dmpcheck_torchrec import contract
+    from dmpcheck_torchrec.dump import TensorPiece
+
+LAST_OUTPUTS: Dict[str, torch.Tensor] = {}  # the last forward's outputs on this rank, by dmpcheck's names
 
 
-def select_features(kjt, features):
+def select_features(kjt: KeyedJaggedTensor, features: Iterable[str]) -> KeyedJaggedTensor:
     """`features` of `kjt` as a KJT of their own, a variable batch per feature (VBE: strides per
     key and inverse indices) kept as it is."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
@@ -31,16 +43,16 @@ def select_features(kjt, features):
         inverse_indices=(list(features), inverse[torch.tensor(index)]))
 
 
-def output_keys(readings):
+def output_keys(readings: Sequence[Tuple[str, str]]) -> List[str]:
     """The output key of each (table, feature) a collection reads, in order, as TorchRec names it:
     the feature, or "<feature>@<table>" where several of the collection's tables read it."""
-    readers = {}
+    readers: Dict[str, int] = {}
     for _, f in readings:
         readers[f] = readers.get(f, 0) + 1
     return [f if readers[f] == 1 else f"{f}@{table}" for table, f in readings]
 
 
-def _embeddings(result):
+def _embeddings(result: Any) -> Any:
     """A collection's embeddings: a managed-collision one returns (embeddings, remapped features or None)."""
     return result[0] if isinstance(result, tuple) else result
 
@@ -49,14 +61,18 @@ class Model(nn.Module):
     """EmbeddingBagCollection (and an EmbeddingCollection for sequence tables, each bag's rows
     summed) -> Linear layers (ReLU between) -> mean, as dmpcheck's reference."""
 
-    def __init__(self, tables, layers, features, weighted, device="meta", sequence_tables=()):
+    def __init__(self, tables: List[EmbeddingBagConfig], layers: List[int], features: List[str], weighted: bool,
+                 device: str = "meta", sequence_tables: Sequence[EmbeddingConfig] = ()) -> None:
         super().__init__()
         from torchrec import EmbeddingBagCollection, EmbeddingCollection
 
         # On the meta device, as TorchRec users build large models: DMP materialises the tables
         # and draws each rank's shards itself.  On cpu where the user fills the tables first.
-        self.ebc = EmbeddingBagCollection(tables=tables, device=torch.device(device), is_weighted=weighted) if tables else None
-        self.ec = EmbeddingCollection(tables=list(sequence_tables), device=torch.device(device)) if sequence_tables else None
+        # (Any: the collection, None, or what build_model puts it behind: managed collision.)
+        self.ebc: Any = (EmbeddingBagCollection(tables=tables, device=torch.device(device), is_weighted=weighted)
+                         if tables else None)
+        self.ec: Any = (EmbeddingCollection(tables=list(sequence_tables), device=torch.device(device))
+                        if sequence_tables else None)
         self.bag_features = [f for t in tables for f in t.feature_names]
         self.sequence_features = list(dict.fromkeys(f for t in sequence_tables for f in t.feature_names))
         # The EmbeddingCollection's output keys: a feature several of its tables read is
@@ -71,12 +87,14 @@ class Model(nn.Module):
         # As TorchRec's train pipelines expect: a torchrec.datasets.utils.Batch in, (loss, output) out.
         self.pipelined = False
 
-    def forward(self, batch):
+    def forward(self, batch: Union[KeyedJaggedTensor, Batch]) -> Any:
         kjt = batch.sparse_features if self.pipelined else batch
+        pooled: Dict[str, torch.Tensor]
         if self.ec is None:
             pooled = _embeddings(self.ebc(kjt)).to_dict()
         else:
-            pooled, per_id = {}, {}
+            pooled = {}
+            per_id: Dict[str, torch.Tensor] = {}
             if self.ebc is not None:
                 pooled.update(_embeddings(self.ebc(select_features(kjt, self.bag_features))).to_dict())
             # With variable batches the EmbeddingCollection returns every bag of the batch (1.9.2's
@@ -114,7 +132,7 @@ class BagModel(nn.Module):
     The bag sits where an EBC keeps its tables (ebc.embedding_bags.<table>), so its state_dict keys
     are the EBC's and every comparison reads it alike."""
 
-    def __init__(self, table, layers, device="meta"):
+    def __init__(self, table: contract.Table, layers: List[int], device: str = "meta") -> None:
         super().__init__()
         self.ebc = nn.Module()
         self.ebc.embedding_bags = nn.ModuleDict(
@@ -128,7 +146,7 @@ class BagModel(nn.Module):
             self.dense.append(nn.Linear(width, out))
             width = out
 
-    def forward(self, batch):
+    def forward(self, batch: Union[KeyedJaggedTensor, Batch]) -> Any:
         kjt = batch.sparse_features if self.pipelined else batch
         bags = kjt[self.feature]
         # nn.EmbeddingBag's offsets: where each bag starts (the KJT's offsets without the last).
@@ -145,17 +163,18 @@ class BagModel(nn.Module):
         return (loss, loss.detach()) if self.pipelined else loss
 
 
-def is_embedding_bag(spec):
+def is_embedding_bag(spec: contract.RunSpec) -> bool:
     return spec.module == "embedding_bag"
 
 
 
 
-def output_pieces(rank, world, batch_size, id_counts=None):
+def output_pieces(rank: int, world: int, batch_size: int,
+                  id_counts: Optional[Dict[str, List[int]]] = None) -> List[TensorPiece]:
     """This rank's rows of the last forward's outputs, placed in the global batch (rank order).  A
     sequence output has a row per id: `id_counts` (dump.id_counts: per feature, each rank's ids in
     the batch) places them; without it (one process) the rows are the whole."""
-    pieces = []
+    pieces: List[TensorPiece] = []
     for name, t in sorted(LAST_OUTPUTS.items()):
         t = t.flatten(1) if t.dim() > 1 else t.reshape(-1, 1)  # [0, dim] stays itself (a rank without ids)
         full, offset = batch_size * world, rank * batch_size
@@ -172,7 +191,8 @@ def output_pieces(rank, world, batch_size, id_counts=None):
     return pieces
 
 
-def managed_collision(spec, collection, configs, device):
+def managed_collision(spec: contract.RunSpec, collection: nn.Module,
+                      configs: Sequence[Union[EmbeddingBagConfig, EmbeddingConfig]], device: str) -> nn.Module:
     """`collection` (an EBC, or an EC) behind TorchRec's managed collision: a
     ManagedCollisionEmbeddingBagCollection (ManagedCollisionEmbeddingCollection) with an MCH
     module per table of `configs` (zch_size: its rows) over raw ids in [0, input_hash_size)."""
@@ -184,10 +204,10 @@ def managed_collision(spec, collection, configs, device):
     # From 1.x on an MCH module splits its rows into buckets, and row_wise sharding needs as many
     # as ranks (1.9.2 refuses uneven buckets per rank); the unsharded module is built alike, so
     # both remap an id into the same bucket.
-    extra = {}
+    extra: Dict[str, Any] = {}
     if "buckets" in inspect.signature(mc_modules.MCHManagedCollisionModule.__init__).parameters:
         extra["buckets"] = spec.world_size
-    modules = {}
+    modules: Dict[str, nn.Module] = {}
     names = {c.name for c in configs}
     for t in [t for t in spec.tables if t.name in names]:
         mc = t.managed_collision
@@ -222,12 +242,12 @@ class EvictionDraws:
     it evicted.  The unsharded oracle puts the same draws into the rows its own modules evict."""
 
     recording = False
-    drawn = {}  # table -> [tensor] since the last take()
+    drawn: ClassVar[Dict[str, List[torch.Tensor]]] = {}  # table -> [tensor] since the last take()
 
-    def __init__(self, table, init_fn):
+    def __init__(self, table: str, init_fn: Callable[[torch.Tensor], Optional[torch.Tensor]]) -> None:
         self.table, self.init_fn = table, init_fn
 
-    def __call__(self, t):
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
         out = self.init_fn(t)
         out = t if out is None else out
         if EvictionDraws.recording:
@@ -235,11 +255,11 @@ class EvictionDraws:
         return out
 
     @staticmethod
-    def take():
+    def take() -> List[TensorPiece]:
         """The draws since the last call, as pieces of a phase of their own: mc.<table>.redrawn."""
-        pieces = [{"name": f"mc.{table}.redrawn", "sharding": "redrawn", "replicated": False,
-                   "full_sizes": list(torch.cat(draws).shape), "tensor": torch.cat(draws)}
-                  for table, draws in sorted(EvictionDraws.drawn.items())]
+        pieces: List[TensorPiece] = [{"name": f"mc.{table}.redrawn", "sharding": "redrawn", "replicated": False,
+                                      "full_sizes": list(torch.cat(draws).shape), "tensor": torch.cat(draws)}
+                                     for table, draws in sorted(EvictionDraws.drawn.items())]
         EvictionDraws.drawn = {}
         return pieces
 
@@ -252,7 +272,7 @@ class BucketedMCH(nn.Module):
     module; a single unsharded module with the table's rows is not its equal (a miss lands on
     the table's last row, and one history ranks every id)."""
 
-    def __init__(self, module, splits, input_hash_size):
+    def __init__(self, module: nn.Module, splits: List[Tuple[int, int]], input_hash_size: int) -> None:
         super().__init__()
         bounds = [start for start, _ in splits] + [splits[-1][0] + splits[-1][1]]
         self.parts = nn.ModuleList(module.rebuild_with_output_id_range(
@@ -261,12 +281,12 @@ class BucketedMCH(nn.Module):
         self.block = (input_hash_size + len(splits) - 1) // len(splits)
         # on_evict(part, rows): what the sharded model does to the rows a part evicts (it re-draws
         # them before the lookup; TorchRec's unsharded MC-EBC leaves them: its evict does nothing).
-        self.on_evict = None
+        self.on_evict: Optional[Callable[[int, torch.Tensor], None]] = None
 
-    def forward(self, features, mutate_miss_lengths=True):
+    def forward(self, features: Dict[str, JaggedTensor], mutate_miss_lengths: bool = True) -> Dict[str, JaggedTensor]:
         from torchrec.sparse.jagged_tensor import JaggedTensor
 
-        out = {}
+        out: Dict[str, JaggedTensor] = {}
         for name, jt in features.items():
             values = jt.values()
             owner = torch.div(values, self.block, rounding_mode="floor")
@@ -285,21 +305,21 @@ class BucketedMCH(nn.Module):
                     self.on_evict(b, rows)
         return out
 
-    def evict(self):
+    def evict(self) -> Optional[torch.Tensor]:
         evicted = [e for e in (part.evict() for part in self.parts) if e is not None]
         return torch.cat(evicted) if evicted else None
 
 
-def managed_collision_modules(model):
+def managed_collision_modules(model: Model) -> Dict[str, nn.Module]:
     """Every MCH module of `model`'s managed-collision collections, by table."""
-    out = {}
+    out: Dict[str, nn.Module] = {}
     for collection in (model.ebc, model.ec):
         if collection is not None and hasattr(collection, "_managed_collision_collection"):
             out.update(collection._managed_collision_collection._managed_collision_modules.items())
     return out
 
 
-def table_weight(model, table):
+def table_weight(model: Model, table: str) -> torch.nn.Parameter:
     """The unsharded model's weight of `table`, wherever its (managed-collision) collection keeps it."""
     for collection in (model.ebc, model.ec):
         inner = getattr(collection, "_embedding_module", getattr(collection, "_embedding_bag_collection", collection))
@@ -309,7 +329,8 @@ def table_weight(model, table):
     raise KeyError(table)
 
 
-def bucketed_managed_collision(model, spec, splits_of):
+def bucketed_managed_collision(model: Model, spec: contract.RunSpec,
+                               splits_of: Callable[[str], List[Tuple[int, int]]]) -> None:
     """`model`'s MCH modules replaced by BucketedMCH over each table's row splits (`splits_of`:
     table -> [(row_offset, rows)] as the sharded model holds them)."""
     for collection in (model.ebc, model.ec):
@@ -321,11 +342,11 @@ def bucketed_managed_collision(model, spec, splits_of):
                 modules[t.name] = BucketedMCH(modules[t.name], splits_of(t.name), t.managed_collision.input_hash_size)
 
 
-def managed_collision_state(model, replicated):
+def managed_collision_state(model: Model, replicated: Set[str]) -> Dict[str, torch.Tensor]:
     """The MCH modules' state under dmpcheck's names (mc.<table>.<buffer>): a BucketedMCH's parts
     put together in row order, but for the names in `replicated` (what every rank of the sharded
     model holds whole: its iteration counter, output segments), which its first part gives."""
-    out = {}
+    out: Dict[str, torch.Tensor] = {}
     for table, module in managed_collision_modules(model).items():
         parts = list(module.parts) if isinstance(module, BucketedMCH) else [module]
         states = [part.state_dict() for part in parts]
@@ -335,7 +356,7 @@ def managed_collision_state(model, replicated):
     return out
 
 
-def build_model(spec, device="meta"):
+def build_model(spec: contract.RunSpec, device: str = "meta") -> Union[Model, BagModel]:
     """The scenario's model as a TorchRec user writes it, with the sparse optimizer applied in backward."""
     from torchrec import EmbeddingBagConfig, PoolingType
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward

@@ -1,7 +1,16 @@
 """The scenario's optimizers as each release's own classes: the sparse one applied in backward
 (FBGEMM's fused kernels for model-parallel tables), the dense one over what is left."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+
 import torch
+
+if TYPE_CHECKING:
+    from torchrec.optim.keyed import KeyedOptimizer
+
+    from dmpcheck_torchrec import contract
 
 
 class Unsupported(Exception):
@@ -12,7 +21,7 @@ class Unsupported(Exception):
 _FBGEMM_WEIGHT_DECAY_MODES = {"l2": "L2", "decoupled": "DECOUPLE"}
 
 
-def _weight_decay_mode_enum():
+def _weight_decay_mode_enum() -> Any:
     """FBGEMM's WeightDecayMode class, from wherever this release keeps it; None if it has none."""
     for module in ("fbgemm_gpu.split_table_batched_embeddings_ops_training", "fbgemm_gpu.split_embedding_configs"):
         try:
@@ -22,7 +31,7 @@ def _weight_decay_mode_enum():
     return None
 
 
-def _weight_decay_mode(name):
+def _weight_decay_mode(name: str) -> Any:
     """FBGEMM's WeightDecayMode member for `name` (l2, decoupled)."""
     member = _FBGEMM_WEIGHT_DECAY_MODES[name]
     mode = _weight_decay_mode_enum()
@@ -34,7 +43,7 @@ def _weight_decay_mode(name):
     return getattr(mode, member)
 
 
-def _all_modules(module, seen=None):
+def _all_modules(module: torch.nn.Module, seen: Optional[Set[int]] = None) -> Iterator[torch.nn.Module]:
     """Every module under `module`, those a sharded module keeps in plain lists (1.9's _lookups) too."""
     seen = set() if seen is None else seen
     for m in module.modules():
@@ -48,9 +57,9 @@ def _all_modules(module, seen=None):
                     yield from _all_modules(item, seen)
 
 
-def fused_weight_decay_modes(model):
+def fused_weight_decay_modes(model: torch.nn.Module) -> List[str]:
     """The weight decay modes FBGEMM's fused kernels of `model` hold, by name: what reached them."""
-    modes = set()
+    modes: Set[str] = set()
     for m in _all_modules(model):
         if hasattr(m, "weight_decay_mode") and hasattr(m, "optimizer"):
             mode = m.weight_decay_mode
@@ -60,9 +69,9 @@ def fused_weight_decay_modes(model):
     return sorted(modes)
 
 
-def sparse_optimizer(cfg):
+def sparse_optimizer(cfg: contract.SparseOptimizer) -> Tuple[Any, Dict[str, Any]]:
     kind = cfg.type
-    kwargs = {"lr": cfg.lr}
+    kwargs: Dict[str, Any] = {"lr": cfg.lr}
     if kind == "sgd":
         return torch.optim.SGD, kwargs
     if kind == "adagrad":
@@ -91,7 +100,8 @@ def sparse_optimizer(cfg):
     raise Unsupported(f"sparse optimizer '{kind}'")
 
 
-def dense_optimizer(named_parameters, cfg):
+def dense_optimizer(named_parameters: Iterable[Tuple[str, torch.nn.Parameter]],
+                    cfg: contract.DenseOptimizer) -> KeyedOptimizer:
     """The dense side's KeyedOptimizer over `named_parameters` (what the in-backward optimizer does
     not train), as a TorchRec user builds it: a KeyedOptimizerWrapper.  rowwise_adagrad is
     torchrec.optim.RowWiseAdagrad, which takes 2-D parameters only (one accumulator per row), so
@@ -113,7 +123,7 @@ def dense_optimizer(named_parameters, cfg):
     return CombinedOptimizer(parts)
 
 
-def dense_optimizer_factory(cfg):
+def dense_optimizer_factory(cfg: contract.DenseOptimizer) -> Callable[[Any], torch.optim.Optimizer]:
     kind = cfg.type
     if kind == "sgd":
         return lambda params: torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,

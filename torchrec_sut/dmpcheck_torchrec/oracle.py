@@ -10,25 +10,35 @@ under the names the sharded model's dump uses, so dmpcheck compares them as it c
 reference's.  Whatever the reference does not model is judged all the same.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set
 
 import torch
 
-from dmpcheck_torchrec import dump
+from dmpcheck_torchrec import contract, dump
 from dmpcheck_torchrec.models import (LAST_OUTPUTS, bucketed_managed_collision, build_model,
                                       managed_collision_modules, managed_collision_state, output_pieces,
                                       table_weight)
 from dmpcheck_torchrec.optim import Unsupported, dense_optimizer
 from dmpcheck_torchrec.state import MANAGED_COLLISION_STATE, dmpcheck_name, table_of
 
+if TYPE_CHECKING:
+    from torchrec.optim.keyed import KeyedOptimizer
+
+    from dmpcheck_torchrec.dump import TensorPiece
+    from dmpcheck_torchrec.models import Model
+
 # An in-backward optimizer's state as FBGEMM's fused kernels name it in the sharded model.
 _FUSED_STATE_NAMES = {"sum": "momentum1", "momentum1": "momentum1", "exp_avg": "exp_avg",
                       "exp_avg_sq": "exp_avg_sq"}
 
 
-def _state(model, dense_opt, tables, mc_replicated):
+def _state(model: torch.nn.Module, dense_opt: KeyedOptimizer, tables: Set[str],
+           mc_replicated: Optional[Set[str]]) -> List[TensorPiece]:
     """The unsharded model's tensors under the names the sharded model's dump gives them."""
-    pieces = {}
+    pieces: Dict[str, torch.Tensor] = {}
     if mc_replicated is not None:
         pieces.update(managed_collision_state(model, mc_replicated))
     for key, v in model.state_dict().items():
@@ -50,14 +60,15 @@ def _state(model, dense_opt, tables, mc_replicated):
             for n, v in sorted(pieces.items())]
 
 
-def _redraw(model, table, out_dir, current, mismatches):
+def _redraw(model: Model, table: str, out_dir: str, current: Dict[str, int],
+            mismatches: List[str]) -> Callable[[int, torch.Tensor], None]:
     """What the sharded MC-EBC does to the rows rank `part`'s MCH module evicts, before the lookup
     (TorchRec's unsharded one leaves them): their optimizer state zeroed and their weights drawn
     again by the table's init_fn.  The draws are random, so the sharded rank's own (its
     redrawn<step> phase) go into the rows this model's own modules chose."""
     weight = table_weight(model, table)
 
-    def on_evict(part, rows):
+    def on_evict(part: int, rows: torch.Tensor) -> None:
         path = os.path.join(out_dir, f"rank{part}", f"redrawn{current['step']}.json")
         drawn = dump.read_full(path).get(f"mc.{table}.redrawn") if os.path.exists(path) else None
         if drawn is None or drawn.shape[0] != rows.numel():
@@ -75,14 +86,16 @@ def _redraw(model, table, out_dir, current, mismatches):
     return on_evict
 
 
-def train_unsharded(spec, exchange, out_dir, world):
+def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: int) -> str:
     """Trains the unsharded model as above; returns a note saying what it did."""
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     with torch.random.fork_rng():  # its own draw is overwritten; the sharded ranks' generators stay put
         model = build_model(spec, "cpu")
     initial = dump.read_assembled(out_dir, world, "init")
-    mc_replicated, current, mismatches = None, {"step": 0}, []
+    mc_replicated: Optional[Set[str]] = None
+    current = {"step": 0}
+    mismatches: List[str] = []
     if any(t.managed_collision.module == "hash_zch" for t in spec.tables):
         raise Unsupported("the unsharded model stands for sharded MCH modules only; one for hash_zch's "
                           "(HashZchManagedCollisionModule) is not built")
@@ -90,7 +103,7 @@ def train_unsharded(spec, exchange, out_dir, world):
         # Managed collision: one MCH module per rank's rows, as the sharded model holds them.
         bucketed_managed_collision(model, spec, lambda table: dump.row_splits(
             out_dir, world, "init", f"mc.{table}.mch_sorted_raw_ids"))
-        manifest = dump.contract.load(dump.contract.Phase, os.path.join(out_dir, "rank0", "init.json"))
+        manifest = contract.load(contract.Phase, os.path.join(out_dir, "rank0", "init.json"))
         mc_replicated = {e.name for e in manifest.tensors if e.replicated and e.name.startswith("mc.")}
         for table, module in managed_collision_modules(model).items():
             module.on_evict = _redraw(model, table, out_dir, current, mismatches)

@@ -8,12 +8,15 @@ group: EmbeddingShardingPlanner.plan() on the same model, constraints, sharder a
 rank program hands to collective_plan(), which plans on rank 0 and broadcasts that plan.
 """
 
+from __future__ import annotations
+
 import logging
 import sys
 import warnings
+from typing import List
 
 
-def main(argv):
+def main(argv: List[str]) -> int:
     if len(argv) != 3 or argv[1] in ("-h", "--help"):
         print(__doc__)
         return 0 if len(argv) == 2 else 2
@@ -26,7 +29,7 @@ def main(argv):
     spec = contract.load(contract.RunSpec, argv[1])
     planner, sharders, notes = build_planner(spec, spec.world_size, spec.local_world_size)
     rows = plan_of(planner.plan(build_model(spec), sharders), {t.name for t in spec.tables})
-    contract.save(contract.PlanAnswer(contract.SCHEMA_VERSION, runner.versions(), rows, notes), argv[2])
+    contract.save(contract.PlanAnswer(versions=runner.versions(), plan=rows, notes=notes), argv[2])
     return 0
 
 

@@ -11,30 +11,42 @@ scenario's constraints, the sharder extended to row_wise on CPU); OUT_JSON recei
 with one line per configuration.  One process, nothing trained; a few seconds per hundred.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import os
 import sys
 import warnings
+from typing import TYPE_CHECKING, Any, Dict, List
+
+if TYPE_CHECKING:
+    from dmpcheck_torchrec import contract
 
 
-def spec_of(c):
+def spec_of(c: Dict[str, Any]) -> contract.RunSpec:
     """Configuration `c` as the run the rank program would be handed (a contract.RunSpec)."""
     from dmpcheck_torchrec import contract
 
-    tables = [contract.Table(t["name"], t["rows"], t["dim"], ["f_" + t["name"]], t.get("pooling", "sum"),
-                             bool(c.get("weighted")), t.get("data_type", "fp32"),
-                             contract.Constraints(list(t.get("types") or []), [], int(t.get("column_shards") or 0)))
+    tables = [contract.Table(name=t["name"], rows=t["rows"], dim=t["dim"], features=["f_" + t["name"]],
+                             pooling=t.get("pooling", "sum"), weighted=bool(c.get("weighted")),
+                             data_type=t.get("data_type", "fp32"),
+                             constraints=contract.Constraints(sharding_types=list(t.get("types") or []),
+                                                              column_shards=int(t.get("column_shards") or 0)))
               for t in c["tables"]]
     world = c["world"]
     return contract.RunSpec(
-        contract.SCHEMA_VERSION, world, c.get("lws", world), 1, 8, 60.0, "extended", "embedding_bag_collection", False,
-        [0] * world, contract.Start("seed", "", "after_wrap"), tables, [1],
-        contract.SparseOptimizer(c.get("opt", "sgd"), 0.1, 1e-8, 0.9, 0.999, 0.0, "none"),
-        contract.DenseOptimizer("sgd", 0.1, 1e-8, 0.9, 0.999, 0.0, 0.0))
+        world_size=world, local_world_size=c.get("lws", world), steps=1, batch_size=8, timeout_s=60.0,
+        sharder="extended", module="embedding_bag_collection", loop="plain", data_iterator="fresh",
+        seeds=[0] * world, start=contract.Start(kind="seed", state="", load="after_wrap"), tables=tables,
+        dense_layers=[1],
+        sparse_optimizer=contract.SparseOptimizer(type=c.get("opt", "sgd"), lr=0.1, eps=1e-8, beta1=0.9,
+                                                  beta2=0.999, weight_decay=0.0, weight_decay_mode="none"),
+        dense_optimizer=contract.DenseOptimizer(type="sgd", lr=0.1, eps=1e-8, beta1=0.9, beta2=0.999, momentum=0.0,
+                                                weight_decay=0.0))
 
 
-def main(argv):
+def main(argv: List[str]) -> int:
     if len(argv) != 3 or argv[1] in ("-h", "--help"):
         print(__doc__)
         return 0 if len(argv) == 2 else 2
@@ -46,7 +58,7 @@ def main(argv):
 
     with open(argv[1]) as f:
         configs = json.load(f)
-    plans = {}
+    plans: Dict[str, Dict[str, List[List[int]]]] = {}
     for i, c in enumerate(configs):
         spec = spec_of(c)
         planner, sharders, _ = build_planner(spec, spec.world_size, spec.local_world_size)

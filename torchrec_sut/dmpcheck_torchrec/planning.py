@@ -1,20 +1,28 @@
 """TorchRec's planner under the scenario's constraints, the sharders, and its plan as the contract's rows."""
 
+from __future__ import annotations
+
 import dataclasses
+from typing import TYPE_CHECKING, Any, Dict, List, Set, Tuple
 
 from dmpcheck_torchrec import contract
 from dmpcheck_torchrec.models import is_embedding_bag
 from dmpcheck_torchrec.optim import Unsupported
 
+if TYPE_CHECKING:
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.types import ModuleSharder, ShardingPlan
 
-def parameter_constraints(spec):
+
+def parameter_constraints(spec: contract.RunSpec) -> Dict[str, ParameterConstraints]:
     from torchrec.distributed.planner.types import ParameterConstraints
 
     fields = {f.name for f in dataclasses.fields(ParameterConstraints)}
-    out = {}
+    out: Dict[str, ParameterConstraints] = {}
     for t in spec.tables:
         c = t.constraints
-        kwargs = {}
+        kwargs: Dict[str, Any] = {}
         if c.sharding_types:
             kwargs["sharding_types"] = list(c.sharding_types)
         if c.column_shards:
@@ -28,7 +36,7 @@ def parameter_constraints(spec):
     return out
 
 
-def make_sharder(spec):
+def make_sharder(spec: contract.RunSpec) -> Tuple[ModuleSharder, List[str]]:
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.types import ShardingType
 
@@ -46,14 +54,14 @@ def make_sharder(spec):
 
     class CpuRowWiseSharder(EmbeddingBagCollectionSharder):
         # TorchRec's sharder offers row_wise and table_row_wise only for cuda/tpu devices.
-        def sharding_types(self, compute_device_type):
+        def sharding_types(self, compute_device_type: str) -> List[str]:
             types = list(super().sharding_types(compute_device_type))
             return types + [st for st in extra if st not in types]
 
     return CpuRowWiseSharder(), [f"the EBC sharder was extended to offer {', '.join(extra)} on cpu"]
 
 
-def _managed_collision_sharder(spec, bagged):
+def _managed_collision_sharder(spec: contract.RunSpec, bagged: bool) -> Tuple[ModuleSharder, List[str]]:
     """TorchRec's sharder of a managed-collision EBC (`bagged`) or EC, as the scenario asks."""
     if bagged:
         from torchrec.distributed.mc_embeddingbag import ManagedCollisionEmbeddingBagCollectionSharder as Stock
@@ -67,11 +75,11 @@ def _managed_collision_sharder(spec, bagged):
     class CpuManagedCollisionSharder(Stock):
         # TorchRec's MC-EBC sharder offers no sharding type on cpu (TorchRec #2958): the ones it
         # offers on cuda, as the extended sharder does for row_wise.
-        def sharding_types(self, compute_device_type):
+        def sharding_types(self, compute_device_type: str) -> List[str]:
             return list(super().sharding_types("cuda"))
 
         # ... and FBGEMM's fused kernel (the dense one fails at the first eviction, measured).
-        def compute_kernels(self, sharding_type, compute_device_type):
+        def compute_kernels(self, sharding_type: str, compute_device_type: str) -> List[str]:
             return [k for k in super().compute_kernels(sharding_type, "cuda") if k == "fused"]
 
     offered = CpuManagedCollisionSharder().sharding_types("cpu")
@@ -80,28 +88,32 @@ def _managed_collision_sharder(spec, bagged):
                                           f"fused kernel"]
 
 
-def plan_of(plan, table_names):
-    out = []
+def plan_of(plan: ShardingPlan, table_names: Set[str]) -> List[contract.PlanRow]:
+    out: List[contract.PlanRow] = []
     for module_path, module_plan in plan.plan.items():
         for table, ps in module_plan.items():
             if table not in table_names and module_path.split(".")[-1] in table_names:
                 table = module_path.split(".")[-1]  # an nn.EmbeddingBag's "weight", by its table
             if table not in table_names:
                 continue
-            shards = []
+            shards: List[contract.ShardRow] = []
             if ps.sharding_spec is not None:
                 for s in ps.sharding_spec.shards:
                     rank = int(str(s.placement).split("rank:")[1].split("/")[0])
                     offs = list(s.shard_offsets) + [0]
                     sizes = list(s.shard_sizes) + [0]
-                    shards.append(contract.ShardRow(rank, offs[0], sizes[0], offs[1], sizes[1]))
+                    shards.append(contract.ShardRow(rank=rank, row_offset=offs[0], rows=sizes[0], col_offset=offs[1],
+                                                    cols=sizes[1]))
             else:  # a data-parallel replica: the whole table on each rank
-                shards = [contract.ShardRow(r, 0, -1, 0, -1) for r in (ps.ranks or [])]
-            out.append(contract.PlanRow(table, ps.sharding_type, ps.compute_kernel, list(ps.ranks or []), shards))
+                shards = [contract.ShardRow(rank=r, row_offset=0, rows=-1, col_offset=0, cols=-1)
+                          for r in (ps.ranks or [])]
+            out.append(contract.PlanRow(table=table, sharding=ps.sharding_type, compute_kernel=ps.compute_kernel,
+                                        ranks=list(ps.ranks or []), shards=shards))
     return out
 
 
-def build_planner(spec, world, local_world):
+def build_planner(spec: contract.RunSpec, world: int,
+                  local_world: int) -> Tuple[EmbeddingShardingPlanner, List[ModuleSharder], List[str]]:
     """TorchRec's planner under the scenario's constraints, the sharders, and notes on what was adapted."""
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
 

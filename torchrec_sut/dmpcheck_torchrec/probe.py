@@ -6,11 +6,14 @@ and where torchrec came from.  When an import fails it says which, with Python's
 dmpcheck shows those lines to the user of `system: python:/path/to/bin/python`.
 """
 
+from __future__ import annotations
+
 import platform
 import sys
+from typing import List
 
 
-def main(argv):
+def main(argv: List[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m dmpcheck_torchrec.probe OUT_JSON", file=sys.stderr)
         return 2
@@ -22,7 +25,7 @@ def main(argv):
             return 1
     from dmpcheck_torchrec import contract, runner
 
-    contract.save(contract.ProbeAnswer(contract.SCHEMA_VERSION, runner.versions(), platform.python_version()), argv[1])
+    contract.save(contract.ProbeAnswer(versions=runner.versions(), python=platform.python_version()), argv[1])
     return 0
 
 

@@ -22,7 +22,10 @@ of its ids' row bounds, each times |weight| (divided by its length for mean pool
 of the bag's summed magnitudes for the order the two sides accumulate in.
 """
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -31,15 +34,22 @@ from dmpcheck_torchrec.models import build_model, output_keys
 from dmpcheck_torchrec.optim import Unsupported
 from dmpcheck_torchrec.state import dmpcheck_name
 
+if TYPE_CHECKING:
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    from dmpcheck_torchrec import contract
+    from dmpcheck_torchrec.dump import TensorPiece
+    from dmpcheck_torchrec.models import Model
+
 _BITS = {"int8": 8, "int4": 4, "int2": 2}
 _FP16_ULP = 2.0 ** -11
 
 
-def _dtypes():
+def _dtypes() -> Dict[str, torch.dtype]:
     return {"int8": torch.qint8, "int4": torch.quint4x2, "int2": torch.quint2x4, "fp16": torch.half}
 
 
-def _row_bounds(weight, quant):
+def _row_bounds(weight: torch.Tensor, quant: str) -> torch.Tensor:
     """Per row of a float table, the most an element can change when quantized as `quant`."""
     w = weight.detach().double()
     if quant == "fp16":
@@ -49,19 +59,19 @@ def _row_bounds(weight, quant):
     return scale * (1 + 2 * _FP16_ULP) / 2 + (hi - lo + lo.abs()) * _FP16_ULP + 2.0 ** -24
 
 
-def _bags(rows, lengths):
+def _bags(rows: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Per bag, the sum of its ids' rows."""
     bag = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
     return torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
 
 
-def _keys(tables):
+def _keys(tables: Sequence[contract.Table]) -> Dict[Tuple[str, str], str]:
     """Each (table, feature) of `tables` to its output key (models.output_keys)."""
     readings = [(t.name, f) for t in tables for f in t.features]
     return dict(zip(readings, output_keys(readings)))
 
 
-def _sequence_bounds(spec, ec, kjt):
+def _sequence_bounds(spec: contract.RunSpec, ec: torch.nn.Module, kjt: KeyedJaggedTensor) -> Dict[str, torch.Tensor]:
     """Per output key of the EmbeddingCollection, each id's row bound (its own row's, no sum)."""
     tables = [t for t in spec.tables if t.pooling == "none"]
     keys, ids_of, out = _keys(tables), kjt.to_dict(), {}
@@ -75,11 +85,11 @@ def _sequence_bounds(spec, ec, kjt):
     return out
 
 
-def _bounds(spec, ebc, kjt):
+def _bounds(spec: contract.RunSpec, ebc: torch.nn.Module, kjt: KeyedJaggedTensor) -> Dict[str, torch.Tensor]:
     """Per output key of the collection, the bound of each element (see the module's text)."""
     keys = _keys([t for t in spec.tables if t.pooling != "none"])
     bags = kjt.to_dict()
-    out = {}
+    out: Dict[str, torch.Tensor] = {}
     for t in [t for t in spec.tables if t.pooling != "none"]:
         weight = ebc.embedding_bags[t.name].weight.detach().double()
         per_row = _row_bounds(weight, t.quant)
@@ -96,13 +106,13 @@ def _bounds(spec, ebc, kjt):
     return out
 
 
-def _pieces(outputs, prefix="pooled_embeddings."):
+def _pieces(outputs: Dict[str, torch.Tensor], prefix: str = "pooled_embeddings.") -> List[TensorPiece]:
     return [{"name": prefix + k, "sharding": "output", "replicated": False,
              "full_sizes": list(v.shape), "row_offset": 0, "col_offset": 0, "tensor": v.detach().float()}
             for k, v in sorted(outputs.items())]
 
 
-def _rows(result):
+def _rows(result: Any) -> Dict[str, torch.Tensor]:
     """An EmbeddingCollection's output, each key's rows per id."""
     if hasattr(result, "wait"):
         result = result.wait()
@@ -113,18 +123,20 @@ class _Collections(torch.nn.Module):
     """The model's collections as one module (torch's quantize_dynamic and TorchRec's
     _shard_modules act on a module's children): `ebc`, `ec` where the model has them."""
 
-    def __init__(self, ebc, ec):
+    def __init__(self, ebc: Optional[torch.nn.Module], ec: Optional[torch.nn.Module]) -> None:
         super().__init__()
         if ebc is not None:
             self.ebc = ebc
         if ec is not None:
             self.ec = ec
 
-    def lookups(self, model, kjt):
+    def lookups(self, model: Model,
+                kjt: KeyedJaggedTensor) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
         """(pooled, rows): the EBC's pooled embeddings and the EC's rows per id, by output key."""
         from dmpcheck_torchrec.models import select_features
 
-        pooled, rows = {}, {}
+        pooled: Dict[str, torch.Tensor] = {}
+        rows: Dict[str, torch.Tensor] = {}
         ebc, ec = getattr(self, "ebc", None), getattr(self, "ec", None)
         if ebc is not None:
             out = ebc(select_features(kjt, model.bag_features) if ec is not None else kjt)
@@ -134,7 +146,9 @@ class _Collections(torch.nn.Module):
         return pooled, rows
 
 
-def _shard_for_inference(spec, quantized, model, world, batch, split):
+def _shard_for_inference(spec: contract.RunSpec, quantized: _Collections, model: Model, world: int,
+                         batch: KeyedJaggedTensor,
+                         split: bool) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor], str]:
     """The quantized collections sharded for inference over `world` devices in this process, as
     TorchRec's own CPU inference tests shard them, with the unsharded state loaded; their outputs."""
     from torchrec.distributed.quant_embeddingbag import QuantEmbeddingBagCollectionSharder
@@ -152,7 +166,7 @@ def _shard_for_inference(spec, quantized, model, world, batch, split):
                           "torchrec.distributed.global_settings.set_propogate_device before 0.8.0)") from None
     set_propogate_device(True)
 
-    per_param = {}
+    per_param: Dict[str, Any] = {}
     for t in spec.tables:
         kind = t.constraints.sharding_types[0] if t.constraints.sharding_types else "table_wise"
         if kind == "table_wise":
@@ -169,7 +183,9 @@ def _shard_for_inference(spec, quantized, model, world, batch, split):
     from torchrec.distributed.types import ShardingPlan
 
     fused = {FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS: split}
-    sharders, plans, states = [], {}, {}
+    sharders: List[Any] = []
+    plans: Dict[str, Any] = {}
+    states: Dict[str, Dict[str, Any]] = {}
     for name, module in quantized.named_children():
         if name == "ebc":
             sharder = QuantEmbeddingBagCollectionSharder(fused_params=fused)
@@ -193,19 +209,19 @@ def _shard_for_inference(spec, quantized, model, world, batch, split):
     return pooled, rows, f"sharded for inference over {world} cpu devices in one process ({types})"
 
 
-def _long(kjt):
+def _long(kjt: KeyedJaggedTensor) -> KeyedJaggedTensor:
     """`kjt` with int64 ids and lengths: FBGEMM's inference lookups of 0.6.0 and 0.7.0 check
     their indices as int64 only ("expected scalar type Long but found Int")."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-    vbe = {}
+    vbe: Dict[str, Any] = {}
     if getattr(kjt, "variable_stride_per_key", lambda: False)():  # strides and inverse indices kept
         vbe = {"stride_per_key_per_rank": kjt.stride_per_key_per_rank(), "inverse_indices": kjt.inverse_indices()}
     return KeyedJaggedTensor(keys=kjt.keys(), values=kjt.values().long(), lengths=kjt.lengths().long(),
                              weights=kjt.weights_or_none(), **vbe)
 
 
-def quantize(spec, collections, split_scale_bias=False):
+def quantize(spec: contract.RunSpec, collections: _Collections, split_scale_bias: bool = False) -> _Collections:
     """`collections` (a _Collections) quantized by quantize_embeddings, each table to its `quant`
     (torch's quantize_dynamic swaps a module's children: an EmbeddingBagCollection for a quant
     one, an EmbeddingCollection too).  `split_scale_bias`: their state holds each row's scale and
@@ -219,18 +235,20 @@ def quantize(spec, collections, split_scale_bias=False):
         for module in collections.children():
             quant_prep_enable_quant_state_dict_split_scale_bias(module)
     dtypes = _dtypes()
-    extra = {}
+    extra: Dict[str, Any] = {}
     if hasattr(collections, "ec"):  # as TorchRec users ask for it: the EC's quant module named
         import torchrec
         from torchrec.quant.embedding_modules import EmbeddingCollection as QuantEmbeddingCollection
 
         extra = {"additional_qconfig_spec_keys": [torchrec.EmbeddingCollection],
                  "additional_mapping": {torchrec.EmbeddingCollection: QuantEmbeddingCollection}}
-    return quantize_embeddings(collections, dtype=dtypes[spec.tables[0].quant], inplace=False,
-                               per_table_weight_dtype={t.name: dtypes[t.quant] for t in spec.tables}, **extra)
+    quantized: _Collections = quantize_embeddings(  # a copy of `collections`, its children swapped
+        collections, dtype=dtypes[spec.tables[0].quant], inplace=False,
+        per_table_weight_dtype={t.name: dtypes[t.quant] for t in spec.tables}, **extra)
+    return quantized
 
 
-def run(spec, exchange, out_dir, world, final_phase, sharded):
+def run(spec: contract.RunSpec, exchange: str, out_dir: str, world: int, final_phase: str, sharded: bool) -> str:
     """Quantizes the trained model and writes out/quantized/ as above; returns a note."""
     with torch.random.fork_rng():  # the model's own draw is overwritten
         model = build_model(spec, "cpu")

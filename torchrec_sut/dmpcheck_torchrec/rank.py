@@ -23,11 +23,14 @@ dense optimizer.  Nothing here imports dmpcheck or the Debian libtorch: the two 
 share a process.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
 import time
 import traceback
+from typing import List, NoReturn, Tuple, Type, Union
 
 
 # contract.SCHEMA_VERSION, for the error written when the contract module cannot be imported
@@ -35,14 +38,14 @@ import traceback
 _SCHEMA_VERSION = 4
 
 
-def _fail(out_dir, rank, kind, message, tb=""):
+def _fail(out_dir: str, rank: int, kind: str, message: str, tb: str = "") -> None:
     # contract.RankError, read alike from dmpcheck's own ranks.  When the contract module itself
     # cannot be imported (it may be what failed), the same fields are written by hand.
     path = os.path.join(out_dir, f"rank{rank}")
     os.makedirs(path, exist_ok=True)
     try:
         from dmpcheck_torchrec import contract
-        contract.save(contract.RankError(contract.SCHEMA_VERSION, kind, message, tb), os.path.join(path, "error.json"))
+        contract.save(contract.RankError(kind=kind, message=message, traceback=tb), os.path.join(path, "error.json"))
         return
     except Exception:  # noqa: BLE001 - the launcher shows a document it cannot read as text
         pass
@@ -52,7 +55,7 @@ def _fail(out_dir, rank, kind, message, tb=""):
     os.replace(tmp, os.path.join(path, "error.json"))
 
 
-def main(argv):
+def main(argv: List[str]) -> int:
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print(__doc__)
         return 0 if len(argv) == 2 else 2
@@ -91,7 +94,7 @@ def main(argv):
     return 0
 
 
-def contract_error():
+def contract_error() -> Union[Type[Exception], Tuple[()]]:
     try:
         from dmpcheck_torchrec.contract import ContractError
         return ContractError
@@ -99,7 +102,7 @@ def contract_error():
         return ()
 
 
-def runner_unsupported():
+def runner_unsupported() -> Union[Type[Exception], Tuple[()]]:
     try:
         from dmpcheck_torchrec.runner import Unsupported
         return Unsupported
@@ -107,7 +110,7 @@ def runner_unsupported():
         return ()
 
 
-def _exit(code):
+def _exit(code: int) -> NoReturn:
     # Everything this rank hands back is already on disk (written atomically).  Leave without
     # running interpreter and static teardown: with torch 2.14 a rank aborted there now and then
     # ("terminate called without an active exception", SIGABRT after its last step was written),

@@ -6,17 +6,20 @@ planner and sharders), state (this rank's tensors under dmpcheck's names), dump 
 files).  This module is the loop: init, the plan, the wrap, the steps, the meta document.
 """
 
+from __future__ import annotations
+
 import datetime
 import math
 import os
 import time
+from typing import List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
 from dmpcheck_torchrec import checkpoint, contract, dump, loops, optim, oracle, quant
 from dmpcheck_torchrec.models import LAST_OUTPUTS, EvictionDraws, build_model, output_pieces
-from dmpcheck_torchrec.optim import Unsupported  # noqa: F401  (rank.py reports it by name)
+from dmpcheck_torchrec.optim import Unsupported as Unsupported  # (rank.py reports it by name)
 from dmpcheck_torchrec.planning import build_planner, plan_of
 from dmpcheck_torchrec.state import dmpcheck_name, load_initial, local_tensors, state_pieces
 
@@ -25,11 +28,11 @@ class NonFiniteLoss(ArithmeticError):
     """The release's training produced a NaN or infinite loss (a failure of the release's run)."""
 
 
-def versions():
+def versions() -> contract.Versions:
     """The release's versions as its own installation reports them."""
     from importlib.metadata import PackageNotFoundError, version
 
-    def of(dist_name):
+    def of(dist_name: str) -> str:
         try:
             return version(dist_name)
         except PackageNotFoundError:
@@ -40,10 +43,11 @@ def versions():
     # Where the imported package is: the release's site-packages, or a commit's source put first
     # on PYTHONPATH (dmpcheck checks that it is the commit it asked for).
     source = os.path.dirname(os.path.abspath(torchrec.__file__))
-    return contract.Versions(of("torchrec"), torch.__version__, of("fbgemm-gpu-cpu") or of("fbgemm-gpu"), source)
+    return contract.Versions(torchrec=of("torchrec"), torch=torch.__version__,
+                             fbgemm_gpu=of("fbgemm-gpu-cpu") or of("fbgemm-gpu"), torchrec_source=source)
 
 
-def _start(spec, rank, notes):
+def _start(spec: contract.RunSpec, rank: int, notes: List[str]) -> torch.nn.Module:
     """The unsharded model, with the user's weights in it when they load before the wrap."""
     # The init mode as a TorchRec user applies it: one torch.manual_seed before the model exists
     # (the seed per rank comes from dmpcheck, which applies its one rule for seeded/unseeded).
@@ -63,7 +67,7 @@ def _start(spec, rank, notes):
     return model
 
 
-def _init_process_group(timeout):
+def _init_process_group(timeout: datetime.timedelta) -> None:
     """Gloo over the launcher's rendezvous.  Under dmpcheck's launcher the store is a file in the
     cell's private (0700) directory, DMPCHECK_RENDEZVOUS_FILE, and Gloo listens on loopback
     (GLOO_SOCKET_IFNAME=lo): torch's TCPStore would listen on every interface and take writes from
@@ -78,7 +82,7 @@ def _init_process_group(timeout):
                             timeout=timeout)
 
 
-def run(spec, exchange, out_dir, rank, import_s):
+def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s: float) -> None:
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.optim.keyed import CombinedOptimizer
     from torchrec.optim.optimizers import in_backward_optimizer_filter
@@ -90,7 +94,7 @@ def run(spec, exchange, out_dir, rank, import_s):
     if world != spec.world_size or len(spec.seeds) != world:
         raise Unsupported(f"the scenario needs {spec.world_size} ranks ({len(spec.seeds)} seeds), WORLD_SIZE is {world}")
 
-    notes = []
+    notes: List[str] = []
     model = _start(spec, rank, notes)
     planner, sharders, planner_notes = build_planner(spec, world, spec.local_world_size)
     notes = planner_notes + notes
@@ -117,7 +121,7 @@ def run(spec, exchange, out_dir, rank, import_s):
     first = spec.first_step
     dump.write_phase(out_dir, rank, f"step{first}" if first else "init",
                      state_pieces(sharded, dense_opt, types, table_dims))
-    losses = []
+    losses: List[float] = []
     t1 = time.perf_counter()
     if spec.outputs and spec.steps == 0:  # the forward alone: the outputs at step 0
         with torch.no_grad():
@@ -126,10 +130,13 @@ def run(spec, exchange, out_dir, rank, import_s):
                          output_pieces(rank, world, spec.batch_size, dump.id_counts(exchange, 1, world)))
     pipeline = loops.pipeline(spec.loop, sharded, optimizer)
     per_epoch = (spec.steps - first) // spec.epochs
-    executed, evaluated, after_exhausted, step = [], [], 0, first
-    persistent = None  # the one iterator of data_iterator: persistent, re-armed for every pass
+    executed: List[int] = []
+    evaluated: List[int] = []
+    after_exhausted, step = 0, first
+    # the one iterator of data_iterator: persistent, re-armed for every pass
+    persistent: Optional[loops.DataIterator] = None
 
-    def iterator(steps):
+    def iterator(steps: Sequence[int]) -> loops.DataIterator:
         nonlocal persistent
         if spec.data_iterator != "persistent":
             return loops.DataIterator(exchange, rank, steps, as_batch=pipeline is not None)
@@ -197,8 +204,9 @@ def run(spec, exchange, out_dir, rank, import_s):
         notes.append(f"weight_decay_mode {spec.sparse_optimizer.weight_decay_mode} handed to FBGEMM's fused "
                      f"{spec.sparse_optimizer.type} through TorchRec's optimizer kwargs; its kernels hold "
                      f"{', '.join(optim.fused_weight_decay_modes(sharded)) or 'none'}")
-    record = contract.RankLoop(rank, executed, after_exhausted, evaluated)
-    records = [None] * world
+    record = contract.RankLoop(rank=rank, batches=executed, next_after_exhausted=after_exhausted,
+                               eval_batches=evaluated)
+    records: List[object] = [None] * world
     dist.all_gather_object(records, contract.to_dict(record))  # also: every rank's phases are on disk
     if rank == 0:
         if spec.unsharded:
@@ -209,8 +217,9 @@ def run(spec, exchange, out_dir, rank, import_s):
             t3 = time.perf_counter()
             notes.append(quant.run(spec, exchange, out_dir, world, f"step{step}" if step else "init",
                                    spec.quantized_sharded) + f" ({time.perf_counter() - t3:.2f} s)")
-        meta = contract.RunMeta(contract.SCHEMA_VERSION, versions(), plan_rows, losses, notes,
-                                contract.Timings(import_s, init_s, plan_s, train_s),
-                                [contract.parse_part(contract.RankLoop, r, "loop") for r in records])
+        meta = contract.RunMeta(versions=versions(), plan=plan_rows, losses=losses, notes=notes,
+                                timings=contract.Timings(import_s=import_s, init_s=init_s, plan_s=plan_s,
+                                                         train_s=train_s),
+                                loops=[contract.parse_part(contract.RankLoop, r, "loop") for r in records])
         contract.save(meta, os.path.join(out_dir, "meta.json"))
     dist.destroy_process_group()

@@ -1,11 +1,20 @@
 """This rank's tensors under dmpcheck's names (weights, optimizer state), and loading whole ones."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Collection, Dict, List, Optional, Tuple
+
 import torch
 
 from dmpcheck_torchrec import dump
 
+if TYPE_CHECKING:
+    from torchrec.optim.keyed import KeyedOptimizer
 
-def table_of(key, tables):
+    from dmpcheck_torchrec.dump import TensorPiece
+
+
+def table_of(key: str, tables: Collection[str]) -> Optional[str]:
     """The table a state key belongs to: the segment right after an EBC's `embedding_bags` or an
     EC's `embeddings`, when it names one of `tables` (so a table named `dense` does not claim
     `dense.0.weight`); None for everything else."""
@@ -24,7 +33,7 @@ MANAGED_COLLISION_STATE = "._managed_collision_collection."
 _MC_MODULES = "._managed_collision_modules."
 
 
-def mc_name(key):
+def mc_name(key: str) -> Optional[str]:
     """dmpcheck's name of a managed-collision module's buffer, mc.<table>.<buffer> (its leading
     underscore dropped: mc.t0.mch_sorted_raw_ids); None for any other key."""
     if MANAGED_COLLISION_STATE not in key or _MC_MODULES not in key:
@@ -33,7 +42,7 @@ def mc_name(key):
     return f"mc.{table}.{buffer.lstrip('_')}"
 
 
-def dmpcheck_name(key):
+def dmpcheck_name(key: str) -> str:
     """dmpcheck names every table's tensors as an EBC's (ebc.embedding_bags.<table>.*), sequence
     tables in the EmbeddingCollection (ec.embeddings.<table>.*) and the tables a managed-collision
     EBC wraps too."""
@@ -45,13 +54,14 @@ def dmpcheck_name(key):
     return "ebc.embedding_bags." + key[len("ec.embeddings."):] if key.startswith("ec.embeddings.") else key
 
 
-def state_pieces(model, dense_opt, types, table_dims):
+def state_pieces(model: torch.nn.Module, dense_opt: KeyedOptimizer, types: Dict[str, str],
+                 table_dims: Dict[str, Tuple[int, int]]) -> List[TensorPiece]:
     """Every tensor this rank holds, under dmpcheck's names, with where it sits in the full tensor."""
     from torch.distributed._shard.sharded_tensor import ShardedTensor
 
-    pieces = []
+    pieces: List[TensorPiece] = []
 
-    def add_sharded(name, sharding, st, table):
+    def add_sharded(name: str, sharding: str, st: ShardedTensor, table: Optional[str]) -> None:
         full = list(st.size())
         for sh in st.local_shards():
             offs = list(sh.metadata.shard_offsets)
@@ -63,14 +73,15 @@ def state_pieces(model, dense_opt, types, table_dims):
             pieces.append({"name": name, "sharding": sharding, "replicated": False, "full_sizes": full,
                            "row_offset": row_off, "col_offset": col_off, "tensor": t})
 
+    table: Optional[str]
     for key, v in model.state_dict().items():
         if MANAGED_COLLISION_STATE in key:
             # A managed-collision module's state: its remapping tables and counters sharded as
             # the table's rows, its iteration counter and output segments on every rank.
             name = mc_name(key)
-            table = name.split(".")[1] if name else None
-            if table not in types:
+            if name is None or name.split(".")[1] not in types:
                 continue
+            table = name.split(".")[1]
             if isinstance(v, ShardedTensor):
                 add_sharded(name, types[table], v, table)
             elif isinstance(v, torch.Tensor):
@@ -78,8 +89,8 @@ def state_pieces(model, dense_opt, types, table_dims):
                                "full_sizes": list(v.shape), "tensor": v})
             continue
         table = table_of(key, types)
-        if isinstance(v, ShardedTensor):
-            add_sharded(dmpcheck_name(key), types[table], v, table)
+        if isinstance(v, ShardedTensor):  # (always a table's: `table` is not None)
+            add_sharded(dmpcheck_name(key), types[table], v, table)  # type: ignore[index]
         elif torch.is_floating_point(v):
             sharding = types[table] if table else "dense"
             pieces.append({"name": dmpcheck_name(key), "sharding": sharding, "replicated": True, "full_sizes": list(v.shape),
@@ -90,8 +101,8 @@ def state_pieces(model, dense_opt, types, table_dims):
         for sname, v in states.items():
             short = sname.split(".")[-1]
             name = f"ebc.embedding_bags.{table}.{short}"
-            if isinstance(v, ShardedTensor):
-                add_sharded(name, types[table], v, table)
+            if isinstance(v, ShardedTensor):  # (the fused optimizer's state is a table's)
+                add_sharded(name, types[table], v, table)  # type: ignore[index]
     # Whatever optimizer covers the rest (dense layers, and data-parallel tables in TorchRec).
     for key, states in dense_opt.state_dict()["state"].items():
         table = table_of(key, types)
@@ -103,11 +114,11 @@ def state_pieces(model, dense_opt, types, table_dims):
     return pieces
 
 
-def local_tensors(model):
+def local_tensors(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
     """This rank's tensors of the model's state_dict, local shards included, by key."""
     from torch.distributed._shard.sharded_tensor import ShardedTensor
 
-    out = {}
+    out: Dict[str, torch.Tensor] = {}
     for key, v in model.state_dict().items():
         if isinstance(v, ShardedTensor):
             for i, sh in enumerate(v.local_shards()):
@@ -117,12 +128,12 @@ def local_tensors(model):
     return out
 
 
-def load_initial(model, path):
+def load_initial(model: torch.nn.Module, path: str) -> List[str]:
     """Overwrites the live weights with whole tensors from dmpcheck (the reference's initial state)."""
     from torch.distributed._shard.sharded_tensor import ShardedTensor
 
     full = dump.read_full(path)
-    loaded = []
+    loaded: List[str] = []
     with torch.no_grad():
         params = dict(model.named_parameters())
         for key, v in model.state_dict().items():

@@ -23,6 +23,8 @@ Forking is refused, and dmpcheck falls back to exec-ed ranks, if this process ha
 thread: a fork copies only the calling thread, and a lock another thread held would stay held.
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
@@ -31,21 +33,22 @@ import signal
 import socket
 import sys
 import time
+from typing import Any, Dict, List, NoReturn
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _MAX_PACKET = 1 << 20
 
 
-def _threads():
+def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _send(sock, document):
+def _send(sock: socket.socket, document: Dict[str, Any]) -> None:
     sock.send(json.dumps(document).encode())
 
 
-def _become_rank(sock, request, out_fd, parent):
+def _become_rank(sock: socket.socket, request: Dict[str, Any], out_fd: int, parent: int) -> NoReturn:
     """In the fork: set up as an exec-ed rank would be, run the module, never return."""
     code = 3
     try:
@@ -96,9 +99,9 @@ def _become_rank(sock, request, out_fd, parent):
         os._exit(code)
 
 
-def serve(sock):
+def serve(sock: socket.socket) -> None:
     parent = os.getpid()
-    children = {}  # pid -> process group
+    children: Dict[int, int] = {}  # pid -> process group
     try:
         while True:
             # Every ended rank is reported first, then one request is served (or 20 ms pass).
@@ -114,7 +117,9 @@ def serve(sock):
             readable, _, _ = select.select([sock], [], [], 0.02)
             if not readable:
                 continue
-            data, fds, _, _ = socket.recv_fds(sock, _MAX_PACKET, 4)
+            # socket.recv_fds is Python 3.9's: under 3.8 the first request ends this interpreter
+            # (AttributeError), the one place the package needs more than 3.8.
+            data, fds, _, _ = socket.recv_fds(sock, _MAX_PACKET, 4)  # type: ignore[attr-defined]
             if not data:
                 return  # dmpcheck closed its end, or is gone
             request = json.loads(data)
@@ -153,7 +158,7 @@ def serve(sock):
                 pass
 
 
-def main(argv):
+def main(argv: List[str]) -> int:
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__)
         return 0 if len(argv) == 2 else 2

@@ -6,6 +6,7 @@ the same document, and a field known to one side only must fail with its name.
 """
 
 import copy
+import dataclasses
 import json
 import os
 import sys
@@ -104,3 +105,55 @@ def test_the_rank_programs_fallback_error_has_the_contracts_schema_version():
     from dmpcheck_torchrec import rank
 
     assert rank._SCHEMA_VERSION == contract.SCHEMA_VERSION
+
+
+def _contract_classes():
+    """Every contract class: the documents and the parts they are made of."""
+    return [c for c in vars(contract).values() if isinstance(c, type) and dataclasses.is_dataclass(c)]
+
+
+def test_every_contract_class_has_the_headers_defaults_and_builds_by_keyword():
+    """Each struct of harness/run/release_contract.h default-constructs; so does each class here,
+    to the same values (0, "", empty, but the few the header sets otherwise), and a document
+    built from keywords alone is a valid one."""
+    for cls in _contract_classes():
+        document = cls()
+        assert contract.parse_part(cls, contract.to_dict(document), cls.__name__) == document
+    assert contract.Start() == contract.Start(kind="seed", state="", load="after_wrap")
+    spec = contract.RunSpec()
+    assert (spec.schema_version, spec.epochs, spec.is_weighted, spec.steps, spec.sharder) == (
+        contract.SCHEMA_VERSION, 1, "tables", 0, "")
+    assert spec.tables == [] and spec.start == contract.Start() and spec.checkpoint == contract.Checkpoint()
+    assert contract.Piece().dtype == "float32"
+    assert contract.Table(name="t0").constraints == contract.Constraints(sharding_types=[], column_shards=0)
+    # Every list and object default is the instance's own.
+    a, b = contract.RunSpec(), contract.RunSpec()
+    a.tables.append(contract.Table())
+    a.start.kind = "reference"
+    assert b.tables == [] and b.start.kind == "seed"
+    for name, cls in DOCUMENTS.items():
+        assert contract.to_dict(cls()).keys() == fixture(name).keys(), name
+        assert contract.parse(cls, contract.to_dict(cls()), name) == cls()
+
+
+def test_plan_corpus_builds_every_configuration_as_a_valid_run_spec():
+    """`python -m dmpcheck_torchrec.plan_corpus` (fixtures/torchrec-plans/README.md) turns each
+    configuration into the RunSpec the rank program would be handed before it plans anything (it
+    once failed there, building documents positionally after the contract had grown)."""
+    from dmpcheck_torchrec import plan_corpus
+
+    with open(os.path.join(ROOT, "fixtures", "torchrec-plans", "configs.json")) as f:
+        configs = json.load(f)
+    for c in configs:
+        spec = plan_corpus.spec_of(c)
+        assert contract.parse(contract.RunSpec, contract.to_dict(spec), c["id"]) == spec
+        assert spec.world_size == c["world"] and len(spec.seeds) == c["world"]
+        assert [t.name for t in spec.tables] == [t["name"] for t in c["tables"]]
+        assert [t.constraints.sharding_types for t in spec.tables] == [t["types"] for t in c["tables"]]
+        assert [t.constraints.column_shards for t in spec.tables] == [t.get("column_shards", 0) for t in c["tables"]]
+        assert spec.sparse_optimizer.type == c.get("opt", "sgd") and spec.sparse_optimizer.weight_decay_mode == "none"
+    first = plan_corpus.spec_of(configs[0])
+    assert first.tables[0] == contract.Table(
+        name="t0", rows=64, dim=8, features=["f_t0"], pooling="sum", weighted=False, data_type="fp32",
+        constraints=contract.Constraints(sharding_types=["table_wise"]))
+    assert "torch" not in sys.modules
