@@ -48,6 +48,26 @@ def sources():
     return [f for f in out if not f.startswith("tests/lint/")]
 
 
+# Settings are read once, at main (harness/common/settings.h): nothing else in the library or the
+# program reads a DMPCHECK_ variable or sets any.  The exceptions are what a rank is told by its
+# launcher (the wire, read once at the rank's start) and the programs that have no main of ours.
+SETTINGS_READERS = {"harness/common/settings.cc", "harness/run/worker.cc", "harness/comm/backends.cc",
+                    "harness/python/module.cc", "harness/bench/microbench.cc"}
+SETTINGS_READ = re.compile(r"\b(setenv|putenv)\s*\(|getenv\s*\(\s*\"DMPCHECK_")
+
+
+def settings_findings(files):
+    found = []
+    for f in files:
+        if f in SETTINGS_READERS or not f.startswith("harness/") or f.startswith("harness/tests/"):
+            continue
+        for number, line in enumerate((ROOT / f).read_text().splitlines(), 1):
+            if SETTINGS_READ.search(line):
+                found.append(f"{f}:{number}: reads or sets the environment beside harness/common/settings.h: "
+                             f"{line.strip()}")
+    return found
+
+
 def format_findings(files):
     r = subprocess.run([CLANG_FORMAT, "--dry-run", "--Werror", *files], cwd=ROOT, capture_output=True, text=True)
     return sorted({line.split(":")[0] for line in r.stderr.splitlines() if ": error:" in line}) if r.returncode else []
@@ -162,6 +182,12 @@ def main():
     for f in misformatted:
         print(f"ci/lint.py: {f} is not clang-formatted (fix: {CLANG_FORMAT} -i {f})")
     print(f"ci/lint.py: format: {len(files) - len(misformatted)} of {len(files)} files as .clang-format says")
+    if not all(SETTINGS_READ.search(x) for x in ('::setenv("DMPCHECK_X", "1", 1);', 'std::getenv("DMPCHECK_RANKS")')):
+        sys.exit("ci/lint.py: the settings rule does not match a setenv or a getenv of DMPCHECK_")
+    beside = settings_findings(files)
+    for line in beside:
+        print(line)
+    print(f"ci/lint.py: settings: {len(beside)} place(s) read or set the environment beside common/settings.h")
     for line in mistyped:
         print(line)
     if mistyped:
@@ -170,7 +196,7 @@ def main():
     else:
         print(f"ci/lint.py: types: {typed} files strictly typed (mypy {MYPY_VERSION})")
     if options.no_tidy:
-        sys.exit(1 if misformatted or mistyped else 0)
+        sys.exit(1 if misformatted or mistyped or beside else 0)
 
     commands = Path(options.build_dir).resolve() / "compile_commands.json"
     if not commands.exists():
@@ -188,7 +214,7 @@ def main():
                 print(findings)
     print(f"ci/lint.py: tidy: {len(entries) - len(failed)} of {len(entries)} translation units clean "
           f"({hits} verdicts from the cache)")
-    sys.exit(1 if misformatted or mistyped or failed else 0)
+    sys.exit(1 if misformatted or mistyped or beside or failed else 0)
 
 
 if __name__ == "__main__":

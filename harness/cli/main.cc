@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/revision.h"
+#include "common/settings.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
 #include "dmp/planner.h"
@@ -489,10 +490,19 @@ int main(int argc, char** argv) {
     // input, 2, like every other (CLI11's own statuses, 105 and up, are nobody's policy).
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (!torchrec_repo.empty()) ::setenv("DMPCHECK_TORCHREC_REPO", torchrec_repo.c_str(), 1);
-  // Where a missing release is installed (release/torchrec_systems.cc reads it): bisect and releases by default.
+  // The settings, read once: the environment's, the flags over them (common/settings.h).
+  Settings settings;
+  try {
+    settings = Settings::from_environment();
+  } catch (const Error& e) {
+    std::cerr << "dmpcheck: " << e.what() << "\n";
+    return 2;
+  }
+  if (!torchrec_repo.empty()) settings.torchrec_repo = torchrec_repo;
+  // A missing release is installed where asked, and by bisect and releases unless told not to.
   if (install_releases || (*bisect_cmd && !no_install) || (*table_cmd && !table_no_install))
-    ::setenv("DMPCHECK_INSTALL_RELEASES", "1", 1);
+    settings.install_releases = true;
+  install_settings(std::move(settings));
   if (!*worker_cmd) run::install_interrupt_handlers();  // ranks die with their launcher anyway
   // A long command interrupted (Ctrl-C, SIGTERM) says so in its status, whatever it returned.
   auto finish = [](int code) { return run::interrupt_requested() ? 130 : code; };

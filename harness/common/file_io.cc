@@ -83,7 +83,7 @@ std::string own_pid_namespace() {
 
 }  // namespace
 
-PrivateDir::PrivateDir(const std::string& stem, const char* keep) : keep_(keep) {
+PrivateDir::PrivateDir(const std::string& stem, bool keep) : keep_(keep) {
   std::string pattern = temporary_root() + "/" + stem + "-XXXXXX";
   DMP_CHECK(::mkdtemp(pattern.data()) != nullptr, ErrorKind::kRankFailed,
             "cannot create a private directory from {}: {}", pattern, std::strerror(errno));
@@ -128,8 +128,8 @@ std::vector<std::string> remove_private_dirs_of_gone_makers() {
 }
 
 PrivateDir::~PrivateDir() {
-  if (keep_ != nullptr && std::getenv(keep_) != nullptr) {
-    std::fprintf(stderr, "dmpcheck: kept %s (%s is set)\n", path_.c_str(), keep_);
+  if (keep_) {
+    std::fprintf(stderr, "dmpcheck: kept %s (DMPCHECK_KEEP_EXCHANGE is set)\n", path_.c_str());
     return;
   }
   std::error_code ec;

@@ -15,13 +15,13 @@ namespace dmpcheck {
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
 // A private directory (mkdtemp under $TMPDIR: 0700, an unpredictable name, "<stem>-XXXXXX"),
-// removed with everything in it however its scope ends -- unless the environment variable `keep`
-// names is set, when its path is printed instead.  Error(kRankFailed) when it cannot be made.
+// removed with everything in it however its scope ends -- unless `keep` (DMPCHECK_KEEP_EXCHANGE,
+// common/settings.h), when its path is printed instead.  Error(kRankFailed) when it cannot be made.
 // It names its maker in a file `.owner` (pid, start time, pid namespace), so that a directory
 // whose maker was killed (SIGKILL: nothing ran to remove it) is removed by the next dmpcheck.
 class PrivateDir {
  public:
-  explicit PrivateDir(const std::string& stem, const char* keep = nullptr);
+  explicit PrivateDir(const std::string& stem, bool keep = false);
   ~PrivateDir();
   PrivateDir(const PrivateDir&) = delete;
   PrivateDir& operator=(const PrivateDir&) = delete;
@@ -29,7 +29,7 @@ class PrivateDir {
 
  private:
   std::string path_;
-  const char* keep_;
+  bool keep_;
 };
 
 // Removes every private directory under $TMPDIR ("dmpcheck-*", this user's) whose maker is gone:

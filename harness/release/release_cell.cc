@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/revision.h"
+#include "common/settings.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
 #include "release/release_inputs.h"
@@ -143,7 +144,7 @@ Ended ReleaseCell::prepare() {
             "dmpcheck's source)",
             sut);
 
-  exchange_.emplace("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
+  exchange_.emplace("dmpcheck-torchrec", settings().keep_exchange);
   out_ = exchange_->path() + "/out";
   reference_dir_ = exchange_->path() + "/reference";
   checkpoint_dir_ = exchange_->path() + "/checkpoint";
@@ -532,7 +533,7 @@ dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std
   std::string why_not;
   const auto env = resolve_environment(scenario::System::release(version), why_not);
   DMP_CHECK(env.has_value(), ErrorKind::kInvalidInput, "{}", why_not);
-  PrivateDir exchange("dmpcheck-torchrec", "DMPCHECK_KEEP_EXCHANGE");
+  PrivateDir exchange("dmpcheck-torchrec", settings().keep_exchange);
   report::write_text_file_atomically(exchange.path() + "/spec.json", nlohmann::json(release_spec(spec, {})).dump(2));
   LaunchRequest request = torchrec_launch(
       *env, {"-m", "dmpcheck_torchrec.plan", exchange.path() + "/spec.json", exchange.path() + "/plan.json"},

@@ -20,6 +20,7 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/settings.h"
 #include "run/release_contract.h"
 #include "run/subprocess.h"
 #include "run/warm_interpreter.h"
@@ -32,11 +33,6 @@ namespace dmpcheck::run {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
-}
 
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
@@ -99,8 +95,9 @@ void take_versions(TorchRecEnvironment& env, const contract::ProbeAnswer& answer
 
 // ci/torchrec-env.sh X (its own lock, budget and progress lines), its output shown as it comes.
 void install_release(const std::string& version) {
-  const std::string script =
-      env_or("DMPCHECK_TORCHREC_INSTALLER", std::string(DMPCHECK_SOURCE_DIR) + "/ci/torchrec-env.sh");
+  const std::string script = !settings().torchrec_installer.empty()
+                                 ? settings().torchrec_installer
+                                 : std::string(DMPCHECK_SOURCE_DIR) + "/ci/torchrec-env.sh";
   DMP_CHECK(fs::exists(script), ErrorKind::kInvalidInput,
             "torchrec {} is not installed and the installer {} is not there (set DMPCHECK_TORCHREC_INSTALLER)", version,
             script);
@@ -113,7 +110,7 @@ std::optional<TorchRecEnvironment> release_environment(const std::string& versio
   env.dir = torchrec_environments_root() + "/torchrec-" + version;
   env.python = env.dir + "/bin/python";
   const std::string ready = env.dir + "/dmpcheck-ready.json";
-  if ((!fs::exists(ready) || !fs::exists(env.python)) && env_or("DMPCHECK_INSTALL_RELEASES", "") == "1") {
+  if ((!fs::exists(ready) || !fs::exists(env.python)) && settings().install_releases) {
     static std::mutex installing;  // cells run side by side wait for one install
     std::lock_guard<std::mutex> lock(installing);
     if (!fs::exists(ready)) install_release(version);
@@ -179,13 +176,10 @@ std::string TorchRecEnvironment::describe() const {
                      base_release);
 }
 
-std::string torchrec_environments_root() {
-  const std::string cache = env_or("XDG_CACHE_HOME", env_or("HOME", "/root") + "/.cache");
-  return env_or("DMPCHECK_TORCHREC_ENVS", cache + "/dmpcheck/torchrec");
-}
+std::string torchrec_environments_root() { return settings().torchrec_envs; }
 
 std::string torchrec_sut_dir() {
-  if (const char* set = std::getenv("DMPCHECK_TORCHREC_SUT")) return set;
+  if (!settings().torchrec_sut.empty()) return settings().torchrec_sut;
   std::string source = std::string(DMPCHECK_SOURCE_DIR) + "/torchrec_sut";
   if (fs::exists(source)) return source;
   std::error_code ec;
@@ -272,8 +266,7 @@ LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::s
 }
 
 void prestart_release_interpreters(const std::vector<scenario::System>& systems, bool exec_ranks) {
-  const char* ranks_mode = std::getenv("DMPCHECK_RANKS");
-  if (exec_ranks || (ranks_mode != nullptr && std::string(ranks_mode) == "exec")) return;
+  if (exec_ranks || settings().exec_ranks) return;
   std::vector<WarmInterpreter::Wanted> wanted;
   std::set<std::string> seen;
   for (const auto& system : systems) {
@@ -299,7 +292,7 @@ void prestart_release_interpreters(const std::vector<scenario::System>& systems,
 // ---- TorchRec's repository ----
 
 void require_torchrec_repository() {
-  DMP_CHECK(!env_or("DMPCHECK_TORCHREC_REPO", "").empty(), ErrorKind::kInvalidInput,
+  DMP_CHECK(!settings().torchrec_repo.empty(), ErrorKind::kInvalidInput,
             "a torchrec@<rev> system needs TorchRec's git repository: give --torchrec-repo PATH|URL|BUNDLE (or set "
             "DMPCHECK_TORCHREC_REPO), e.g. --torchrec-repo https://github.com/pytorch/torchrec");
 }
@@ -313,7 +306,7 @@ void require_torchrec_repository_for(const std::vector<scenario::System>& system
 
 TorchRecRepository TorchRecRepository::open() {
   require_torchrec_repository();
-  std::string given = env_or("DMPCHECK_TORCHREC_REPO", "");
+  std::string given = settings().torchrec_repo;
   // A local path is named absolutely (its clone in the cache is the same from any directory).
   std::error_code canonical_error;
   if (const auto absolute = fs::canonical(given, canonical_error); !canonical_error) given = absolute.string();

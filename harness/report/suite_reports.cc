@@ -11,6 +11,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "common/settings.h"
+
 namespace dmpcheck::report {
 namespace {
 
@@ -316,7 +318,7 @@ if (document.getElementById('broadcast-cost')) new Chart(document.getElementById
 
 std::string load_chart_js() {
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("DMPCHECK_CHARTJS")) candidates.push_back(env);
+  if (!settings().chartjs.empty()) candidates.push_back(settings().chartjs);
   candidates.push_back("/usr/share/javascript/chart.js/chart.min.js");
   for (const auto& path : candidates) {
     std::ifstream in(path);

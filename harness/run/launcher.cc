@@ -27,6 +27,7 @@
 #include "common/digest.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/settings.h"
 #include "run/handover.h"
 #include "run/release_contract.h"
 #include "run/warm_interpreter.h"
@@ -197,8 +198,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
   pid_t group = 0;
   const pid_t parent = ::getpid();
   LaunchOutcome outcome;
-  const char* ranks_mode = std::getenv("DMPCHECK_RANKS");
-  const bool exec_demanded = request.exec_ranks || (ranks_mode != nullptr && std::string(ranks_mode) == "exec");
+  const bool exec_demanded = request.exec_ranks || settings().exec_ranks;
   const bool fork_warm = request.in_process && !exec_demanded && thread_count() == 1;
   outcome.forked = fork_warm;
   // A Python rank program: forked from the warm interpreter of its environment where one serves.

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/settings.h"
 #include "dmp/optim/fused_optimizer.h"
 #include "dmp/planner.h"
 #include "run/data_generator.h"
@@ -14,7 +15,7 @@ namespace dmpcheck::run {
 namespace {
 
 int64_t host_available_memory() {
-  if (const char* v = std::getenv("DMPCHECK_MEMORY_AVAILABLE")) {
+  if (const std::string& v = settings().memory_available; !v.empty()) {
     try {
       return std::stoll(v);
     } catch (const std::exception&) {

@@ -22,6 +22,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/settings.h"
 #include "run/launcher.h"
 #include "run/rank_run.h"
 
@@ -127,7 +128,7 @@ void pump_locked(Registry& reg) {
 }  // namespace
 
 size_t WarmInterpreter::kept() {
-  if (const char* v = std::getenv("DMPCHECK_WARM_INTERPRETERS")) return static_cast<size_t>(std::max(0, std::atoi(v)));
+  if (const auto set = settings().warm_interpreters) return static_cast<size_t>(*set);
   // One per 2 GiB of what the machine has free when first asked (read once: every launch asks):
   // a suite over every installed release keeps all of them (7 here) rather than importing one
   // again each time it comes back to it.
@@ -137,7 +138,7 @@ size_t WarmInterpreter::kept() {
 }
 
 int WarmInterpreter::prestart_at_once() {
-  if (const char* v = std::getenv("DMPCHECK_WARM_PRESTART")) return std::max(0, std::atoi(v));
+  if (const auto set = settings().warm_prestart) return *set;
   return std::max(2, available_cores() / 2);
 }
 

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/settings.h"
 #include "multiproc/multiproc_util.h"
 
 namespace dmpcheck::run {
@@ -160,9 +161,12 @@ TEST_F(Launcher, RanksAreExecedWhenAThreadExistsOrWhenAsked) {
   EXPECT_EQ(lines, (std::vector<std::string>{"exec-ed rank 0"}));
   lines.clear();
   request.exec_ranks = false;
-  ::setenv("DMPCHECK_RANKS", "exec", 1);
-  const LaunchOutcome by_variable = launch(request);
-  ::unsetenv("DMPCHECK_RANKS");
+  Settings exec = settings();
+  exec.exec_ranks = true;  // DMPCHECK_RANKS=exec
+  const LaunchOutcome by_variable = [&] {
+    const ScopedSettings scoped(exec);
+    return launch(request);
+  }();
   EXPECT_FALSE(by_variable.forked);
   EXPECT_EQ(lines, (std::vector<std::string>{"exec-ed rank 0"}));
 }

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/settings.h"
 #include "multiproc/multiproc_util.h"
 #include "run/launcher.h"
 
@@ -162,10 +163,13 @@ TEST_F(WarmRanks, ExecedRanksWhenAskedForOrWhenTheInterpreterCannotImportItsStac
   EXPECT_FALSE(exec_ed.warm_interpreter);
   EXPECT_TRUE(testing::contains(exec_ed.cold_reason, "exec-ed ranks were asked for")) << exec_ed.cold_reason;
 
-  ::setenv("DMPCHECK_WARM_INTERPRETERS", "0", 1);  // turned off: cold, and nothing started ahead
-  WarmInterpreter::prestart({{"/usr/bin/python3", {}, {"json"}, nullptr}});
-  const LaunchOutcome off = launch(ranks("hello", 2));
-  ::unsetenv("DMPCHECK_WARM_INTERPRETERS");
+  Settings none = settings();
+  none.warm_interpreters = 0;  // turned off: cold, and nothing started ahead
+  const LaunchOutcome off = [&] {
+    const ScopedSettings scoped(none);
+    WarmInterpreter::prestart({{"/usr/bin/python3", {}, {"json"}, nullptr}});
+    return launch(ranks("hello", 2));
+  }();
   EXPECT_TRUE(off.ok);
   EXPECT_FALSE(off.warm_interpreter);
   EXPECT_TRUE(testing::contains(off.cold_reason, "turned off (DMPCHECK_WARM_INTERPRETERS=0)")) << off.cold_reason;
@@ -184,7 +188,9 @@ TEST_F(WarmRanks, ExecedRanksWhenAskedForOrWhenTheInterpreterCannotImportItsStac
 // them to be ready), and the interpreter a launch then gets is the one started ahead, not a
 // second.  One that cannot import its stack is remembered as such: ranks start cold, once.
 TEST_F(WarmRanks, PrestartedInterpretersImportTwoAtATimeAndAreTheOnesLaunchesGet) {
-  ::setenv("DMPCHECK_WARM_PRESTART", "2", 1);
+  Settings two = settings();
+  two.warm_prestart = 2;
+  const ScopedSettings scoped(two);
   WarmInterpreter::prestart({slow("a"), slow("broken"), slow("c")});
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_GT(began("a"), 0);
@@ -216,7 +222,6 @@ TEST_F(WarmRanks, PrestartedInterpretersImportTwoAtATimeAndAreTheOnesLaunchesGet
   const auto third = WarmInterpreter::get(c.python, c.environment, c.preload, why);
   ASSERT_TRUE(third) << why;
   EXPECT_EQ(third->pid(), began("c"));
-  ::unsetenv("DMPCHECK_WARM_PRESTART");
 }
 
 // A command that ends (or is interrupted) while an interpreter it started ahead is still importing

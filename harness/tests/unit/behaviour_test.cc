@@ -2,8 +2,8 @@
 // scenario writes for each release it names.  Results are made here; nothing is launched.
 #include <gtest/gtest.h>
 
-#include "suite/behaviour.h"
 #include "scenario/scenario.h"
+#include "suite/behaviour.h"
 #include "test_util.h"
 
 namespace dmpcheck::run {

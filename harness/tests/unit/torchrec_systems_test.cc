@@ -4,11 +4,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <gtest/gtest.h>
 
-#include "run/subprocess.h"
+#include "common/settings.h"
 #include "release/torchrec_systems.h"
+#include "run/subprocess.h"
 #include "test_util.h"
 
 namespace dmpcheck::run {
@@ -39,16 +41,24 @@ class TorchRecRepositoryTest : public ::testing::Test {
        "release() { git checkout -q -b release/v$1; commit \"release $1\"; git tag v$1; git checkout -q main; }\n"
        "commit c1; release 0.6.0; commit c2; commit c3; commit c4; release 0.7.0\n"
        "commit 'Broadcast DP tables when init'; commit c6; release 0.8.0; commit c7\n");
-    ::setenv("DMPCHECK_TORCHREC_REPO", repo_.c_str(), 1);
-    ::setenv("DMPCHECK_TORCHREC_ENVS", (root_ + "/cache").c_str(), 1);
+    Settings here = settings();
+    here.torchrec_repo = repo_;
+    here.torchrec_envs = root_ + "/cache";
+    scoped_.emplace(here);
+  }
+  // DMPCHECK_TORCHREC_REPO and DMPCHECK_TORCHREC_ENVS, as a test changes them.
+  void set_repo(const std::string& repo) {
+    Settings changed = settings();
+    changed.torchrec_repo = repo;
+    install_settings(changed);
   }
   void TearDown() override {
-    ::unsetenv("DMPCHECK_TORCHREC_REPO");
-    ::unsetenv("DMPCHECK_TORCHREC_ENVS");
+    scoped_.reset();
     std::error_code ec;
     fs::remove_all(root_, ec);
   }
   std::string root_, repo_;
+  std::optional<ScopedSettings> scoped_;
   const std::vector<std::string> pinned_ = {"0.6.0", "0.7.0", "0.8.0", "1.9.2"};
 };
 
@@ -105,15 +115,15 @@ TEST_F(TorchRecRepositoryTest, ACommitsSourceIsExtractedOnceAndAnUnknownRevision
 
 TEST_F(TorchRecRepositoryTest, ABundleIsClonedOnceIntoTheCacheAndNoRepositoryIsNamed) {
   sh("cd " + repo_ + " && git bundle create -q " + root_ + "/torchrec.bundle --all");
-  ::setenv("DMPCHECK_TORCHREC_REPO", (root_ + "/torchrec.bundle").c_str(), 1);
+  set_repo(root_ + "/torchrec.bundle");
   const TorchRecRepository repo = TorchRecRepository::open();
   EXPECT_EQ(repo.path().rfind(root_ + "/cache/repos/torchrec-", 0), 0u) << repo.path();
   EXPECT_EQ(repo.resolve("v0.8.0").subject, "release 0.8.0");
   EXPECT_EQ(TorchRecRepository::open().path(), repo.path());
-  ::unsetenv("DMPCHECK_TORCHREC_REPO");
+  set_repo("");
   EXPECT_TRUE(
       throws_with(ErrorKind::kInvalidInput, "give --torchrec-repo PATH|URL", [] { TorchRecRepository::open(); }));
-  ::setenv("DMPCHECK_TORCHREC_REPO", (root_ + "/nothing-here").c_str(), 1);
+  set_repo(root_ + "/nothing-here");
   EXPECT_TRUE(throws_with(ErrorKind::kInvalidInput, "git clone failed", [] { TorchRecRepository::open(); }));
 }
 
