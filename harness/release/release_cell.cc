@@ -91,8 +91,9 @@ class ReleaseCell {
 
   // Where each phase's tensors are: the resumed run's from the step it resumed after on.
   std::vector<std::vector<ExchangePiece>> ranks_of(int step, const std::string& phase) const {
-    return step >= resumed_after_ && phase != "init" ? read_ranks(resumed_dir_ + "/out", resumed_run_.world_size, phase)
-                                                     : read_ranks(out_, spec_.world_size, phase);
+    return step >= resumed_after_ && phase != contract::phase_init()
+               ? read_ranks(resumed_dir_ + "/out", resumed_run_.world_size, phase)
+               : read_ranks(out_, spec_.world_size, phase);
   }
 
   const scenario::Scenario& scenario_;
@@ -192,7 +193,7 @@ Ended ReleaseCell::start() {
   contract::Start start;  // the release draws its own weights unless one of the two below
   if (spec_.expect.reference && !spec_.expect.reference_draws_own_init) {
     if (auto ended = reference_half("")) return ended;
-    start = {"reference", reference_dir_ + "/init.json", ""};
+    start = {"reference", reference_dir_ + "/" + contract::phase_init() + ".json", ""};
   }
   if (!spec_.init.from.empty()) {
     for (const auto& [name, t] : dmp::load_checkpoint(spec_.init.from).tensors) {
@@ -200,8 +201,8 @@ Ended ReleaseCell::start() {
                                               name.compare(name.size() - 5, 5, ".bias") == 0);
       if (weight) user_weights_[name] = t;
     }
-    write_exchange_phase(exchange_->path(), "user_weights", whole_pieces(user_weights_));
-    start = {"user_weights", exchange_->path() + "/user_weights.json", ""};
+    write_exchange_phase(exchange_->path(), contract::phase_user_weights(), whole_pieces(user_weights_));
+    start = {"user_weights", exchange_->path() + "/" + contract::phase_user_weights() + ".json", ""};
   }
   contract::RunSpec document = release_spec(spec_, start);
   if (spec_.resume) document.checkpoint = {spec_.resume->after_step, checkpoint_dir_};
@@ -417,7 +418,7 @@ Tensors ReleaseCell::compare_phases(int steps) {
   check_start_ = std::chrono::steady_clock::now();
   std::vector<std::vector<ExchangePiece>> last;
   for (int step = 0; step <= steps; ++step) {
-    const std::string phase = step == 0 ? "init" : fmt::format("step{}", step);
+    const std::string phase = contract::phase_after(step);
     auto per_rank = ranks_of(step, phase);
     if (spec_.resume && step >= resumed_after_) compare_resumed(per_rank, phase, step);
     const bool final_phase = step == steps;
@@ -433,7 +434,7 @@ Tensors ReleaseCell::compare_phases(int steps) {
   }
   // The forward's outputs, from step 0 (the forward of step s + 1, on the weights after s steps).
   for (int step = 0; spec_.expect.outputs && step < std::max(steps, 1); ++step) {
-    const std::string phase = fmt::format("outputs{}", step);
+    const std::string phase = contract::phase_outputs(step);
     const auto per_rank = ranks_of(step, phase);
     if (spec_.expect.reference) compare(per_rank, phase, step, *spec_.expect.outputs);
     if (spec_.expect.global_model) compare_unsharded(per_rank, phase, step, *spec_.expect.outputs);
@@ -451,7 +452,7 @@ Tensors ReleaseCell::compare_phases(int steps) {
 void ReleaseCell::compare_quantized(int steps, const Tensors& final_state) {
   if (!spec_.expect.quantized && !spec_.expect.quantized_sharded) return;
   const auto phase = [&](const std::string& who) {
-    return assemble_full({read_exchange_phase(out_ + "/quantized/" + who, "outputs0")});
+    return assemble_full({read_exchange_phase(out_ + "/quantized/" + who, contract::phase_outputs(0))});
   };
   const auto quantized = phase("unsharded");
   if (spec_.expect.quantized) {
@@ -486,8 +487,8 @@ void ReleaseCell::finish(int /*steps*/, const Tensors& final_state) {
   result_.resumed_compared = spec_.resume.has_value();
   result_.resumed_world_size = spec_.resume ? resumed_run_.world_size : 0;
   if (spec_.expect.initial_state) {
-    result_.init_from =
-        check::compare_with_checkpoint(assemble_full(read_ranks(out_, spec_.world_size, "init")), user_weights_);
+    result_.init_from = check::compare_with_checkpoint(
+        assemble_full(read_ranks(out_, spec_.world_size, contract::phase_init())), user_weights_);
     result_.init_from_compared = true;
   }
   for (const auto& [name, tensor] : final_state) result_.digests[name] = tensor_digest(tensor);

@@ -117,7 +117,7 @@ void write_batches(const scenario::RunSpec& spec, const std::string& dir, int fi
         batch.stride_per_key = std::move(vbe.stride_per_key);
         batch.inverse_indices = std::move(vbe.inverse_indices);
       }
-      report::write_text_file_atomically(fmt::format("{}/step{}_rank{}.json", dir, step + 1, rank),
+      report::write_text_file_atomically(dir + "/" + contract::batch_file(step + 1, rank),
                                          nlohmann::json(batch).dump());
     }
   }

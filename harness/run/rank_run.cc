@@ -27,6 +27,7 @@
 #include "dmp/model_parallel.h"
 #include "run/data_generator.h"
 #include "run/faults.h"
+#include "run/release_contract.h"
 #include "run/tensor_exchange.h"
 
 namespace dmpcheck::run {
@@ -277,7 +278,7 @@ class RankRun {
   void check_start() {
     result_.replicas = check::check_replicas(comm_, replicated(model_->state()), scenario::Phase::kInit);
     result_.divergence.push_back(check::step_divergence(0, result_.replicas));
-    dump_full_state("init");
+    dump_full_state(contract::phase_init());
     if (spec_.expect.global_model) {
       const auto initial = model_->gather_full_state();
       if (comm_.rank() == 0) {
@@ -314,12 +315,12 @@ class RankRun {
       if (gather_outputs_too) {
         outputs = gather_outputs(comm_, model_->last_outputs());  // collective
         if (comm_.rank() == 0 && !options_.full_state_dir.empty()) {
-          write_exchange_phase(options_.full_state_dir, fmt::format("outputs{}", global_step), whole_pieces(outputs));
+          write_exchange_phase(options_.full_state_dir, contract::phase_outputs(global_step), whole_pieces(outputs));
         }
       }
       inject_faults(spec_, comm_, step + 1, *model_, [this](const std::string& line) { say(line); });
       check_finite(*model_, loss, step + 1);
-      dump_full_state(fmt::format("step{}", global_step + 1));
+      dump_full_state(contract::phase_after(global_step + 1));
       const auto check_start = Clock::now();
       if (step + 1 < spec_.steps) {  // the last step is checked in full by check_end
         const auto checks = check::check_replicas(comm_, replicated(model_->state()), scenario::Phase::kStep);
@@ -351,7 +352,7 @@ class RankRun {
       const auto outputs = gather_outputs(comm_, model_->last_outputs());  // collective
       if (tracker_) tracker_->forward_and_compare(global, outputs, 0);
       if (comm_.rank() == 0 && !options_.full_state_dir.empty())
-        write_exchange_phase(options_.full_state_dir, "outputs0", whole_pieces(outputs));
+        write_exchange_phase(options_.full_state_dir, contract::phase_outputs(0), whole_pieces(outputs));
     }
     result_.timings.train_s = seconds_since(train_start) - check_seconds_;
   }

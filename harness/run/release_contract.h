@@ -271,4 +271,22 @@ T read_document_file(const std::string& path) {
   return read_document<T>(read_json(path), path);
 }
 
+// The exchange's layout (run/tensor_exchange.h), named here and nowhere else on this side (the
+// LevelDB filename.h pattern); contract.py's phase_* and batch_file make the same names, and
+// fixtures/contract/layout.json holds both sides to them.  A phase is one rank's tensors at one
+// point of the run, <rank dir>/<phase>.json and .bin.
+inline std::string phase_init() { return "init"; }  // the model as wrapped, before any step
+// After `step` steps (1 ..); phase_after(0) is phase_init().
+inline std::string phase_after(int step) { return step == 0 ? phase_init() : "step" + std::to_string(step); }
+// The forward's outputs of step `step` + 1 (on the weights after `step` steps).
+inline std::string phase_outputs(int step) { return "outputs" + std::to_string(step); }
+// A managed-collision module's rows drawn anew in step `step` (the release's oracle reads them).
+inline std::string phase_redrawn(int step) { return "redrawn" + std::to_string(step); }
+// The user's weights (init.from) handed to a release as whole tensors, in the exchange's own folder.
+inline std::string phase_user_weights() { return "user_weights"; }
+// One rank's local batch of step `step` (1 ..), under the exchange's batches/.
+inline std::string batch_file(int step, int rank) {
+  return "step" + std::to_string(step) + "_rank" + std::to_string(rank) + ".json";
+}
+
 }  // namespace dmpcheck::run::contract

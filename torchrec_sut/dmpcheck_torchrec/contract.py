@@ -245,6 +245,38 @@ class Batch:
     inverse_indices: List[int] = field(default_factory=list)
 
 
+# The exchange's layout, named here and nowhere else on this side (release_contract.h's phase_*
+# and batch_file make the same names; fixtures/contract/layout.json holds both sides to them).
+def phase_init() -> str:
+    """The model as wrapped, before any step."""
+    return "init"
+
+
+def phase_after(step: int) -> str:
+    """After `step` steps; phase_after(0) is phase_init()."""
+    return f"step{step}" if step else phase_init()
+
+
+def phase_outputs(step: int) -> str:
+    """The forward's outputs of step `step` + 1 (on the weights after `step` steps)."""
+    return f"outputs{step}"
+
+
+def phase_redrawn(step: int) -> str:
+    """A managed-collision module's rows drawn anew in step `step`."""
+    return f"redrawn{step}"
+
+
+def phase_user_weights() -> str:
+    """The user's weights (init.from), whole tensors in the exchange's own folder."""
+    return "user_weights"
+
+
+def batch_file(step: int, rank: int) -> str:
+    """One rank's local batch of step `step` (1 ..), under the exchange's batches/."""
+    return f"step{step}_rank{rank}.json"
+
+
 def _read(kind: Any, value: Any, path: str) -> Any:
     """`value` as `kind` (a contract type, a List of one, or a plain one), strictly."""
     origin = typing.get_origin(kind)

@@ -117,7 +117,7 @@ def row_splits(out_dir: str, world: int, phase: str, name: str) -> List[Tuple[in
 
 
 def _read_batch(exchange: str, step: int, rank: int) -> contract.Batch:
-    return contract.load(contract.Batch, os.path.join(exchange, "batches", f"step{step}_rank{rank}.json"))
+    return contract.load(contract.Batch, os.path.join(exchange, "batches", contract.batch_file(step, rank)))
 
 
 def _kjt(keys: List[str], lengths: List[int], values: List[int],

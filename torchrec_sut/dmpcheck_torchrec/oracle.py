@@ -69,7 +69,7 @@ def _redraw(model: Model, table: str, out_dir: str, current: Dict[str, int],
     weight = table_weight(model, table)
 
     def on_evict(part: int, rows: torch.Tensor) -> None:
-        path = os.path.join(out_dir, f"rank{part}", f"redrawn{current['step']}.json")
+        path = os.path.join(out_dir, f"rank{part}", contract.phase_redrawn(current['step']) + ".json")
         drawn = dump.read_full(path).get(f"mc.{table}.redrawn") if os.path.exists(path) else None
         if drawn is None or drawn.shape[0] != rows.numel():
             # The two MCH modules disagree (their state comparison shows where): these rows stay.
@@ -92,7 +92,7 @@ def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: 
 
     with torch.random.fork_rng():  # its own draw is overwritten; the sharded ranks' generators stay put
         model = build_model(spec, "cpu")
-    initial = dump.read_assembled(out_dir, world, "init")
+    initial = dump.read_assembled(out_dir, world, contract.phase_init())
     mc_replicated: Optional[Set[str]] = None
     current = {"step": 0}
     mismatches: List[str] = []
@@ -102,7 +102,7 @@ def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: 
     if any(t.managed_collision.input_hash_size for t in spec.tables):
         # Managed collision: one MCH module per rank's rows, as the sharded model holds them.
         bucketed_managed_collision(model, spec, lambda table: dump.row_splits(
-            out_dir, world, "init", f"mc.{table}.mch_sorted_raw_ids"))
+            out_dir, world, contract.phase_init(), f"mc.{table}.mch_sorted_raw_ids"))
         manifest = contract.load(contract.Phase, os.path.join(out_dir, "rank0", "init.json"))
         mc_replicated = {e.name for e in manifest.tensors if e.replicated and e.name.startswith("mc.")}
         for table, module in managed_collision_modules(model).items():
@@ -124,16 +124,16 @@ def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: 
     if spec.outputs and spec.steps == 0:
         with torch.no_grad():
             model(dump.load_global_batch(exchange, 1, world))
-        dump.write_phase_in(where, "outputs0", output_pieces(0, 1, global_batch))
+        dump.write_phase_in(where, contract.phase_outputs(0), output_pieces(0, 1, global_batch))
     for step in range(1, spec.steps + 1):
         current["step"] = step
         loss = model(dump.load_global_batch(exchange, step, world))
         if spec.outputs:
-            dump.write_phase_in(where, f"outputs{step - 1}", output_pieces(0, 1, global_batch))
+            dump.write_phase_in(where, contract.phase_outputs(step - 1), output_pieces(0, 1, global_batch))
         loss.backward()  # the tables' optimizer steps in backward, as applied
         dense_opt.step()
         dense_opt.zero_grad()
-        dump.write_phase_in(where, f"step{step}", _state(model, dense_opt, tables, mc_replicated))
+        dump.write_phase_in(where, contract.phase_after(step), _state(model, dense_opt, tables, mc_replicated))
     LAST_OUTPUTS.clear()
     note = (f"the unsharded model (the release's own modules in one process, {spec.steps} step(s) on the global "
             f"batch of {global_batch}) started from the sharded model's initial weights")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from dmpcheck_torchrec import dump
+from dmpcheck_torchrec import contract, dump
 from dmpcheck_torchrec.models import build_model, output_keys
 from dmpcheck_torchrec.optim import Unsupported
 from dmpcheck_torchrec.state import dmpcheck_name
@@ -285,9 +285,9 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, world: int, final_p
             bounds = {k: v[:spec.batch_size] for k, v in bounds.items()}
     where = os.path.join(out_dir, "quantized")
     seq = "sequence_embeddings."
-    dump.write_phase_in(os.path.join(where, "float"), "outputs0", _pieces(floats) + _pieces(float_rows, seq))
-    dump.write_phase_in(os.path.join(where, "unsharded"), "outputs0", _pieces(pooled) + _pieces(rows, seq))
-    dump.write_phase_in(os.path.join(where, "bound"), "outputs0", _pieces(bounds) + _pieces(row_bounds, seq))
+    dump.write_phase_in(os.path.join(where, "float"), contract.phase_outputs(0), _pieces(floats) + _pieces(float_rows, seq))
+    dump.write_phase_in(os.path.join(where, "unsharded"), contract.phase_outputs(0), _pieces(pooled) + _pieces(rows, seq))
+    dump.write_phase_in(os.path.join(where, "bound"), contract.phase_outputs(0), _pieces(bounds) + _pieces(row_bounds, seq))
     kinds = ", ".join(f"{t.name} {t.quant}" for t in spec.tables)
     what = ("rank 0's first batch as a variable batch per feature (VBE, as handed to TorchRec)" if vbe else
             "the first global batch")
@@ -301,7 +301,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, world: int, final_p
     if sharded:
         with torch.no_grad():
             outputs, sharded_rows, how = _shard_for_inference(spec, quantized, model, world, given, split)
-        dump.write_phase_in(os.path.join(where, "sharded"), "outputs0",
+        dump.write_phase_in(os.path.join(where, "sharded"), contract.phase_outputs(0),
                             _pieces(outputs) + _pieces(sharded_rows, seq))
         note += f"; the quantized collection {how}" + (", both with scale and bias apart (split mode)" if split else "")
     return note

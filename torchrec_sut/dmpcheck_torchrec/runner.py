@@ -119,14 +119,14 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
 
     # A resumed run's first phase is the state it loaded, at the step it resumes after.
     first = spec.first_step
-    dump.write_phase(out_dir, rank, f"step{first}" if first else "init",
+    dump.write_phase(out_dir, rank, contract.phase_after(first),
                      state_pieces(sharded, dense_opt, types, table_dims))
     losses: List[float] = []
     t1 = time.perf_counter()
     if spec.outputs and spec.steps == 0:  # the forward alone: the outputs at step 0
         with torch.no_grad():
             sharded(dump.load_batch(exchange, 1, rank))
-        dump.write_phase(out_dir, rank, "outputs0",
+        dump.write_phase(out_dir, rank, contract.phase_outputs(0),
                          output_pieces(rank, world, spec.batch_size, dump.id_counts(exchange, 1, world)))
     pipeline = loops.pipeline(spec.loop, sharded, optimizer)
     per_epoch = (spec.steps - first) // spec.epochs
@@ -161,14 +161,14 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
             if not math.isfinite(loss):  # said as the release's, not left to break the documents
                 raise NonFiniteLoss(f"step {step}: the loss is {loss} on rank {rank}")
             if spec.outputs:  # the forward of step s runs on the weights after s - 1 steps
-                dump.write_phase(out_dir, rank, f"outputs{step - 1}",
+                dump.write_phase(out_dir, rank, contract.phase_outputs(step - 1),
                                  output_pieces(rank, world, spec.batch_size,
                                                dump.id_counts(exchange, begin + done - 1, world)))
             losses.append(loss)
             redrawn = EvictionDraws.take()
             if redrawn:  # for the unsharded oracle only (dmpcheck does not read it)
-                dump.write_phase(out_dir, rank, f"redrawn{step}", redrawn)
-            dump.write_phase(out_dir, rank, f"step{step}", state_pieces(sharded, dense_opt, types, table_dims))
+                dump.write_phase(out_dir, rank, contract.phase_redrawn(step), redrawn)
+            dump.write_phase(out_dir, rank, contract.phase_after(step), state_pieces(sharded, dense_opt, types, table_dims))
             if step == spec.checkpoint.after_step:
                 t_save = time.perf_counter()
                 checkpoint.save(sharded, optimizer, spec.checkpoint.dir)
@@ -215,7 +215,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
                          f", on rank 0 after the sharded run ({time.perf_counter() - t2:.2f} s)")
         if spec.quantized:
             t3 = time.perf_counter()
-            notes.append(quant.run(spec, exchange, out_dir, world, f"step{step}" if step else "init",
+            notes.append(quant.run(spec, exchange, out_dir, world, contract.phase_after(step),
                                    spec.quantized_sharded) + f" ({time.perf_counter() - t3:.2f} s)")
         meta = contract.RunMeta(versions=versions(), plan=plan_rows, losses=losses, notes=notes,
                                 timings=contract.Timings(import_s=import_s, init_s=init_s, plan_s=plan_s,

@@ -157,3 +157,9 @@ def test_plan_corpus_builds_every_configuration_as_a_valid_run_spec():
         name="t0", rows=64, dim=8, features=["f_t0"], pooling="sum", weighted=False, data_type="fp32",
         constraints=contract.Constraints(sharding_types=["table_wise"]))
     assert "torch" not in sys.modules
+
+
+def test_the_exchanges_names_are_the_layout_fixtures():
+    """Each phase and batch file name as release_contract.h makes it (fixtures/contract/layout.json)."""
+    for entry in fixture("layout.json")["names"]:
+        assert getattr(contract, entry["call"])(*entry["args"]) == entry["name"], entry

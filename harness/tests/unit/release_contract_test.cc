@@ -2,6 +2,8 @@
 // fixtures/contract/ is what these structs write, field for field, and reads back strictly.  The
 // rank program's side (torchrec_sut/tests/test_contract.py) holds contract.py to the same files.
 #include <filesystem>
+#include <functional>
+#include <map>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -18,6 +20,25 @@ namespace {
 using dmpcheck::testing::throws_with;
 
 nlohmann::json fixture(const std::string& name) { return read_json(DMPCHECK_SOURCE_DIR "/fixtures/contract/" + name); }
+
+// The exchange's names as fixtures/contract/layout.json lists them (contract.py makes the same).
+TEST(ReleaseContract, TheExchangesNamesAreTheLayoutFixtures) {
+  const std::map<std::string, std::function<std::string(const std::vector<int>&)>> calls{
+      {"phase_init", [](const std::vector<int>&) { return phase_init(); }},
+      {"phase_after", [](const std::vector<int>& a) { return phase_after(a.at(0)); }},
+      {"phase_outputs", [](const std::vector<int>& a) { return phase_outputs(a.at(0)); }},
+      {"phase_redrawn", [](const std::vector<int>& a) { return phase_redrawn(a.at(0)); }},
+      {"phase_user_weights", [](const std::vector<int>&) { return phase_user_weights(); }},
+      {"batch_file", [](const std::vector<int>& a) { return batch_file(a.at(0), a.at(1)); }}};
+  const auto names = fixture("layout.json").at("names");
+  ASSERT_FALSE(names.empty());
+  for (const auto& entry : names) {
+    const auto call = calls.find(entry.at("call").get<std::string>());
+    ASSERT_NE(call, calls.end()) << entry.dump();
+    EXPECT_EQ(call->second(entry.at("args").get<std::vector<int>>()), entry.at("name").get<std::string>())
+        << entry.dump();
+  }
+}
 
 // Read strictly into its struct and written back, every document is itself: each side's struct
 // has exactly the fixture's fields (test_contract.py holds contract.py to the same files).
