@@ -217,6 +217,31 @@ struct RankError {
   std::string kind, message, traceback;
 };
 
+// The warm interpreter's protocol (run/warm_interpreter.h; torchrec_sut's warm.py serves it): one
+// document per packet of its socket.  dmpcheck sends a WarmSpawn for each rank to fork; the
+// interpreter sends WarmMessages: first "ready" (or "not_ready", with why), then for each spawn
+// "pid" or "refused" (with why), and "exit" (pid, raw wait status) whenever a rank ends.
+struct WarmSpawn {
+  int schema_version = kSchemaVersion;
+  std::vector<std::string> argv;  // ["-m", MODULE, ARG ...]
+  std::vector<std::string> env;   // the rank's whole environment, "NAME=value"
+  std::string cwd;
+  int threads = 1;  // the rank's intra-op threads
+  int group = 0;    // its process group (0: one of its own)
+};
+
+struct WarmMessage {
+  int schema_version = kSchemaVersion;
+  std::string kind;       // "ready", "not_ready", "pid", "refused", "exit"
+  double import_s = 0.0;  // ready: how long the imports took
+  int threads = 0;        // ready: the interpreter's threads (1, or it is not ready)
+  std::string why;        // not_ready, refused
+  int pid = 0;            // pid, exit
+  int status = 0;         // exit: the raw wait status
+};
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(WarmSpawn, schema_version, argv, env, cwd, threads, group)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(WarmMessage, schema_version, kind, import_s, threads, why, pid, status)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Constraints, sharding_types, column_shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ManagedCollision, module, input_hash_size, eviction, interval)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Table, name, rows, dim, features, pooling, weighted, data_type, quant,

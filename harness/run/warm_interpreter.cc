@@ -277,10 +277,11 @@ void WarmInterpreter::await_ready() {
     read_messages(100);
   DMP_CHECK(!pending_.empty(), ErrorKind::kRankFailed, "{}{}",
             alive_ ? "it did not say it was ready within 300 s" : "it ended before it was ready", tail_of(log_, 6));
-  const auto ready = nlohmann::json::parse(pending_.front());
+  const contract::WarmMessage ready = pending_.front();
   pending_.clear();
-  DMP_CHECK(ready.value("ready", false), ErrorKind::kRankFailed, "{}", ready.value("why", ready.dump()));
-  import_s_ = ready.value("import_s", 0.0);
+  DMP_CHECK(ready.kind == "ready", ErrorKind::kRankFailed, "{}",
+            ready.why.empty() ? "its first word was '" + ready.kind + "', not 'ready'" : ready.why);
+  import_s_ = ready.import_s;
   ready_ = true;
 }
 
@@ -339,17 +340,18 @@ bool WarmInterpreter::read_messages(int timeout_ms) {
       break;
     }
     const std::string text(buffer_.data(), static_cast<size_t>(n));
-    nlohmann::json message;
+    contract::WarmMessage message;
     try {
-      message = nlohmann::json::parse(text);
-    } catch (const std::exception&) {
-      pending_.push_back(nlohmann::json{{"refused", "the warm interpreter sent: " + text}}.dump());
-      continue;
+      message =
+          contract::read_document<contract::WarmMessage>(nlohmann::json::parse(text), "the warm interpreter's message");
+    } catch (const std::exception& e) {  // not JSON, or not a WarmMessage: said as a refusal
+      message.kind = "refused";
+      message.why = fmt::format("{} ({})", e.what(), text.substr(0, 200));
     }
-    if (message.contains("exit")) {
-      ended_[message.at("exit").get<pid_t>()] = message.at("status").get<int>();
+    if (message.kind == "exit") {
+      ended_[message.pid] = message.status;
     } else {
-      pending_.push_back(text);
+      pending_.push_back(std::move(message));
     }
   }
   return alive_;
@@ -358,17 +360,13 @@ bool WarmInterpreter::read_messages(int timeout_ms) {
 pid_t WarmInterpreter::spawn(const std::vector<std::string>& arguments, const std::vector<std::string>& environment,
                              int threads, pid_t group, int output_fd) {
   std::lock_guard<std::mutex> lock(mutex_);
-  nlohmann::json env = nlohmann::json::object();
-  for (const auto& entry : environment) {
-    const auto eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
-  const std::string request = nlohmann::json{
-      {"argv", arguments},
-      {"env", env},
-      {"cwd", std::filesystem::current_path().string()},
-      {"threads", threads},
-      {"group", group}}.dump();
+  contract::WarmSpawn spawn;
+  spawn.argv = arguments;
+  spawn.env = environment;
+  spawn.cwd = std::filesystem::current_path().string();
+  spawn.threads = threads;
+  spawn.group = group;
+  const std::string request = nlohmann::json(spawn).dump();
   DMP_CHECK(request.size() < kMaxPacket, ErrorKind::kRankFailed, "a warm rank's request of {} bytes is too large",
             request.size());
   DMP_CHECK(alive_, ErrorKind::kRankFailed, "the warm interpreter (pid {}) has ended{}", pid_, tail_of(log_, 6));
@@ -392,11 +390,11 @@ pid_t WarmInterpreter::spawn(const std::vector<std::string>& arguments, const st
   while (pending_.empty() && read_messages(50) && Clock::now() < deadline) {}
   DMP_CHECK(!pending_.empty(), ErrorKind::kRankFailed, "the warm interpreter (pid {}) did not fork the rank: {}{}",
             pid_, alive_ ? "no answer within 60 s" : "it ended", tail_of(log_, 6));
-  const auto reply = nlohmann::json::parse(pending_.front());
+  const contract::WarmMessage reply = pending_.front();
   pending_.erase(pending_.begin());
-  DMP_CHECK(reply.contains("pid"), ErrorKind::kRankFailed, "the warm interpreter refused to fork a rank: {}",
-            reply.value("refused", reply.dump()));
-  return reply.at("pid").get<pid_t>();
+  DMP_CHECK(reply.kind == "pid" && reply.pid > 0, ErrorKind::kRankFailed,
+            "the warm interpreter refused to fork a rank: {}", reply.why.empty() ? reply.kind : reply.why);
+  return reply.pid;
 }
 
 bool WarmInterpreter::reap(pid_t pid, int* status, bool block) {

@@ -21,6 +21,8 @@
 
 #include <sys/types.h>
 
+#include "run/release_contract.h"
+
 namespace dmpcheck {
 class PrivateDir;
 }
@@ -107,8 +109,8 @@ class WarmInterpreter {
   std::string log_;
   std::mutex mutex_;
   std::map<pid_t, int> ended_;
-  std::vector<std::string> pending_;  // replies to a spawn, in order
-  std::vector<char> buffer_;          // one packet
+  std::vector<contract::WarmMessage> pending_;  // its first word, then replies to a spawn, in order
+  std::vector<char> buffer_;                    // one packet
 };
 
 }  // namespace dmpcheck::run

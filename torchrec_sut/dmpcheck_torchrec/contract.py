@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 4
 
+# Why a run stopped, as a report names it (common/outcome.cc's failure_kind_names(), in order;
+# fixtures/contract/failure_kinds.json holds both sides to it).  A RankError's kind is one of these.
+FAILURE_KINDS = ("invalid_scenario", "invalid_input", "communication", "timeout", "rank_failed", "internal",
+                 "injected", "crashed", "interrupted", "torchrec", "unsupported", "import")
+
 _D = TypeVar("_D")
 
 
@@ -227,6 +232,29 @@ class RankError:
     kind: str = ""
     message: str = ""
     traceback: str = ""
+
+
+@dataclasses.dataclass
+class WarmSpawn:
+    """dmpcheck to the warm interpreter (warm.py): fork a rank that runs `python ARGV` in ENV."""
+    schema_version: int = SCHEMA_VERSION
+    argv: List[str] = field(default_factory=list)
+    env: List[str] = field(default_factory=list)  # the rank's whole environment, "NAME=value"
+    cwd: str = ""
+    threads: int = 1
+    group: int = 0
+
+
+@dataclasses.dataclass
+class WarmMessage:
+    """The warm interpreter to dmpcheck: ready / not_ready, then pid / refused per spawn, exit per rank."""
+    schema_version: int = SCHEMA_VERSION
+    kind: str = ""
+    import_s: float = 0.0
+    threads: int = 0
+    why: str = ""
+    pid: int = 0
+    status: int = 0
 
 
 @dataclasses.dataclass

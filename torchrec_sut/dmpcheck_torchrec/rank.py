@@ -37,6 +37,13 @@ from typing import List, NoReturn, Tuple, Type, Union
 # (tests/test_contract.py holds the two equal).
 _SCHEMA_VERSION = 4
 
+# The kinds of failure this program says (contract.FAILURE_KINDS, which it may be unable to import;
+# tests/test_contract.py holds these to fixtures/contract/failure_kinds.json's `rank_program`).
+_KIND_CONTRACT = "rank_failed"  # the launcher and this program disagree on a document
+_KIND_UNSUPPORTED = "unsupported"  # the scenario asks what this release cannot express
+_KIND_IMPORT = "import"  # torch, fbgemm or torchrec did not import
+_KIND_TORCHREC = "torchrec"  # the release raised
+
 
 def _fail(out_dir: str, rank: int, kind: str, message: str, tb: str = "") -> None:
     # contract.RankError, read alike from dmpcheck's own ranks.  When the contract module itself
@@ -77,16 +84,16 @@ def main(argv: List[str]) -> int:
         spec = contract.load(contract.RunSpec, os.path.join(exchange, "spec.json"))
         runner.run(spec, exchange, out_dir, rank, import_s)
     except contract_error() as e:  # the launcher and this program disagree on a document
-        _fail(out_dir, rank, "rank_failed", str(e))
+        _fail(out_dir, rank, _KIND_CONTRACT, str(e))
         print(f"dmpcheck_torchrec: rank {rank}: {e}", file=sys.stderr, flush=True)
         return 3
     except runner_unsupported() as e:  # a scenario this release cannot run: said plainly
-        _fail(out_dir, rank, "unsupported", str(e))
+        _fail(out_dir, rank, _KIND_UNSUPPORTED, str(e))
         print(f"dmpcheck_torchrec: rank {rank}: unsupported: {e}", file=sys.stderr, flush=True)
         return 3
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then the rank exits 3
         tb = traceback.format_exc()
-        kind = "import" if isinstance(e, ImportError) else "torchrec"
+        kind = _KIND_IMPORT if isinstance(e, ImportError) else _KIND_TORCHREC
         _fail(out_dir, rank, kind, f"{type(e).__name__}: {e}", tb)
         sys.stderr.write(tb)
         sys.stderr.flush()

@@ -6,13 +6,14 @@ OMP_NUM_THREADS=1 so that importing torch starts no OpenMP thread:
     python -m dmpcheck_torchrec.warm FD [MODULE ...]
 
 MODULE: what to import before serving (the rank program's stack).  FD: a SOCK_SEQPACKET unix
-socket to dmpcheck; one JSON document per packet:
+socket to dmpcheck; one contract document per packet (contract.py's WarmSpawn and WarmMessage,
+read strictly on both sides):
 
-  -> {"ready": true, "import_s": S, "threads": 1}     or {"ready": false, "why": "..."}
-  <- {"argv": ["-m", MODULE, ARG ...], "env": {...}, "cwd": DIR, "threads": N, "group": PGID}
+  -> WarmMessage kind "ready" (import_s, threads 1)         or kind "not_ready" (why)
+  <- WarmSpawn (argv ["-m", MODULE, ARG ...], env ["NAME=value" ...], cwd, threads, group)
      with one file descriptor attached: the rank's stdout and stderr
-  -> {"pid": PID}                                        or {"refused": "..."}
-  -> {"exit": PID, "status": RAW_WAIT_STATUS}           whenever a rank ends
+  -> WarmMessage kind "pid" (pid)                           or kind "refused" (why)
+  -> WarmMessage kind "exit" (pid, status: the raw wait status)   whenever a rank ends
 
 A rank is a fork of this process that becomes what `python -m MODULE ARG ...` would have been: its
 environment replaced by `env` (the launcher's, as an exec-ed rank would get it), intra-op threads
@@ -33,7 +34,9 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, Dict, List, NoReturn
+from typing import Dict, List, NoReturn
+
+from dmpcheck_torchrec import contract
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -44,22 +47,23 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _send(sock: socket.socket, document: Dict[str, Any]) -> None:
-    sock.send(json.dumps(document).encode())
+def _send(sock: socket.socket, message: contract.WarmMessage) -> None:
+    sock.send(json.dumps(contract.to_dict(message)).encode())
 
 
-def _become_rank(sock: socket.socket, request: Dict[str, Any], out_fd: int, parent: int) -> NoReturn:
+def _become_rank(sock: socket.socket, request: contract.WarmSpawn, out_fd: int, parent: int) -> NoReturn:
     """In the fork: set up as an exec-ed rank would be, run the module, never return."""
     code = 3
     try:
         sock.close()
-        os.setpgid(0, request["group"])
+        os.setpgid(0, request.group)
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the interpreter died before prctl
             os._exit(127)
         # Its command line is the interpreter's: the name says which rank it is (ps, pgrep -x).
-        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(f"dmpcheck-r{request['env'].get('RANK', '')}".encode()), 0, 0, 0)
+        env = dict(entry.split("=", 1) for entry in request.env if "=" in entry)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(f"dmpcheck-r{env.get('RANK', '')}".encode()), 0, 0, 0)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -70,14 +74,14 @@ def _become_rank(sock: socket.socket, request: Dict[str, Any], out_fd: int, pare
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
-        os.environ.update(request["env"])
-        os.chdir(request["cwd"])
+        os.environ.update(env)
+        os.chdir(request.cwd)
         # What differs from a fresh process: the random state Python drew at start-up.
         import random
         random.seed()
         if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(int(request["threads"]))
-        argv = request["argv"]
+            sys.modules["torch"].set_num_threads(request.threads)
+        argv = request.argv
         if len(argv) < 2 or argv[0] != "-m":
             raise ValueError(f"a warm rank runs `-m MODULE ...`, not {argv}")
         import runpy
@@ -113,7 +117,7 @@ def serve(sock: socket.socket) -> None:
                 if pid == 0:
                     break
                 children.pop(pid, None)
-                _send(sock, {"exit": pid, "status": status})
+                _send(sock, contract.WarmMessage(kind="exit", pid=pid, status=status))
             readable, _, _ = select.select([sock], [], [], 0.02)
             if not readable:
                 continue
@@ -122,27 +126,31 @@ def serve(sock: socket.socket) -> None:
             data, fds, _, _ = socket.recv_fds(sock, _MAX_PACKET, 4)  # type: ignore[attr-defined]
             if not data:
                 return  # dmpcheck closed its end, or is gone
-            request = json.loads(data)
-            if len(fds) != 1:
+            refused = ""
+            try:
+                request = contract.parse(contract.WarmSpawn, json.loads(data), "a spawn request")
+            except (ValueError, contract.ContractError) as e:  # not JSON, or not a WarmSpawn
+                refused = str(e)
+            if not refused and len(fds) != 1:
+                refused = f"a spawn request carries one descriptor, not {len(fds)}"
+            if not refused and _threads() != 1:
+                refused = f"this interpreter has {_threads()} threads: forking it is unsafe"
+            if refused:
                 for fd in fds:
                     os.close(fd)
-                _send(sock, {"refused": f"a spawn request carries one descriptor, not {len(fds)}"})
-                continue
-            if _threads() != 1:
-                os.close(fds[0])
-                _send(sock, {"refused": f"this interpreter has {_threads()} threads: forking it is unsafe"})
+                _send(sock, contract.WarmMessage(kind="refused", why=refused))
                 continue
             pid = os.fork()
             if pid == 0:
                 _become_rank(sock, request, fds[0], parent)
             os.close(fds[0])
-            group = request["group"] or pid
+            group = request.group or pid
             try:
                 os.setpgid(pid, group)  # also here: no race with a kill of the group
             except OSError:
                 pass  # the child already exec-ed its way out or ended: its own call decided
             children[pid] = group
-            _send(sock, {"pid": pid})
+            _send(sock, contract.WarmMessage(kind="pid", pid=pid))
     except (BrokenPipeError, ConnectionResetError):
         return
     finally:
@@ -175,16 +183,16 @@ def main(argv: List[str]) -> int:
         for module in argv[2:]:
             importlib.import_module(module)
     except BaseException as e:  # noqa: BLE001 - said to dmpcheck, which runs the ranks cold instead
-        _send(sock, {"ready": False, "why": f"import {module} failed: {type(e).__name__}: {e}"})
+        _send(sock, contract.WarmMessage(kind="not_ready", why=f"import {module} failed: {type(e).__name__}: {e}"))
         return 1
     # The rank sets these itself (rank.py); here they were only for the import.
     logging.disable(logging.NOTSET)
     threads = _threads()
     if threads != 1:
-        _send(sock, {"ready": False, "why": f"after importing {' '.join(argv[2:])} this interpreter has {threads} "
-                                            "threads: forking it is unsafe"})
+        _send(sock, contract.WarmMessage(kind="not_ready", why=f"after importing {' '.join(argv[2:])} this "
+                                                                f"interpreter has {threads} threads: forking it is unsafe"))
         return 1
-    _send(sock, {"ready": True, "import_s": time.perf_counter() - start, "threads": threads})
+    _send(sock, contract.WarmMessage(kind="ready", import_s=time.perf_counter() - start, threads=threads))
     serve(sock)
     return 0
 

@@ -21,7 +21,8 @@ from dmpcheck_torchrec import contract  # noqa: E402
 DOCUMENTS = {"run_spec.json": contract.RunSpec, "run_meta.json": contract.RunMeta,
              "plan_answer.json": contract.PlanAnswer, "probe_answer.json": contract.ProbeAnswer,
              "phase.json": contract.Phase,
-             "batch.json": contract.Batch, "rank_error.json": contract.RankError}
+             "batch.json": contract.Batch, "rank_error.json": contract.RankError,
+             "warm_spawn.json": contract.WarmSpawn, "warm_message.json": contract.WarmMessage}
 
 
 def fixture(name):
@@ -47,7 +48,8 @@ def test_an_unknown_field_at_any_depth_is_an_error_naming_it(name, tmp_path):
         contract.parse(DOCUMENTS[name], top, name)
     nested = fixture(name)
     key = {"run_spec.json": "tables", "run_meta.json": "plan", "plan_answer.json": "plan", "phase.json": "tensors",
-           "batch.json": None, "rank_error.json": None, "probe_answer.json": None}[name]
+           "batch.json": None, "rank_error.json": None, "probe_answer.json": None, "warm_spawn.json": None,
+           "warm_message.json": None}[name]
     if name == "probe_answer.json":
         nested["versions"]["extra"] = 1
         with pytest.raises(contract.ContractError, match=r"unknown field 'versions\.extra'"):
@@ -163,3 +165,49 @@ def test_the_exchanges_names_are_the_layout_fixtures():
     """Each phase and batch file name as release_contract.h makes it (fixtures/contract/layout.json)."""
     for entry in fixture("layout.json")["names"]:
         assert getattr(contract, entry["call"])(*entry["args"]) == entry["name"], entry
+
+
+def test_failure_kinds_are_the_fixtures_table():
+    """Why a run stopped: contract.py's names are the C++ report's (fixtures/contract/failure_kinds.json),
+    and the rank program says only kinds the launcher reads as themselves."""
+    from dmpcheck_torchrec import rank
+
+    table = fixture("failure_kinds.json")
+    assert list(contract.FAILURE_KINDS) == table["kinds"]
+    said = sorted(getattr(rank, name) for name in dir(rank) if name.startswith("_KIND_"))
+    assert said == sorted(table["rank_program"])
+    assert set(said) <= set(contract.FAILURE_KINDS)
+
+
+def test_the_warm_interpreter_refuses_a_request_that_is_not_a_warm_spawn():
+    """warm.py reads each request strictly (contract.WarmSpawn): not JSON, an unknown field, or
+    another schema version is answered with a WarmMessage of kind "refused" saying why, and
+    nothing is forked."""
+    import json
+    import socket
+    import threading
+
+    from dmpcheck_torchrec import warm
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server = threading.Thread(target=warm.serve, args=(theirs,))
+    server.start()
+    try:
+        good = fixture("warm_spawn.json")
+        for request, why in ((b"not json", "Expecting value"),
+                             (json.dumps(dict(good, stdin="/dev/tty")).encode(), "unknown field 'stdin'"),
+                             (json.dumps(dict(good, schema_version=contract.SCHEMA_VERSION + 1)).encode(),
+                              "schema_version")):
+            out = os.open(os.devnull, os.O_WRONLY)
+            try:
+                socket.send_fds(ours, [request], [out])
+            finally:
+                os.close(out)
+            ours.settimeout(10)
+            reply = contract.parse(contract.WarmMessage, json.loads(ours.recv(65536)), "the reply")
+            assert reply.kind == "refused" and why in reply.why, reply
+    finally:
+        ours.close()
+        server.join(10)
+        theirs.close()
+    assert not server.is_alive()

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/outcome.h"
 #include "report/json.h"
 #include "run/release_contract.h"
 #include "run/tensor_exchange.h"
@@ -40,6 +41,21 @@ TEST(ReleaseContract, TheExchangesNamesAreTheLayoutFixtures) {
   }
 }
 
+// Why a run stopped, one table both sides read (fixtures/contract/failure_kinds.json): the
+// report's names are the fixture's, and each kind a release's rank program writes in its
+// error.json is read as itself, not as the launcher's fallback.
+TEST(ReleaseContract, FailureKindsAreTheFixturesTable) {
+  const auto table = fixture("failure_kinds.json");
+  std::vector<std::string> names;
+  for (auto name : failure_kind_names()) names.emplace_back(name);
+  EXPECT_EQ(names, table.at("kinds").get<std::vector<std::string>>());
+  for (const auto& said : table.at("rank_program").get<std::vector<std::string>>()) {
+    const auto kind = parse_failure_kind(said);
+    ASSERT_TRUE(kind.has_value()) << said;
+    EXPECT_EQ(failure_kind_name(*kind), said);
+  }
+}
+
 // Read strictly into its struct and written back, every document is itself: each side's struct
 // has exactly the fixture's fields (test_contract.py holds contract.py to the same files).
 TEST(ReleaseContract, EveryDocumentReadsIntoItsStructAndWritesBackIdentical) {
@@ -53,6 +69,8 @@ TEST(ReleaseContract, EveryDocumentReadsIntoItsStructAndWritesBackIdentical) {
   EXPECT_TRUE(round_trip(Phase{}, "phase.json"));
   EXPECT_TRUE(round_trip(Batch{}, "batch.json"));
   EXPECT_TRUE(round_trip(RankError{}, "rank_error.json"));
+  EXPECT_TRUE(round_trip(WarmSpawn{}, "warm_spawn.json"));
+  EXPECT_TRUE(round_trip(WarmMessage{}, "warm_message.json"));
   // The values land where the launcher and the rank program read them.
   const auto spec = read_document<RunSpec>(fixture("run_spec.json"), "spec");
   EXPECT_EQ(spec.seeds, (std::vector<uint64_t>{7, 8}));
