@@ -1,6 +1,8 @@
 #include "common/settings.h"
 
-#include <cstdlib>
+#include <unistd.h>
+
+#include <map>
 #include <mutex>
 
 #include "common/error.h"
@@ -8,13 +10,15 @@
 namespace dmpcheck {
 namespace {
 
-std::string variable(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? std::string(value) : std::string();
+using Environment = std::map<std::string, std::string>;
+
+std::string variable(const Environment& environment, const char* name) {
+  const auto it = environment.find(name);
+  return it != environment.end() ? it->second : std::string();
 }
 
-std::optional<int> count(const char* name) {
-  const std::string value = variable(name);
+std::optional<int> count(const Environment& environment, const char* name) {
+  const std::string value = variable(environment, name);
   if (value.empty()) return std::nullopt;
   size_t used = 0;
   int n = -1;
@@ -39,24 +43,35 @@ std::optional<Settings>& installed() {
 }  // namespace
 
 Settings Settings::from_environment() {
+  Environment environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string text(*entry);
+    const size_t eq = text.find('=');
+    if (eq != std::string::npos) environment.emplace(text.substr(0, eq), text.substr(eq + 1));
+  }
+  return from_environment(environment);
+}
+
+Settings Settings::from_environment(const std::map<std::string, std::string>& environment) {
+  const auto get = [&](const char* name) { return variable(environment, name); };
   Settings s;
-  s.torchrec_repo = variable("DMPCHECK_TORCHREC_REPO");
-  s.install_releases = variable("DMPCHECK_INSTALL_RELEASES") == "1";
-  const std::string home = variable("HOME").empty() ? "/root" : variable("HOME");
-  const std::string cache = variable("XDG_CACHE_HOME").empty() ? home + "/.cache" : variable("XDG_CACHE_HOME");
+  s.torchrec_repo = get("DMPCHECK_TORCHREC_REPO");
+  s.install_releases = get("DMPCHECK_INSTALL_RELEASES") == "1";
+  const std::string home = get("HOME").empty() ? "/root" : get("HOME");
+  const std::string cache = get("XDG_CACHE_HOME").empty() ? home + "/.cache" : get("XDG_CACHE_HOME");
   s.torchrec_envs =
-      variable("DMPCHECK_TORCHREC_ENVS").empty() ? cache + "/dmpcheck/torchrec" : variable("DMPCHECK_TORCHREC_ENVS");
-  s.torchrec_installer = variable("DMPCHECK_TORCHREC_INSTALLER");
-  s.torchrec_sut = variable("DMPCHECK_TORCHREC_SUT");
-  const std::string ranks = variable("DMPCHECK_RANKS");
+      get("DMPCHECK_TORCHREC_ENVS").empty() ? cache + "/dmpcheck/torchrec" : get("DMPCHECK_TORCHREC_ENVS");
+  s.torchrec_installer = get("DMPCHECK_TORCHREC_INSTALLER");
+  s.torchrec_sut = get("DMPCHECK_TORCHREC_SUT");
+  const std::string ranks = get("DMPCHECK_RANKS");
   DMP_CHECK(ranks.empty() || ranks == "exec" || ranks == "fork", ErrorKind::kInvalidInput,
             "DMPCHECK_RANKS='{}': expected exec or fork", ranks);
   s.exec_ranks = ranks == "exec";
-  s.warm_interpreters = count("DMPCHECK_WARM_INTERPRETERS");
-  s.warm_prestart = count("DMPCHECK_WARM_PRESTART");
-  s.memory_available = variable("DMPCHECK_MEMORY_AVAILABLE");
-  s.chartjs = variable("DMPCHECK_CHARTJS");
-  s.keep_exchange = std::getenv("DMPCHECK_KEEP_EXCHANGE") != nullptr;
+  s.warm_interpreters = count(environment, "DMPCHECK_WARM_INTERPRETERS");
+  s.warm_prestart = count(environment, "DMPCHECK_WARM_PRESTART");
+  s.memory_available = get("DMPCHECK_MEMORY_AVAILABLE");
+  s.chartjs = get("DMPCHECK_CHARTJS");
+  s.keep_exchange = environment.count("DMPCHECK_KEEP_EXCHANGE") > 0;
   return s;
 }
 

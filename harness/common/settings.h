@@ -8,6 +8,7 @@
 // DMPCHECK_RENDEZVOUS_FILE, RANK and torchrun's others), read by the rank once at its start.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -26,9 +27,10 @@ struct Settings {
   std::string chartjs;                   // DMPCHECK_CHARTJS
   bool keep_exchange = false;            // DMPCHECK_KEEP_EXCHANGE set: release cells keep their directories
 
-  // The process's environment as settings; Error(kInvalidInput) naming the variable for a value
-  // that is not what it should be.
+  // The process's environment (or `environment`, NAME -> value) as settings; Error(kInvalidInput)
+  // naming the variable for a value that is not what it should be.
   static Settings from_environment();
+  static Settings from_environment(const std::map<std::string, std::string>& environment);
 };
 
 // The settings in force: those installed, else the environment's (read on the first call).

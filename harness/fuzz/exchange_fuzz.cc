@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "run/release_contract.h"
 #include "run/tensor_exchange.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -21,10 +22,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   const size_t split = bytes.find('\0');
+  static const std::string phase = dmpcheck::run::contract::phase_after(1);
   try {
-    dmpcheck::write_file_atomically(dir + "/step1.json", bytes.substr(0, split));
-    dmpcheck::write_file_atomically(dir + "/step1.bin", split == std::string::npos ? "" : bytes.substr(split + 1));
-    dmpcheck::run::assemble_full({dmpcheck::run::read_exchange_phase(dir, "step1")});
+    dmpcheck::write_file_atomically(dir + "/" + phase + ".json", bytes.substr(0, split));
+    dmpcheck::write_file_atomically(dir + "/" + phase + ".bin",
+                                    split == std::string::npos ? "" : bytes.substr(split + 1));
+    dmpcheck::run::assemble_full({dmpcheck::run::read_exchange_phase(dir, phase)});
   } catch (const dmpcheck::Error&) {}
   return 0;
 }

@@ -5,7 +5,6 @@ Needs a release environment (bash ci/torchrec-env.sh 1.9.2); without it these te
 that command, unless DMPCHECK_REQUIRE_TORCHREC=1 (CI) makes a missing one a failure.
 """
 import os
-import shutil
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "torchrec_sut"))
 
 from dmpcheck_torchrec import contract  # noqa: E402
+from test_torchrec_cells import broken_sut  # noqa: E402
 
 ENVS = os.environ.get("DMPCHECK_TORCHREC_ENVS",
                       os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dmpcheck", "torchrec"))
@@ -30,25 +30,13 @@ def python_of(release):
     return os.path.join(env, "bin", "python")
 
 
-def broken_sut(tmp_path, module, anchor, replacement):
-    """A copy of the rank program with `anchor` in dmpcheck_torchrec/<module> replaced (it must be
-    there): a fault the test must catch.  Its directory, for run_rank's `sut`."""
-    broken = tmp_path / "broken"
-    shutil.copytree(os.path.join(ROOT, "torchrec_sut"), broken, ignore=shutil.ignore_patterns("__pycache__"))
-    path = broken / "dmpcheck_torchrec" / module
-    text = path.read_text()
-    assert anchor in text, (module, anchor)
-    path.write_text(text.replace(anchor, replacement))
-    return str(broken)
-
-
 def run_rank(python, exchange, spec, batches, sut=os.path.join(ROOT, "torchrec_sut")):
     """One rank (world size 1) of `spec` over `batches` (step -> contract.Batch) in `exchange`, the
     rank program taken from `sut`."""
     os.makedirs(os.path.join(exchange, "batches"))
     contract.save(spec, os.path.join(exchange, "spec.json"))
     for step, batch in batches.items():
-        contract.save(batch, os.path.join(exchange, "batches", "step%d_rank0.json" % step))
+        contract.save(batch, os.path.join(exchange, "batches", contract.batch_file(step, 0)))
     env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", OMP_NUM_THREADS="1",
                GLOO_SOCKET_IFNAME="lo", DMPCHECK_RENDEZVOUS_FILE=os.path.join(exchange, "rendezvous"),
                PYTHONPATH=sut)
@@ -83,11 +71,12 @@ def test_managed_collision_redraws_are_recorded_in_every_epoch(tmp_path):
         assert [(loop.rank, loop.batches) for loop in meta.loops] == [(0, [2, 2])], meta.loops
         assert len(meta.losses) == 4 and meta.versions.torchrec == "1.9.2", meta
         steps = set()
-        for f in os.listdir(os.path.join(out, "rank0")):
-            if f.startswith("redrawn") and f.endswith(".json"):
-                phase = contract.load(contract.Phase, os.path.join(out, "rank0", f))
+        for step in batches:
+            path = os.path.join(out, "rank0", contract.phase_redrawn(step) + ".json")
+            if os.path.exists(path):
+                phase = contract.load(contract.Phase, path)
                 assert [t.name for t in phase.tensors] == ["mc.t0.redrawn"] and phase.tensors[0].sizes[1] == 4, phase
-                steps.add(int(f[len("redrawn"):-len(".json")]))
+                steps.add(step)
         return steps
 
     # Epoch 1 is steps 1-2, epoch 2 steps 3-4: both re-draw, and both are recorded.
@@ -97,5 +86,5 @@ def test_managed_collision_redraws_are_recorded_in_every_epoch(tmp_path):
     # epoch's draws alone.
     once = broken_sut(tmp_path, "runner.py", "    for epoch in range(spec.epochs):\n        EvictionDraws.recording = True",
                       "    EvictionDraws.recording = True\n    for epoch in range(spec.epochs):\n        pass")
-    steps = redrawn_steps("once", once)
+    steps = redrawn_steps("once", str(once))
     assert steps & {1, 2} and not steps & {3, 4}, steps

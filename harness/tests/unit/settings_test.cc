@@ -2,7 +2,8 @@
 // and ScopedSettings putting back what was there.
 #include "common/settings.h"
 
-#include <cstdlib>
+#include <map>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -11,54 +12,38 @@
 namespace dmpcheck {
 namespace {
 
-// Sets `name` for one test, then puts back what was there.
-class Variable {
- public:
-  Variable(const char* name, const char* value) : name_(name) {
-    if (const char* before = std::getenv(name)) before_ = before;
-    ::setenv(name, value, 1);
-  }
-  ~Variable() {
-    if (before_.empty()) {
-      ::unsetenv(name_);
-    } else {
-      ::setenv(name_, before_.c_str(), 1);
-    }
-  }
-
- private:
-  const char* name_;
-  std::string before_;
-};
+using Environment = std::map<std::string, std::string>;
 
 TEST(Settings, EachVariableIsReadIntoItsSetting) {
-  const Variable repo("DMPCHECK_TORCHREC_REPO", "/srv/torchrec");
-  const Variable envs("DMPCHECK_TORCHREC_ENVS", "/srv/envs");
-  const Variable ranks("DMPCHECK_RANKS", "exec");
-  const Variable warm("DMPCHECK_WARM_INTERPRETERS", "0");
-  const Variable keep("DMPCHECK_KEEP_EXCHANGE", "");
-  const Settings s = Settings::from_environment();
+  const Settings s = Settings::from_environment(Environment{{"DMPCHECK_TORCHREC_REPO", "/srv/torchrec"},
+                                                            {"DMPCHECK_TORCHREC_ENVS", "/srv/envs"},
+                                                            {"DMPCHECK_RANKS", "exec"},
+                                                            {"DMPCHECK_WARM_INTERPRETERS", "0"},
+                                                            {"DMPCHECK_KEEP_EXCHANGE", ""}});
   EXPECT_EQ(s.torchrec_repo, "/srv/torchrec");
   EXPECT_EQ(s.torchrec_envs, "/srv/envs");
   EXPECT_TRUE(s.exec_ranks);
   EXPECT_EQ(s.warm_interpreters, 0);
   EXPECT_FALSE(s.warm_prestart.has_value());
   EXPECT_TRUE(s.keep_exchange);  // set, even empty
+  // Unset, each has its default: the environments under XDG_CACHE_HOME, else HOME's .cache.
+  const Settings defaults = Settings::from_environment(Environment{{"HOME", "/home/u"}});
+  EXPECT_EQ(defaults.torchrec_envs, "/home/u/.cache/dmpcheck/torchrec");
+  EXPECT_FALSE(defaults.exec_ranks || defaults.keep_exchange || defaults.install_releases);
+  EXPECT_EQ(Settings::from_environment(Environment{{"XDG_CACHE_HOME", "/c"}}).torchrec_envs, "/c/dmpcheck/torchrec");
 }
 
 TEST(Settings, AValueThatIsNotWhatItShouldBeIsRefusedNamingItsVariable) {
-  {
-    const Variable ranks("DMPCHECK_RANKS", "sometimes");
-    EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "DMPCHECK_RANKS='sometimes': expected exec or fork",
-                                     [] { Settings::from_environment(); }));
-  }
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "DMPCHECK_RANKS='sometimes': expected exec or fork", [] {
+    Settings::from_environment(Environment{{"DMPCHECK_RANKS", "sometimes"}});
+  }));
   for (const char* bad : {"-1", "two", "3x", ""}) {
-    const Variable warm("DMPCHECK_WARM_PRESTART", bad);
+    const Environment environment{{"DMPCHECK_WARM_PRESTART", bad}};
     if (*bad == '\0') {
-      EXPECT_FALSE(Settings::from_environment().warm_prestart.has_value());  // empty: not set
+      EXPECT_FALSE(Settings::from_environment(environment).warm_prestart.has_value());  // empty: not set
     } else {
-      EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "DMPCHECK_WARM_PRESTART=", [] {
-        Settings::from_environment();
+      EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "DMPCHECK_WARM_PRESTART=", [&] {
+        Settings::from_environment(environment);
       })) << bad;
     }
   }
