@@ -16,7 +16,7 @@
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
 #include "dmp/planner.h"
-#include "release/release_cell.h"
+#include "release/release_inputs.h"
 #include "report/explain.h"
 #include "run/launcher.h"
 #include "run/preflight.h"

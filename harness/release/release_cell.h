@@ -7,7 +7,6 @@
 
 #include <string>
 
-#include "dmp/planner.h"
 #include "run/cell.h"
 
 namespace dmpcheck::run {
@@ -24,10 +23,5 @@ class ReleaseCellKind : public CellKind {
   check::RunResult run(const scenario::Scenario& scenario, size_t index,
                        const ScenarioRunOptions& options) const override;
 };
-
-// The plan the release's own planner makes for `spec` (`python -m dmpcheck_torchrec.plan`: one
-// process, no training), in the reference's terms.  `label` receives "torchrec X (torch Y)".
-// Error(kInvalidInput) when the release is not installed or its planner fails, with its output.
-dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std::string& version, std::string* label);
 
 }  // namespace dmpcheck::run

@@ -9,8 +9,12 @@
 #include "check/global_model.h"
 #include "check/replica_check.h"
 #include "common/error.h"
+#include "common/file_io.h"
+#include "common/settings.h"
+#include "release/torchrec_systems.h"
 #include "report/json.h"
 #include "run/data_generator.h"
+#include "run/launcher.h"
 
 namespace dmpcheck::run {
 
@@ -175,6 +179,27 @@ std::vector<check::TablePlacement> placements_of(const std::vector<contract::Pla
     out.push_back(placement);
   }
   return out;
+}
+
+dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std::string& version, std::string* label) {
+  std::string why_not;
+  const auto env = resolve_environment(scenario::System::release(version), why_not);
+  DMP_CHECK(env.has_value(), ErrorKind::kInvalidInput, "{}", why_not);
+  PrivateDir exchange("dmpcheck-torchrec", settings().keep_exchange);
+  report::write_text_file_atomically(exchange.path() + "/spec.json", nlohmann::json(release_spec(spec, {})).dump(2));
+  LaunchRequest request = torchrec_launch(
+      *env, {"-m", "dmpcheck_torchrec.plan", exchange.path() + "/spec.json", exchange.path() + "/plan.json"},
+      exchange.path() + "/out");
+  request.launch_environment["TMPDIR"] = exchange.path() + "/tmp";
+  fs::create_directory(exchange.path() + "/tmp");
+  request.world_size = 1;
+  request.budget = std::chrono::seconds(120);
+  const LaunchOutcome launched = launch(request);
+  DMP_CHECK(launched.ok, ErrorKind::kInvalidInput, "torchrec {}'s planner failed on run [{}]: {}", version, spec.name,
+            launched.failure ? launched.failure->message : std::string("no output"));
+  const auto answer = contract::read_document_file<contract::PlanAnswer>(exchange.path() + "/plan.json");
+  if (label) *label = fmt::format("torchrec {} (torch {})", answer.versions.torchrec, answer.versions.torch);
+  return release_plan(spec, answer.plan);
 }
 
 }  // namespace dmpcheck::run

@@ -1,6 +1,7 @@
 // What passes between the release cell and the release's rank program, in the reference's terms:
 // the run spec and every rank's batches going in (the contract's documents, run/release_contract.h),
-// the plan and each rank's tensors coming back (run/tensor_exchange.h), and the checks made of them.
+// the plan and each rank's tensors coming back (run/tensor_exchange.h), and the checks made of them;
+// and the release's own planner asked alone (explain --release).
 #pragma once
 
 #include <map>
@@ -46,5 +47,10 @@ std::vector<check::ReferenceDiff> compare_with_reference(const std::map<std::str
 
 // A release's plan, as a report records a plan.
 std::vector<check::TablePlacement> placements_of(const std::vector<contract::PlanRow>& plan);
+
+// The plan the release's own planner makes for `spec` (`python -m dmpcheck_torchrec.plan`: one
+// process, no training), in the reference's terms.  `label` receives "torchrec X (torch Y)".
+// Error(kInvalidInput) when the release is not installed or its planner fails, with its output.
+dmp::ShardingPlan torchrec_planner_plan(const scenario::RunSpec& spec, const std::string& version, std::string* label);
 
 }  // namespace dmpcheck::run
