@@ -11,6 +11,7 @@ import struct
 import subprocess
 import time
 
+from scenario_keys import with_keys
 from test_torchrec_cells import DMPCHECK, dmpcheck, need
 
 SCENARIO = """version: 1
@@ -127,11 +128,9 @@ def test_a_non_finite_loss_on_a_release_is_named_as_the_releases(tmp_path):
     """Item 6: a NaN or infinite loss was written into JSON as NaN and read back as "output is
     incomplete: not JSON"; the cell now fails naming the step and the loss."""
     need("0.6.0")
-    scenario = tmp_path / "overflow.yaml"
-    scenario.write_text(SCENARIO.replace("name: sockets-of-a-cell", "name: overflow")
-                        .replace("lr: 0.1}", "lr: 1.0e+15}")
-                        .replace("system: [reference, torchrec==0.6.0]", "system: [torchrec==0.6.0]")
-                        .replace("world_size: 4", "world_size: 2"))
+    scenario = with_keys(tmp_path / "overflow.yaml", SCENARIO, {
+        ("name",): "overflow", ("optimizers", "sparse", "lr"): 1.0e+15, ("optimizers", "dense", "lr"): 1.0e+15,
+        ("matrix", "system"): ["torchrec==0.6.0"], ("world_size",): 2})
     p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"))
     assert p.returncode == 3, p.stdout + p.stderr
     assert re.search(r"NonFiniteLoss: step \d: the loss is (nan|inf|-inf) on rank \d", p.stdout), p.stdout

@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from scenario_keys import table_index, with_keys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("DMPCHECK_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -21,6 +22,8 @@ DMPCHECK = os.environ.get("DMPCHECK_BIN", os.path.join(BUILD, "harness", "dmpche
 SEED = os.path.join(ROOT, "scenarios", "regressions", "torchrec-1739-dp-tables-not-broadcast.yaml")
 ENVS = os.environ.get("DMPCHECK_TORCHREC_ENVS",
                       os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "dmpcheck", "torchrec"))
+WORLD_SIZE = ("matrix", "world_size")  # keys of the fidelity files' matrix (scenario_keys.with_keys)
+SPARSE_OPTIMIZER = ("matrix", "optimizers.sparse.type")
 TABLES = ["ebc.embedding_bags.%s.weight" % t for t in ("large_table_0", "large_table_1", "small_table_0", "small_table_1")]
 
 
@@ -187,13 +190,10 @@ def test_bisect_installs_the_releases_it_visits_and_one_that_fails_is_never_the_
 
 def test_side_by_side_comparison_reports_every_step(tmp_path):
     need("1.9.2")
-    scenario = tmp_path / "side.yaml"
-    text = open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
-    text = text.replace("steps: 10", "steps: 2").replace("world_size: [2, 3]", "world_size: [2]")
-    text = text.replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [sgd, adagrad]")
     # Against `current` (what the user asked for), not the profile that models the release.
-    text = text.replace("profile: release", "profile: current")
-    scenario.write_text(text)
+    scenario = with_keys(tmp_path / "side.yaml", "fidelity/sharding.yaml", {
+        ("steps",): 2, WORLD_SIZE: [2], SPARSE_OPTIMIZER: ["sgd", "adagrad"],
+        ("expect", 0, "reference", "profile"): "current"})
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
     # sgd agrees within the tolerance; adagrad does not (data-parallel tables: TorchRec trains them
     # with the dense optimizer), so the run fails its expectation and says where.
@@ -282,13 +282,13 @@ def test_a_reports_own_batches_replay_on_the_release_and_the_reference(tmp_path)
                          capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == "ok\n", out.stdout + out.stderr
     # Zero steps: the forward alone on the first batch, on both sides, compared at step 0.
-    (tmp_path / "replay.yaml").write_text(REPLAY.replace("steps: 2", "steps: 0"))
+    with_keys(tmp_path / "replay.yaml", REPLAY, {("steps",): 0})
     p = dmpcheck("run", str(tmp_path / "replay.yaml"), "--quiet", "--out", str(tmp_path / "r0"))
     assert p.returncode == 0, p.stdout + p.stderr
     release = json.load(open(tmp_path / "r0" / "replay-report" / "torchrec__1.9.2.json"))
     assert {(d["name"], d["step"]) for d in release["reference"] if d["name"] == "model_output"} == {("model_output", 0)}
     # A batch the run cannot use is a clean error naming the file.
-    (tmp_path / "replay.yaml").write_text(REPLAY.replace("batch_size: 2", "batch_size: 3"))
+    with_keys(tmp_path / "replay.yaml", REPLAY, {("batch_size",): 3})
     p = dmpcheck("run", str(tmp_path / "replay.yaml"), "--quiet", "--out", str(tmp_path / "bad"))
     assert p.returncode != 0
     assert "batch0.pt: holds 4 bags per feature; this run needs batch_size 3 x world_size 2 = 6" in p.stdout + p.stderr
@@ -330,17 +330,23 @@ def test_a_feature_several_tables_read_agrees_with_the_release(tmp_path):
     assert all(d["elements_differing"] == 0 for d in result["reference"] if d["name"] != "model_output"), result["reference"]
 
 
-def test_the_profile_of_the_release_agrees_bit_for_bit(tmp_path):
-    """Under `reference: {profile: release}` the reference trains as torchrec 1.9.2 does, bitwise."""
+@pytest.mark.parametrize("file,world,optimizer,steps", [
+    # Under `reference: {profile: release}` the reference trains as torchrec 1.9.2 does, bitwise.
+    ("sharding", 2, "rowwise_adagrad", 3),
+    # At world size 3 Gloo's ring adds three ranks' dense gradients in an order that depends on
+    # where each element sits in DDP's bucket; DDP rebuilds its bucket in backward order after two
+    # steps.  The reference lays its buckets out alike, so 10 steps of row_wise Adagrad stay
+    # bitwise (they did not, in one element of dense.0.weight, before it did).
+    ("row_wise", 3, "adagrad", 10),
+], ids=lambda v: str(v))
+def test_the_profile_of_the_release_agrees_bit_for_bit(tmp_path, file, world, optimizer, steps):
     need("1.9.2")
-    scenario = tmp_path / "bitwise.yaml"
-    scenario.write_text(open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
-                        .replace("steps: 10", "steps: 3").replace("world_size: [2, 3]", "world_size: [2]")
-                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [rowwise_adagrad]"))
+    scenario = with_keys(tmp_path / "bitwise.yaml", f"fidelity/{file}.yaml",
+                         {("steps",): steps, WORLD_SIZE: [world], SPARSE_OPTIMIZER: [optimizer]})
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
     assert p.returncode == 0, p.stdout + p.stderr
-    r = json.load(open(tmp_path / "reports" / "fidelity-sharding" / "rowwise_adagrad_2.json"))
-    assert {d["step"] for d in r["reference"]} == {0, 1, 2, 3}
+    r = json.load(open(tmp_path / "reports" / f"fidelity-{file.replace('_', '-')}" / f"{optimizer}_{world}.json"))
+    assert {d["step"] for d in r["reference"]} == set(range(steps + 1))
     differing = not_bitwise(r, allowed=())
     assert differing == [], differing
 
@@ -352,17 +358,13 @@ def test_weight_decay_mode_reaches_fbgemm_which_ignores_it_on_cpu(tmp_path):
     applies no weight decay in any mode, so the release trains exactly as with mode none, while the
     reference, which applies FBGEMM's formula for each mode, leaves it from step 1."""
     need("1.9.2")
-    scenario = tmp_path / "decay.yaml"
-    scenario.write_text(open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
-                        .replace("steps: 10", "steps: 3").replace("world_size: [2, 3]", "world_size: [2]")
-                        .replace("  sparse: {type: sgd, lr: 0.1}",
-                                 "  sparse: {type: rowwise_adagrad, lr: 0.1, weight_decay: 0.05}")
-                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]",
-                                 "optimizers.sparse.weight_decay_mode: [none, l2, decoupled]")
-                        .replace("  - reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}",
-                                 "  - when: {optimizers.sparse.weight_decay_mode: none}\n"
-                                 "    reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}\n"
-                                 "  - reference: {profile: release, start: seed, match: false, rtol: 1.0e-5, atol: 1.0e-6}"))
+    release = {"profile": "release", "start": "seed", "rtol": 1.0e-5, "atol": 1.0e-6}
+    scenario = with_keys(tmp_path / "decay.yaml", "fidelity/sharding.yaml", {
+        ("steps",): 3,
+        ("optimizers", "sparse"): {"type": "rowwise_adagrad", "lr": 0.1, "weight_decay": 0.05},
+        ("matrix",): {"optimizers.sparse.weight_decay_mode": ["none", "l2", "decoupled"], "world_size": [2]},
+        ("expect",): [{"when": {"optimizers.sparse.weight_decay_mode": "none"}, "reference": release},
+                      {"reference": dict(release, match=False)}]})
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
     assert p.returncode == 0, p.stdout + p.stderr
     digests = {}
@@ -379,34 +381,13 @@ def test_weight_decay_mode_reaches_fbgemm_which_ignores_it_on_cpu(tmp_path):
     assert digests["none"] == digests["l2"] == digests["decoupled"], "FBGEMM's CPU kernel now decays: update the finding"
 
 
-def test_world_size_three_is_bitwise_through_ddps_rebuilt_buckets(tmp_path):
-    """At world size 3 Gloo's ring adds three ranks' dense gradients in an order that depends on
-    where each element sits in DDP's bucket; DDP rebuilds its bucket in backward order after two
-    steps.  The reference lays its buckets out alike, so 10 steps of row_wise Adagrad stay bitwise
-    (they did not, in one element of dense.0.weight, before it did)."""
-    need("1.9.2")
-    scenario = tmp_path / "three.yaml"
-    scenario.write_text(open(os.path.join(ROOT, "fidelity", "row_wise.yaml")).read()
-                        .replace("world_size: [2, 3]", "world_size: [3]")
-                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [adagrad]"))
-    p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
-    assert p.returncode == 0, p.stdout + p.stderr
-    r = json.load(open(tmp_path / "reports" / "fidelity-row-wise" / "adagrad_3.json"))
-    assert {d["step"] for d in r["reference"]} == set(range(11))
-    differing = not_bitwise(r, allowed=())
-    assert differing == [], differing
-
-
 def test_a_deeper_mlp_is_bitwise_when_the_reference_has_torchs_blas(tmp_path):
     """Three Linear layers make every embedding gradient a dot product.  Built against torch's own
     libtorch (ci/torch2.sh: MKL, as the wheels TorchRec runs on) the reference is bitwise with
     torchrec 1.9.2; built against Debian's libtorch 1.13 (generic BLAS) the dot products are added
     in another order, and Adagrad shows it in the last bits -- bounded, never more."""
     need("1.9.2")
-    scenario = tmp_path / "dense.yaml"
-    scenario.write_text(open(os.path.join(ROOT, "fidelity", "dense.yaml")).read()
-                        .replace("world_size: [2, 3]", "world_size: [2]")
-                        .replace("optimizers.sparse.type: [sgd, adagrad]", "optimizers.sparse.type: [adagrad]"))
+    scenario = with_keys(tmp_path / "dense.yaml", "fidelity/dense.yaml", {WORLD_SIZE: [2], SPARSE_OPTIMIZER: ["adagrad"]})
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(tmp_path / "reports" / "fidelity-dense" / "adagrad_2.json"))
@@ -427,13 +408,13 @@ def test_sequence_tables_agree_with_the_release_bitwise(tmp_path):
     column_wise and row_wise on 1.9.2: every weight and optimizer state bitwise, from TorchRec's
     initial draw (the EBC's tables drawn before the EmbeddingCollection's) on."""
     need("1.9.2")
-    text = open(os.path.join(ROOT, "scenarios", "examples", "sequence_tables.yaml")).read()
-    text = "\n".join(line for line in text.splitlines() if "dp_seq" not in line)  # 1.9.2 fails it on CPU
-    scenario = tmp_path / "seq.yaml"
-    scenario.write_text(text.replace("world_size: [2, 3]", "world_size: [2]\n  system: [torchrec==1.9.2]")
-                        .replace("dense: {layers: [4, 1]}", "dense: {layers: [1]}")
-                        .replace("    global_model: {rtol: 1.0e-5, atol: 1.0e-6}\n",
-                                 "    reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}\n"))
+    example = "scenarios/examples/sequence_tables.yaml"
+    scenario = with_keys(tmp_path / "seq.yaml", example, {
+        WORLD_SIZE: [2], ("dense", "layers"): [1],
+    }, add={("matrix", "system"): ["torchrec==1.9.2"],
+            ("expect", 0, "reference"): {"profile": "release", "start": "seed", "rtol": 1.0e-5, "atol": 1.0e-6}},
+        drop=[("tables", table_index(example, "dp_seq")),  # 1.9.2 fails it on CPU
+              ("expect", 0, "global_model")])
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(tmp_path / "reports" / "example-sequence-tables" / "2_torchrec__1.9.2.json"))
@@ -492,11 +473,8 @@ def test_fp16_tables_agree_with_the_release_bitwise(tmp_path):
 def test_explain_prints_the_plan_of_the_releases_own_planner(tmp_path):
     """`explain --release` asks the release's planner (no training) and says whether it agrees: it does."""
     need("1.9.2")
-    scenario = tmp_path / "plan.yaml"
-    scenario.write_text(open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
-                        .replace("system: torchrec==1.9.2\n", "").replace("world_size: [2, 3]", "world_size: [3]")
-                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [sgd]")
-                        .replace("  - reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}", "  - replicas: equal"))
+    scenario = with_keys(tmp_path / "plan.yaml", "fidelity/sharding.yaml", {
+        WORLD_SIZE: [3], SPARSE_OPTIMIZER: ["sgd"], ("expect",): [{"replicas": "equal"}]}, drop=[("system",)])
     p = dmpcheck("explain", str(scenario), "--release", "1.9.2")
     assert p.returncode == 0, p.stdout + p.stderr
     # dmpcheck's planner places shards as TorchRec's does (its partitioner's rule, measured).
@@ -508,10 +486,9 @@ def test_explain_prints_the_plan_of_the_releases_own_planner(tmp_path):
     assert re.search(r"cw_mean +column_wise +2: 37x4 @0,0; 0: 37x4 @0,4", theirs), theirs
     # The release plans the scenario's topology (2 hosts x 1 rank here), as the reference does: the
     # planner was once handed one host whatever the scenario said.
-    hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(open(scenario).read().replace("world_size: [3]", "world_size: [2]")
-                     .replace("init: {mode: seeded, seed: 0}", "init: {mode: seeded, seed: 0}\ntopology: {local_world_size: 1}")
-                     .replace("sharding: {types: [table_wise]}", "sharding: {types: [table_row_wise]}"))
+    hosts = with_keys(tmp_path / "hosts.yaml", scenario.read_text(), {
+        WORLD_SIZE: [2], **{("tables", i, "sharding"): {"types": ["table_row_wise"]} for i in (0, 1)}},
+        add={("topology",): {"local_world_size": 1}})
     p = dmpcheck("explain", str(hosts), "--release", "1.9.2")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "own planner places them differently" not in p.stdout, p.stdout
@@ -525,10 +502,8 @@ def test_side_by_side_suite_plots_the_difference_in_a_real_browser(tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed (ci/setup.sh installs it)")
-    scenario = tmp_path / "side.yaml"
-    scenario.write_text(open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
-                        .replace("steps: 10", "steps: 3").replace("world_size: [2, 3]", "world_size: [2]")
-                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [sgd]"))
+    scenario = with_keys(tmp_path / "side.yaml", "fidelity/sharding.yaml",
+                         {("steps",): 3, WORLD_SIZE: [2], SPARSE_OPTIMIZER: ["sgd"]})
     p = dmpcheck("suite", str(scenario), "--out", str(tmp_path / "suite"))
     assert p.returncode == 0, p.stdout + p.stderr
     report_dir = re.search(r"reports: (\S+)/junit.xml", p.stdout).group(1)
@@ -750,11 +725,8 @@ def test_dmpcheck_stopped_or_killed_mid_release_run_leaves_nothing(tmp_path, ran
 def test_release_error_names_rank_and_cause(tmp_path):
     """row_wise on CPU/Gloo is not available in 0.6.0: the release's own error, exit 3."""
     need("0.6.0")
-    scenario = tmp_path / "rw.yaml"
-    scenario.write_text(open(os.path.join(ROOT, "fidelity", "row_wise.yaml")).read()
-                        .replace("world_size: [2, 3]", "world_size: [2]")
-                        .replace("optimizers.sparse.type: [sgd, adagrad, rowwise_adagrad]", "optimizers.sparse.type: [sgd]")
-                        .replace("system: torchrec==1.9.2", "system: torchrec==0.6.0"))
+    scenario = with_keys(tmp_path / "rw.yaml", "fidelity/row_wise.yaml",
+                         {WORLD_SIZE: [2], SPARSE_OPTIMIZER: ["sgd"], ("system",): "torchrec==0.6.0"})
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
     assert p.returncode == 3, p.stdout + p.stderr
     assert "reduce_scatter" in p.stdout, p.stdout
@@ -768,12 +740,10 @@ def test_a_release_is_held_against_its_own_unsharded_model(tmp_path):
     the sharded model trains them with the dense SGD, the unsharded one with the Adagrad applied in
     backward (unfiled-dp-tables-drop-in-backward-optimizer, now seen on the release alone)."""
     need("1.9.2")
-    scenario = tmp_path / "oracle.yaml"
-    text = open(os.path.join(ROOT, "fidelity", "sharding.yaml")).read()
-    text = text.replace("steps: 10", "steps: 2").replace("[sgd, adagrad, rowwise_adagrad]", "[sgd, adagrad]")
-    text = text.replace("  - reference: {profile: release, start: seed, rtol: 1.0e-5, atol: 1.0e-6}",
-                        "  - global_model: {rtol: 1.0e-5, atol: 1.0e-6}\n    outputs: {rtol: 1.0e-5, atol: 1.0e-6}")
-    scenario.write_text(text)
+    tolerance = {"rtol": 1.0e-5, "atol": 1.0e-6}
+    scenario = with_keys(tmp_path / "oracle.yaml", "fidelity/sharding.yaml", {
+        ("steps",): 2, SPARSE_OPTIMIZER: ["sgd", "adagrad"],
+        ("expect",): [{"global_model": tolerance, "outputs": tolerance}]})
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"))
     assert p.returncode == 1, p.stdout + p.stderr
     reports = tmp_path / "reports" / "fidelity-sharding"
@@ -913,29 +883,23 @@ def test_variable_batches_reach_the_release_as_vbe_and_train_as_their_expansion(
     hands TorchRec the wrong inverse indices is caught.  What 1.9.2 refuses, each in its own words:
     a data_parallel table, and fused Adagrad."""
     need("0.6.0", "1.9.2")
-    example = os.path.join(ROOT, "scenarios", "examples", "variable_batch.yaml")
-    p = dmpcheck("run", example, "--quiet", "--out", str(tmp_path / "reports"))
+    example = "scenarios/examples/variable_batch.yaml"
+    p = dmpcheck("run", os.path.join(ROOT, example), "--quiet", "--out", str(tmp_path / "reports"))
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(tmp_path / "reports" / "example-variable-batch" / "torchrec__1.9.2_plain.json"))
     notes = r["system"]["notes"]
     assert any("variable batch per feature (VBE" in n and "f_tw 2, f_cw 1, f_full 4 of 4" in n for n in notes), notes
     anchor = "        inverse_indices=(list(b.keys), torch.tensor(b.inverse_indices, dtype=torch.int64).reshape(keys, bags)))"
     broken = broken_sut(tmp_path, "dump.py", anchor, anchor.replace(".reshape(keys, bags)", ".reshape(keys, bags).flip(1)"))
-    one = tmp_path / "one.yaml"
-    one.write_text(open(example).read().replace("  system: [reference, torchrec==0.6.0, torchrec==1.9.2]\n"
-                                                "  torchrec.loop: [plain, train_pipeline_sparse_dist]\n",
-                                                "  system: [torchrec==1.9.2]\n"))
+    one = with_keys(tmp_path / "one.yaml", example, {("matrix",): {"system": ["torchrec==1.9.2"]}})
     p = dmpcheck("run", str(one), "--quiet", "--out", str(tmp_path / "broken-reports"),
                  env={"DMPCHECK_TORCHREC_SUT": str(broken)})
     assert p.returncode == 1, p.stdout + p.stderr
     r = json.load(open(tmp_path / "broken-reports" / "example-variable-batch" / "torchrec__1.9.2.json"))
     assert not all(g["within_tolerance"] for g in r["global_model"]), r["global_model"]
-    refused = tmp_path / "refused.yaml"
-    refused.write_text(open(example).read().replace(
-        "  system: [reference, torchrec==0.6.0, torchrec==1.9.2]\n  torchrec.loop: [plain, train_pipeline_sparse_dist]\n",
-        "  system: [torchrec==1.9.2]\n  optimizers.sparse.type: [sgd, adagrad]\n").replace(
-        "{name: cw, rows: 20, dim: 8, features: [f_cw], sharding: {types: [column_wise], column_shards: 2}}",
-        "{name: cw, rows: 20, dim: 8, features: [f_cw], sharding: {types: [data_parallel]}}"))
+    refused = with_keys(tmp_path / "refused.yaml", example, {
+        ("matrix",): {"system": ["torchrec==1.9.2"], "optimizers.sparse.type": ["sgd", "adagrad"]},
+        ("tables", table_index(example, "cw"), "sharding"): {"types": ["data_parallel"]}})
     p = dmpcheck("run", str(refused), "--quiet", "--out", str(tmp_path / "refused-reports"))
     assert p.returncode == 3, p.stdout + p.stderr  # a rank failed, in every cell
     reports = tmp_path / "refused-reports" / "example-variable-batch"
@@ -976,9 +940,8 @@ def test_a_sequence_table_given_the_batch_as_vbe_leaves_its_unsharded_model_on_1
     here matches the unsharded model, yet the table's weights leave it within three steps.  The
     same cell with the batch as a plain KJT matches."""
     need("1.9.2")
-    scenario = tmp_path / "ec.yaml"
-    for name, text in (("vbe", EC_VBE), ("plain", EC_VBE.replace("  features: {f_seq: {stride_per_rank: 4}}\n", ""))):
-        scenario.write_text(text)
+    for name, drop in (("vbe", []), ("plain", [("data", "features")])):
+        scenario = with_keys(tmp_path / f"{name}.yaml", EC_VBE, drop=drop)
         p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / name))
         r = json.load(open(tmp_path / name / "ec-vbe" / "default.json"))
         out = sorted({g["name"] for g in r["global_model"] if not g["within_tolerance"]})
@@ -996,18 +959,16 @@ def test_the_dense_sides_rowwise_adagrad_is_each_releases_own_arithmetic(tmp_pat
     reference under its release's profile; 0.6.0 only matches because the profile's
     dense_rowwise_adagrad_mean_gradient models its row mean gradient (turned off, it differs)."""
     need("0.6.0", "1.9.2")
-    example = os.path.join(ROOT, "scenarios", "examples", "dense_rowwise_adagrad.yaml")
-    p = dmpcheck("run", example, "--quiet", "--out", str(tmp_path / "reports"))
+    example = "scenarios/examples/dense_rowwise_adagrad.yaml"
+    p = dmpcheck("run", os.path.join(ROOT, example), "--quiet", "--out", str(tmp_path / "reports"))
     assert p.returncode == 0, p.stdout + p.stderr
     for release in ("0.6.0", "1.9.2"):
         r = json.load(open(tmp_path / "reports" / "example-dense-rowwise-adagrad" / f"torchrec__{release}.json"))
         names = {d["name"] for d in r["reference"]}
         assert {"dense.0.weight.sum", "dense.0.bias.sum", "ebc.embedding_bags.dp.weight.sum"} <= names, names
-    off = tmp_path / "off.yaml"
-    off.write_text(open(example).read().replace(
-        "  system: [reference, torchrec==0.6.0, torchrec==1.9.2]\n", "  system: [torchrec==0.6.0]\n").replace(
-        "world_size: 2\n", "world_size: 2\nprofile: {base: torchrec-0.6, dense_rowwise_adagrad_mean_gradient: false}\n",
-        1).replace(", profile: release}", "}"))
+    off = with_keys(tmp_path / "off.yaml", example, {("matrix", "system"): ["torchrec==0.6.0"]},
+                    add={("profile",): {"base": "torchrec-0.6", "dense_rowwise_adagrad_mean_gradient": False}},
+                    drop=[("expect", 1, "reference", "profile")])
     p = dmpcheck("run", str(off), "--quiet", "--out", str(tmp_path / "off-reports"))
     assert p.returncode == 1, p.stdout + p.stderr
     r = json.load(open(tmp_path / "off-reports" / "example-dense-rowwise-adagrad" / "torchrec__0.6.0.json"))
@@ -1039,14 +1000,13 @@ expect:
   - global_model: {rtol: 1.0e-5, atol: 1.0e-6}
     loop: {batches: 2, eval_batches: 2, next_after_exhausted: 0}
 """
-    scenario = tmp_path / "eval.yaml"
-    scenario.write_text(text.replace("EVAL", "2"))
+    scenario = with_keys(tmp_path / "eval.yaml", text, {("torchrec", "eval_batches"): 2})
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "reports"), timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     r = json.load(open(tmp_path / "reports" / "evalpass" / "default.json"))
     assert [l["eval_batches"] for l in r["loops"]] == [[2, 2], [2, 2]], r["loops"]
     assert any(g["step"] == 4 for g in r["global_model"]), r["global_model"]
-    scenario.write_text(text.replace("EVAL", "[2, 1]"))
+    with_keys(scenario, text, {("torchrec", "eval_batches"): [2, 1]})
     started = time.monotonic()
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "uneven"), timeout=300)
     assert p.returncode == 3 and time.monotonic() - started < 60, p.stdout + p.stderr
