@@ -61,6 +61,7 @@ class ReleaseCell {
       }
       read_results(meta);
       const int steps = judge_loop(meta);
+      read_timings(meta);
       const Tensors final_state = compare_phases(steps);
       compare_quantized(steps, final_state);
       finish(steps, final_state);
@@ -79,6 +80,7 @@ class ReleaseCell {
   Ended resume();
   void read_results(const contract::RunMeta& meta);
   int judge_loop(const contract::RunMeta& meta);
+  void read_timings(const contract::RunMeta& meta);
   Tensors compare_phases(int steps);
   void compare_resumed(const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase, int step);
   void compare(const std::vector<std::vector<ExchangePiece>>& per_rank, const std::string& phase, int step,
@@ -306,6 +308,10 @@ void ReleaseCell::read_results(const contract::RunMeta& meta) {
     result_.system.notes.push_back(fmt::format("loop {}, {} epoch(s); batches executed per epoch: {}",
                                                spec_.torchrec_loop, spec_.torchrec_epochs, fmt::join(ranks, "; ")));
   }
+}
+
+// How long the ranks took to import, plan and train (noted after the loop's judgement, as before).
+void ReleaseCell::read_timings(const contract::RunMeta& meta) {
   result_.timings.init_s = meta.timings.import_s + meta.timings.init_s;
   result_.timings.train_s = meta.timings.train_s;
   result_.system.notes.push_back(
