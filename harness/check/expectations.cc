@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "check/script_checks.h"
 #include "common/error.h"
 #include "dmp/embedding_config.h"
 
@@ -59,12 +60,25 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
   out.description = expect.describe();
 
   std::set<std::string> expected_diverged;
-  for (const auto& name : expect.diverged) {
-    expected_diverged.insert(name.find('.') == std::string::npos ? dmp::table_weight_key(name) : name);
-  }
   std::set<std::string> checked;
   for (const auto& c : result.replicas) checked.insert(c.name);
-  for (const auto& name : expected_diverged) {
+  const bool script = !result.script_ranks.empty();
+  for (const auto& name : expect.diverged) {
+    if (!script) {
+      expected_diverged.insert(name.find('.') == std::string::npos ? dmp::table_weight_key(name) : name);
+      continue;
+    }
+    // A script's tensors are named by its own modules: a name stands for every tensor it ends.
+    const size_t before = expected_diverged.size();
+    for (const auto& tensor : checked) {
+      if (names_tensor(name, tensor)) expected_diverged.insert(tensor);
+    }
+    if (expected_diverged.size() == before) {
+      out.failures.push_back(fmt::format("{} was expected to diverge, but no audited tensor has that name{}", name,
+                                         checked.empty() ? " (the audit recorded none)" : ""));
+    }
+  }
+  for (const auto& name : script ? std::set<std::string>() : expected_diverged) {
     if (!checked.count(name)) {
       out.failures.push_back(fmt::format(
           "{} was expected to diverge, but no replicated tensor has that name (is its table data_parallel?)", name));
@@ -83,6 +97,7 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
       out.failures.push_back(describe_difference(c) + " (expected equal)");
     }
   }
+  if (script) judge_script(expect.script, result, out.failures);
   if (expect.global_model) {
     judge_tolerance(out.failures, *expect.global_model, result.global_model_checked, result.global_model,
                     {"the unsharded-model comparison did not run", "", "the unsharded model",

@@ -159,6 +159,17 @@ struct RankLoop {
   std::vector<int64_t> eval_batches;  // executed, per eval pass (one after every epoch)
 };
 
+// One rank of a script cell: how it ended, the exception its last traceback named, every line it
+// printed (stdout and stderr together, in the order it printed them).
+struct ScriptRank {
+  int rank = 0;
+  std::string ended;      // "exited 0", "exited with status 1", "killed by signal 9 (SIGKILL)"
+  int exit_status = -1;   // -1: it did not exit by itself (a signal, or stopped by dmpcheck)
+  bool stopped = false;   // still running when dmpcheck stopped the ranks (another failed, or the timeout)
+  std::string exception;  // "RuntimeError: message", from the last traceback it printed; empty: none
+  std::vector<std::string> output;
+};
+
 struct RunResult {
   std::string scenario;
   std::string scenario_file;
@@ -213,6 +224,12 @@ struct RunResult {
   // FNV-1a 64 of every full tensor's bytes after the last step (hex), by name: two runs of the
   // same scenario must agree on every one (`dmpcheck run --repeat`).
   std::map<std::string, std::string> digests;
+  // Script cells: every rank (in rank order); whether a rank was still running at timeout_s; the
+  // audit's phases in the order recorded, each "<phase>: N equal, M diverge".
+  std::vector<ScriptRank> script_ranks;
+  bool script_hung = false;
+  std::vector<std::string> audit_phases;
+  std::vector<std::string> audit_gaps;  // "phase exit: not recorded on rank(s) 1"
   Timings timings;
   std::optional<RankFailure> failure;  // set when a rank failed: no verdict on expectations
   ExpectationResult expectation;

@@ -92,6 +92,12 @@ int command_validate(const std::vector<std::string>& paths) {
     }
     std::cout << fmt::format("{}: valid (scenario '{}', {} run(s))\n", file, s.name, s.runs.size());
     for (const auto& spec : s.runs) {
+      if (spec.script) {
+        std::cout << fmt::format("  - {} : the script {} on {} ranks, on {}, timeout_s {}; expect {}\n", spec.name,
+                                 spec.script->path, spec.world_size, spec.system.name(), spec.timeout_s,
+                                 spec.expect.describe());
+        continue;
+      }
       const run::RunMemory memory = run::estimate_run_memory(spec);
       std::cout << fmt::format(
           "  - {} : {} ranks, {} steps, {}, init {}; expect {}; peak memory about {} on this host\n", spec.name,

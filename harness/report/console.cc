@@ -56,10 +56,19 @@ std::string render_run_table(const check::RunResult& r) {
   out += fmt::format("   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10}  {:>9}  {}\n", "tensor", width, "sharding", "phase",
                      "equal", "max|diff|", "differing", "ranks");
   for (const auto& c : r.replicas) {
+    // An audited tensor is known by its digest on each rank: equal or not, no difference measured.
+    const bool digest = c.sharding == "audited";
     out += fmt::format(
-        "   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10.3g}  {:>9}  {}\n", c.name, width, c.sharding,
-        scenario::phase_name(c.phase), c.equal ? "yes" : "NO", c.max_abs_diff, c.elements_differing,
+        "   {:<{}}  {:<13}  {:<5}  {:<5}  {:>10}  {:>9}  {}\n", c.name, width, c.sharding,
+        scenario::phase_name(c.phase), c.equal ? "yes" : "NO", digest ? "-" : fmt::format("{:.3g}", c.max_abs_diff),
+        digest ? std::string("-") : std::to_string(c.elements_differing),
         c.differing_ranks.empty() ? std::string("-") : fmt::format("{}", fmt::join(c.differing_ranks, ",")));
+  }
+  for (const auto& phase : r.audit_phases) out += fmt::format("   audit: {}\n", phase);
+  for (const auto& gap : r.audit_gaps) out += fmt::format("   audit: {}\n", gap);
+  for (const auto& rank : r.script_ranks) {
+    out += fmt::format("   rank {} {}{}\n", rank.rank, rank.ended,
+                       rank.exception.empty() ? "" : "; its last traceback: " + rank.exception);
   }
   if (r.global_model_checked && !r.global_model.empty()) {
     int ok = 0;
@@ -150,7 +159,9 @@ std::string render_run_table(const check::RunResult& r) {
                              r.reference_first_break_step, fmt::join(one_sided, ", "));
   }
   for (const auto& note : r.system.notes) out += fmt::format("   note: {}\n", note);
-  if (!r.system.simulated) {
+  if (!r.script_ranks.empty()) {
+    // A script's broadcast is the script's own.
+  } else if (!r.system.simulated) {
     out += "   init broadcast: not measured on a TorchRec release\n";
   } else if (r.init_broadcast.performed) {
     out += fmt::format("   init broadcast: {} tensors, {} bytes in {} collective(s), {:.6f} s, {:.3f} GB/s\n",

@@ -175,8 +175,7 @@ int thread_count() {
   return count;
 }
 
-// "killed by signal 11 (SIGSEGV)" / "exited with status 3".
-static std::string describe_wait_status(int status) {
+std::string describe_wait_status(int status) {
   if (WIFSIGNALED(status)) {
     return fmt::format("killed by signal {} ({})", WTERMSIG(status), signal_name(WTERMSIG(status)));
   }
@@ -415,8 +414,10 @@ LaunchOutcome launch(const LaunchRequest& request) {
       break;
     }
   }
+  for (auto& r : ranks) outcome.stopped.push_back(r.running);
   kill_all();
   for (auto& r : ranks) {
+    outcome.wait_statuses.push_back(r.status);
     drain(r, request);
     if (r.output_fd >= 0) ::close(r.output_fd);
   }

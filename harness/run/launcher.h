@@ -59,6 +59,10 @@ struct LaunchOutcome {
   std::optional<check::RankFailure> failure;
   std::optional<std::string> result;  // the store's "result" key, if rank 0 set it
   std::vector<int> pids;              // of the ranks, for tests that check nothing survived
+  // Per rank, in rank order: its wait status (waitpid's), and whether it was still running when the
+  // launcher stopped the ranks (another rank's failure, the budget, an interrupt).
+  std::vector<int> wait_statuses;
+  std::vector<bool> stopped;
   double seconds = 0.0;
   bool forked = false;  // ranks forked from this warm process, not exec-ed
   // A request with warm_preload: whether its ranks were forked from a warm interpreter (and the
@@ -71,6 +75,9 @@ struct LaunchOutcome {
 // Keys a rank may set: "result" (the RunResult JSON, rank 0) and "error/<rank>" (a JSON
 // object {kind, message} describing why the rank is about to exit non-zero).
 LaunchOutcome launch(const LaunchRequest& request);
+
+// "killed by signal 11 (SIGSEGV)" / "exited with status 3", of a wait status.
+std::string describe_wait_status(int status);
 
 // This process's environment with `ours` in place of the same names, and without an inherited
 // MASTER_PORT (never the run's), as execve takes it.

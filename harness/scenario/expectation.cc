@@ -5,10 +5,11 @@ namespace dmpcheck::scenario {
 namespace detail {
 
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
-                              const std::set<std::string>& table_names) {
+                              const std::set<std::string>& table_names, bool script) {
   r.check_keys(node, path,
                {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state",
-                "resumed", "quantized", "quantized_sharded", "max_broadcast_seconds", "error", "loop"});
+                "resumed", "quantized", "quantized_sharded", "max_broadcast_seconds", "error", "loop", "exit", "output",
+                "exception", "hang"});
   Expectation e;
   if (node["replicas"]) {
     e.replicas = r.choice(node["replicas"], path + ".replicas", {"equal", "diverge"}) == "equal"
@@ -21,7 +22,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     e.diverged = r.string_list(node["diverged"], path + ".diverged");
     for (size_t i = 0; i < e.diverged.size(); ++i) {
       const auto& name = e.diverged[i];
-      if (name.find('.') == std::string::npos && !table_names.count(name)) {
+      if (!script && name.find('.') == std::string::npos && !table_names.count(name)) {
         r.fail(
             node["diverged"][i], fmt::format("{}.diverged[{}]", path, i),
             fmt::format("'{}' is neither a table nor a tensor name (tables: {})", name, fmt::join(table_names, ", ")));
@@ -130,6 +131,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
       e.next_after_exhausted = r.integer(loop["next_after_exhausted"], path + ".loop.next_after_exhausted", 0, 1000000);
     }
   }
+  parse_script_expectation(r, node, path, e.script);
   return e;
 }
 
@@ -182,6 +184,7 @@ std::string Expectation::describe() const {
   if (next_after_exhausted)
     text += fmt::format("; asks its exhausted data iterator {} more time(s)", *next_after_exhausted);
   if (error) text = fmt::format("the run fails with {}", error->describe());
+  if (!script.empty()) text += "; " + script.describe();
   return text;
 }
 

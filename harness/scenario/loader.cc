@@ -295,7 +295,8 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
             }
           }
           if (matches) {
-            run.expect = parse_expectation(r, expect[i], path, table_names);
+            run.expect = parse_expectation(r, expect[i], path, table_names, run.script.has_value());
+            check_script_expectation(r, expect[i], path, run);
             check_system_can_judge(r, expect[i], path, run);
             found = true;
           }

@@ -8,9 +8,9 @@ namespace dmpcheck::scenario::detail {
 
 // Keys a matrix may vary: everything that describes one run.
 extern const std::vector<std::string> kMatrixRoots = {
-    "system",      "world_size",      "backend", "steps",  "batch_size", "timeout_s",  "threads_per_rank", "topology",
-    "init",        "profile",         "data",    "tables", "dense",      "optimizers", "resume",           "faults",
-    "fingerprint", "broadcast_probe", "torchrec"};
+    "system",      "world_size",      "backend",  "steps",  "batch_size", "timeout_s",  "threads_per_rank", "topology",
+    "init",        "profile",         "data",     "tables", "dense",      "optimizers", "resume",           "faults",
+    "fingerprint", "broadcast_probe", "torchrec", "script"};
 // The scenario's keys: what it is, its runs' fields, and how they vary and are judged.
 extern const std::vector<std::string> kTopLevelKeys = [] {
   std::vector<std::string> keys = {"version", "name", "description", "reproduces"};

@@ -27,9 +27,19 @@ std::string slug_of(const std::string& text);
 
 // One run's fields (the file with one matrix cell assigned).
 RunSpec parse_run(const Reader& r, const YAML::Node& root);
-// One entry of `expect`.
+// The longest time a scenario may give (timeout_s): a week.
+inline constexpr double kLongestTimeout = 7 * 24 * 3600.0;
+
+// One run's fields when the file names a script (script_fields.cc).
+RunSpec parse_script_run(const Reader& r, const YAML::Node& root);
+// One entry of `expect`; on a script cell (`script`) a `diverged` name is any part of a tensor's
+// name, not one of the tables the file declares.
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,
-                              const std::set<std::string>& table_names);
+                              const std::set<std::string>& table_names, bool script);
+// ... its exit, output, exception and hang (script_fields.cc).
+void parse_script_expectation(const Reader& r, const YAML::Node& node, const std::string& path, ScriptExpectation& e);
+// What a script cell judges, and only a script cell: refused with the field.
+void check_script_expectation(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run);
 
 // The rules of what each system can run and judge, in one place (system_rules.cc): what a release
 // cell cannot run, refused before any rank starts; what an expectation cannot judge on its run's

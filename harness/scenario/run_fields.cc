@@ -7,7 +7,6 @@
 namespace dmpcheck::scenario::detail {
 
 // A rank's timeout: a week at most (a larger one overflows the launcher's deadline arithmetic).
-constexpr double kLongestTimeout = 7 * 24 * 3600.0;
 
 namespace {
 
@@ -184,6 +183,7 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
 }  // namespace
 
 RunSpec parse_run(const Reader& r, const YAML::Node& root) {
+  if (root["script"]) return parse_script_run(r, root);
   RunSpec run;
   // One optional field, read in a section of its own: its error is recorded and reading goes on.
   using Node = const YAML::Node&;

@@ -120,6 +120,39 @@ struct ManagedCollision {
   int64_t interval = 1;
 };
 
+// What a script cell's ranks are expected to do (`expect: {exit, output, exception, hang}`): judged
+// from every rank's exit, its output (stdout and stderr together, as it printed them) and the last
+// traceback it printed.
+struct ScriptExpectation {
+  // `exit: 0 | N | nonzero`, or `exit: {status: ..., rank: R}`: every rank (else rank R) ended with
+  // that status.  kNonzero: any status but 0, a signal included.
+  static constexpr int kNonzero = -1;
+  std::optional<int> exit_status;
+  std::optional<int> exit_rank;
+  // `output: [{contains | lacks | matches: TEXT, rank: R}]`: some rank's output (else rank R's)
+  // contains TEXT, no rank's (else rank R's) does, or a line matches the ECMAScript regex TEXT.
+  struct Output {
+    std::string test;  // contains, lacks, matches
+    std::string text;
+    std::optional<int> rank;
+  };
+  std::vector<Output> output;
+  // `exception: {type, message}`: some rank (else rank R) ended with a traceback whose exception is
+  // of this type (its name, or the last part of a dotted name) and whose message contains this text.
+  struct Exception {
+    std::string type;
+    std::string message;
+    std::optional<int> rank;
+  };
+  std::optional<Exception> exception;
+  // `hang: true`: some rank was still running when timeout_s ran out (the cell names which).
+  bool hang = false;
+  // Whether a rank's failure is what is judged (exit, exception, hang), not the cell's error.
+  bool judges_failure() const { return (exit_status && *exit_status != 0) || exception || hang; }
+  bool empty() const { return !exit_status && output.empty() && !exception && !hang; }
+  std::string describe() const;
+};
+
 struct Expectation {
   ReplicaExpectation replicas = ReplicaExpectation::kEqual;
   // kDiverge: exactly these tensors differ across ranks (a bare table name means its weight);
@@ -174,6 +207,7 @@ struct Expectation {
   std::optional<int64_t> next_after_exhausted;
   // `loop: {eval_batches}`: every rank executed exactly this many batches in each eval pass.
   std::optional<int64_t> loop_eval_batches;
+  ScriptExpectation script;  // script cells
   std::string describe() const;
 };
 
@@ -229,6 +263,15 @@ struct ProbeSpec {
   int iterations = 3;
 };
 
+// A script cell (`script:`): the user's own Python program, unchanged, started on every rank as
+// torchrun starts it, under the run's TorchRec system, with dmpcheck's audit loaded first.
+struct ScriptSpec {
+  std::string path;  // resolved against the scenario file's folder
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+  bool audit = true;  // digest every replicated tensor of every DistributedModelParallel it builds
+};
+
 struct RunSpec {
   // A plan to use instead of planning (ShardingPlan::serialize's text); empty: plan.  Set for the
   // reference half of a `start: seed` release cell: the release's own placement, so both sides
@@ -278,6 +321,7 @@ struct RunSpec {
   // `torchrec: {is_weighted: false}`.
   std::optional<bool> torchrec_is_weighted;
   bool on_torchrec() const { return system.runs_torchrec(); }
+  std::optional<ScriptSpec> script;  // a script cell: the fields of a scenario cell are not read
   int world_size = 2;
   comm::Backend backend = comm::Backend::kGloo;
   int steps = 1;

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "release/release_cell.h"
+#include "release/script_cell.h"
 #include "report/console.h"
 #include "run/launcher.h"
 #include "run/reference_cell.h"
@@ -13,9 +14,10 @@
 namespace dmpcheck::run {
 
 const std::vector<const CellKind*>& cell_kinds() {
+  static const ScriptCellKind script;
   static const ReleaseCellKind release;
   static const ReferenceCellKind reference;
-  static const std::vector<const CellKind*> kinds{&release, &reference};
+  static const std::vector<const CellKind*> kinds{&script, &release, &reference};
   return kinds;
 }
 

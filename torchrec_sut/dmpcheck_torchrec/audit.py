@@ -425,15 +425,18 @@ class Recorder:
 _RECORDER: Optional[Recorder] = None
 
 
-class _Finder:
-    """A meta path finder that lets the real finders find TARGET and runs `then(module)` once the
-    module has executed (an instance attribute on that module's own loader)."""
+class Finder:
+    """A meta path finder that lets the real finders find `name` and runs `then(module)` once the
+    module has executed (an instance attribute on that module's own loader).  `failed(where)` is
+    told when `then` raises; the import itself never fails for it."""
 
-    def __init__(self, then: Callable[[Any], None]) -> None:
+    def __init__(self, name: str, then: Callable[[Any], None], failed: Callable[[str], None]) -> None:
+        self.name = name
         self.then = then
+        self.failed = failed
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != TARGET:
+        if fullname != self.name:
             return None
         spec = None
         for finder in list(sys.meta_path):
@@ -456,8 +459,7 @@ class _Finder:
                     sys.meta_path.remove(finder_self)
                 then(module)
             except Exception:
-                if _RECORDER is not None:
-                    _RECORDER.error("after importing " + TARGET)
+                finder_self.failed("after importing " + finder_self.name)
 
         try:
             setattr(loader, "exec_module", exec_and_patch)
@@ -498,7 +500,7 @@ def install_lazy() -> None:
     if module is not None:
         patch(module)
     else:
-        sys.meta_path.insert(0, _Finder(patch))
+        sys.meta_path.insert(0, Finder(TARGET, patch, rec.error))
 
 
 if __name__ == "__main__":

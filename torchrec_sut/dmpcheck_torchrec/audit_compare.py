@@ -151,6 +151,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cmp = sub.add_parser("compare", help="per phase, the replicated tensors equal on every rank and those that diverge")
     cmp.add_argument("directory")
     cmp.add_argument("--json", action="store_true", help="the comparison as JSON on stdout")
+    cmp.add_argument("--json-file", metavar="PATH",
+                     help="also write {comparison, ranks: {R: {status, exception, errors}}} to PATH (dmpcheck reads it)")
     args = parser.parse_args(argv)
     if args.command != "compare":
         parser.print_usage(sys.stderr)
@@ -167,6 +169,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("\n".join(report(docs, result, args.directory).splitlines()[1:1 + len(docs) + sum(
             len(d.get("errors") or []) for d in docs.values())]), file=sys.stderr)
         return 2
+    if args.json_file:
+        ranks = {str(r): {"status": d.get("status"), "exception": d.get("exception"),
+                          "errors": [str(e) for e in d.get("errors") or []]} for r, d in docs.items()}
+        with open(args.json_file, "w") as f:
+            json.dump({"comparison": result, "ranks": ranks}, f, indent=1, sort_keys=True)
     if args.json:
         print(json.dumps(result, indent=1, sort_keys=True))
     else:

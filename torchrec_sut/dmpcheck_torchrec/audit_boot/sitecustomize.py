@@ -80,3 +80,12 @@ if os.environ.get("DMPCHECK_AUDIT_DIR"):
         _install()
     except Exception:
         _report_failure()
+
+if os.environ.get("DMPCHECK_RENDEZVOUS_FILE"):
+    try:
+        from dmpcheck_torchrec import script_rendezvous
+
+        script_rendezvous.install_lazy()
+    except Exception as _e:
+        print("dmpcheck: the env:// rendezvous could not be installed: %s: %s" % (type(_e).__name__, _e),
+              file=sys.stderr)

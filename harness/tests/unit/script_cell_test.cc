@@ -1,0 +1,199 @@
+// Script cells apart from running one: what the loader takes and refuses, and how each rank's exit,
+// output and exception are judged (check/script_checks.h).  Running scripts on real releases is
+// torchrec_sut/tests/test_script_cell.py's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "check/expectations.h"
+#include "check/script_checks.h"
+#include "common/error.h"
+#include "scenario/scenario.h"
+
+namespace dmpcheck::scenario {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A folder holding repro.py, and a scenario file's label beside it.
+class ScriptScenario : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dmpcheck-script-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "repro.py") << "print('hello')\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  Scenario load(const std::string& text) { return load_scenario_text(text, (dir_ / "s.yaml").string()); }
+  std::string error_of(const std::string& text) {
+    try {
+      load(text);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidScenario) << e.what();
+      return e.what();
+    }
+    return "no error";
+  }
+  fs::path dir_;
+};
+
+const char* kScript = R"(version: 1
+name: repro
+script: {path: repro.py, args: [--steps, "2"], env: {MY_FLAG: "1"}}
+world_size: 3
+matrix:
+  system: [torchrec==0.6.0, torchrec==1.9.2]
+expect:
+  - when: {system: torchrec==0.6.0}
+    replicas: diverge
+    diverged: [t1]
+    exit: {status: nonzero, rank: 1}
+    output: [{contains: "False", rank: 0}, {lacks: Traceback}, {matches: "world_size: \\d"}]
+    exception: {type: RuntimeError, message: "not broadcast"}
+  - hang: true
+)";
+
+TEST_F(ScriptScenario, AScriptCellReadsItsPathArgumentsEnvironmentAndExpectations) {
+  const Scenario s = load(kScript);
+  ASSERT_EQ(s.runs.size(), 2u);
+  const RunSpec& run = s.runs[0];
+  ASSERT_TRUE(run.script.has_value());
+  EXPECT_EQ(run.script->path, (dir_ / "repro.py").string());
+  EXPECT_EQ(run.script->args, (std::vector<std::string>{"--steps", "2"}));
+  EXPECT_EQ(run.script->env.at("MY_FLAG"), "1");
+  EXPECT_TRUE(run.script->audit);
+  EXPECT_EQ(run.world_size, 3);
+  EXPECT_EQ(run.timeout_s, 300.0);                                   // a script's first import of a release takes long
+  EXPECT_EQ(run.expect.diverged, (std::vector<std::string>{"t1"}));  // no table declares it: a tensor's name part
+  const auto& e = run.expect.script;
+  EXPECT_EQ(e.exit_status, ScriptExpectation::kNonzero);
+  EXPECT_EQ(e.exit_rank, 1);
+  ASSERT_EQ(e.output.size(), 3u);
+  EXPECT_EQ(e.output[0].test, "contains");
+  EXPECT_EQ(e.output[0].rank, 0);
+  EXPECT_EQ(e.output[2].test, "matches");
+  ASSERT_TRUE(e.exception.has_value());
+  EXPECT_EQ(e.exception->type, "RuntimeError");
+  EXPECT_TRUE(s.runs[1].expect.script.hang);
+  EXPECT_TRUE(s.runs[1].expect.script.judges_failure());
+}
+
+TEST_F(ScriptScenario, WhatAScriptCellCannotTakeIsRefusedWithItsLine) {
+  const std::string base = "version: 1\nname: repro\nsystem: torchrec==1.9.2\n";
+  auto fails_with = [&](const std::string& text, const std::string& needle) {
+    const std::string message = error_of(text);
+    EXPECT_NE(message.find(needle), std::string::npos) << message;
+  };
+  fails_with(base + "script: missing.py\n", "s.yaml:4: field 'script.path': no script file");
+  fails_with(base + "script: repro.py\ntables:\n  - {name: t, rows: 4, dim: 2, features: [f]}\n",
+             "s.yaml:5: field 'tables': describes a model dmpcheck builds");
+  fails_with("version: 1\nname: repro\nscript: repro.py\n", "field 'system': a script cell runs Python under TorchRec");
+  fails_with(base + "script: {path: repro.py, env: {RANK: '3'}}\n", "field 'script.env.RANK': is set by dmpcheck");
+  fails_with(base + "script: repro.py\nexpect:\n  - global_model: true\n",
+             "field 'expect[0].global_model': is not judged on a script cell");
+  fails_with(base + "script: repro.py\nexpect:\n  - exit: {status: 0, rank: 5}\n", "rank 5 of run 'default'");
+  fails_with(base + "script: repro.py\nexpect:\n  - output: [{matches: '('}]\n", "not a regular expression");
+  fails_with(base + "script: repro.py\nexpect:\n  - output: [{contains: a, lacks: b}]\n",
+             "give one of contains, lacks, matches");
+  fails_with(base + "script: repro.py\nexpect:\n  - hang: true\n    exit: 0\n", "a hung rank has no exit status");
+  // ... and a scenario cell cannot take what judges a script.
+  fails_with("version: 1\nname: s\ntables:\n  - {name: t, rows: 4, dim: 2, features: [f]}\nexpect:\n  - exit: 0\n",
+             "field 'expect[0].exit': judges a script cell; run 'default' has no 'script'");
+}
+
+}  // namespace
+}  // namespace dmpcheck::scenario
+
+namespace dmpcheck::check {
+namespace {
+
+TEST(ScriptChecks, TheLastTracebacksExceptionIsTheOneNamed) {
+  EXPECT_FALSE(last_traceback_exception({"hello", "Traceback is a word"}).has_value());
+  const std::vector<std::string> chained = {"Traceback (most recent call last):",
+                                            "  File \"a.py\", line 1, in <module>",
+                                            "KeyError: 'x'",
+                                            "",
+                                            "During handling of the above exception, another exception occurred:",
+                                            "",
+                                            "Traceback (most recent call last):",
+                                            "  File \"a.py\", line 3, in <module>",
+                                            "    raise RuntimeError(\"boom\")",
+                                            "torch.distributed.DistBackendError: boom: not broadcast",
+                                            "after"};
+  EXPECT_EQ(last_traceback_exception(chained), "torch.distributed.DistBackendError: boom: not broadcast");
+  EXPECT_EQ(last_traceback_exception({"[rank1]: Traceback (most recent call last):", "[rank1]:   File \"a.py\"",
+                                      "[rank1]: ValueError: a bad batch"}),
+            "ValueError: a bad batch");
+  EXPECT_TRUE(exception_matches("torch.distributed.DistBackendError: boom", "DistBackendError", "boom"));
+  EXPECT_TRUE(exception_matches("torch.distributed.DistBackendError: boom", "torch.distributed.DistBackendError", ""));
+  EXPECT_FALSE(exception_matches("torch.distributed.DistBackendError: boom", "BackendError", ""));
+  EXPECT_FALSE(exception_matches("RuntimeError: boom", "RuntimeError", "bang"));
+  EXPECT_TRUE(exception_matches("KeyboardInterrupt", "KeyboardInterrupt", ""));
+}
+
+TEST(ScriptChecks, ADivergedNameIsATensorOrTheTailOfItsName) {
+  EXPECT_TRUE(names_tensor("large_table_0", "ebc.embedding_bags.large_table_0.weight"));
+  EXPECT_TRUE(names_tensor("embedding_bags.large_table_0.weight", "ebc.embedding_bags.large_table_0.weight"));
+  EXPECT_FALSE(names_tensor("table_0", "ebc.embedding_bags.large_table_0.weight"));
+  EXPECT_FALSE(names_tensor("large_table_0", "optimizer0/ebc.embedding_bags.large_table_0.weight/exp_avg"));
+}
+
+RunResult two_ranks() {
+  RunResult r;
+  r.script_ranks = {{0, "exited 0", 0, false, "", {"world_size: 2", "ebc.t1.weight False"}},
+                    {1, "exited with status 3", 3, false, "RuntimeError: not broadcast", {"Traceback ..."}}};
+  r.replicas = {{"ebc.embedding_bags.t1.weight", "audited", scenario::Phase::kInit, false, 0.0, 0, 0, {1}},
+                {"ebc.embedding_bags.t1.weight", "audited", scenario::Phase::kFinal, false, 0.0, 0, 0, {1}},
+                {"linear.weight", "audited", scenario::Phase::kInit, true, 0.0, 0, 0, {}}};
+  return r;
+}
+
+TEST(ScriptChecks, EachPartOfAScriptsExpectationIsJudgedOnTheRanksItNames) {
+  scenario::Expectation e;
+  e.replicas = scenario::ReplicaExpectation::kDiverge;
+  e.diverged = {"t1"};
+  e.script.exit_status = scenario::ScriptExpectation::kNonzero;
+  e.script.exit_rank = 1;
+  e.script.output = {{"contains", "False", 0}, {"lacks", "Traceback", 0}, {"matches", "world_size: \\d", {}}};
+  e.script.exception = scenario::ScriptExpectation::Exception{"RuntimeError", "broadcast", 1};
+  const RunResult r = two_ranks();
+  ExpectationResult held = evaluate_expectation(e, r);
+  EXPECT_TRUE(held.held) << fmt::format("{}", fmt::join(held.failures, "\n"));
+
+  scenario::Expectation wrong = e;
+  wrong.diverged = {"t2"};
+  wrong.script.exit_status = 0;
+  wrong.script.exit_rank.reset();
+  wrong.script.output = {{"lacks", "Traceback", {}}, {"contains", "True", {}}};
+  wrong.script.exception = scenario::ScriptExpectation::Exception{"ValueError", "", {}};
+  wrong.script.hang = true;
+  const auto failures = evaluate_expectation(wrong, r).failures;
+  const std::string all = fmt::format("{}", fmt::join(failures, "\n"));
+  for (const char* needle :
+       {"t2 was expected to diverge, but no audited tensor has that name",
+        "ebc.embedding_bags.t1.weight differs at init", "rank 1 exited with status 3, expected exit 0",
+        "rank 1's output contains 'Traceback', expected it lacking", "any rank's output does not contain 'True'",
+        "expected any rank to raise ValueError; seen rank 0: no traceback; rank 1: RuntimeError: not broadcast",
+        "expected a rank to hang past timeout_s"}) {
+    EXPECT_NE(all.find(needle), std::string::npos) << needle << "\n--\n" << all;
+  }
+}
+
+TEST(ScriptChecks, APhaseARankDidNotRecordFailsEqualityWhereEveryRankExited0) {
+  RunResult r = two_ranks();
+  r.script_ranks[1].exit_status = 0;
+  r.replicas.clear();
+  r.audit_gaps = {"phase exit: not recorded on rank(s) 1"};
+  scenario::Expectation e;
+  const auto failures = evaluate_expectation(e, r).failures;
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0], "the audit's phase exit: not recorded on rank(s) 1");
+  r.script_ranks[1].exit_status = 3;  // its failure says why; expected here
+  e.script.exit_status = scenario::ScriptExpectation::kNonzero;
+  e.script.exit_rank = 1;
+  EXPECT_TRUE(evaluate_expectation(e, r).held);
+}
+
+}  // namespace
+}  // namespace dmpcheck::check
