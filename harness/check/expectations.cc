@@ -98,6 +98,8 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     }
   }
   if (script) judge_script(expect.script, result, out.failures);
+  if (!expect.observed.empty())
+    judge_observed(expect.observed, result.observed, result.environment.world_size, out.failures);
   if (expect.global_model) {
     judge_tolerance(out.failures, *expect.global_model, result.global_model_checked, result.global_model,
                     {"the unsharded-model comparison did not run", "", "the unsharded model",

@@ -170,6 +170,15 @@ struct ScriptRank {
   std::vector<std::string> output;
 };
 
+// One value a release cell's hook returned on one rank (torchrec: {hooks}): kind bool, number,
+// string, or tensor ("<sha256 prefix> <dtype>[<shape>]").
+struct Observation {
+  int rank = 0;
+  std::string point;  // after_wrap, before_step, after_step, at_end
+  int step = 0;
+  std::string name, kind, value;
+};
+
 struct RunResult {
   std::string scenario;
   std::string scenario_file;
@@ -230,6 +239,7 @@ struct RunResult {
   bool script_hung = false;
   std::vector<std::string> audit_phases;
   std::vector<std::string> audit_gaps;  // "phase exit: not recorded on rank(s) 1"
+  std::vector<Observation> observed;    // release cells with hooks: every rank's, in the order returned
   Timings timings;
   std::optional<RankFailure> failure;  // set when a rank failed: no verdict on expectations
   ExpectationResult expectation;

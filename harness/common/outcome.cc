@@ -18,6 +18,7 @@ constexpr std::pair<FailureKind, std::string_view> kFailureKinds[] = {
     {FailureKind::kTorchRec, "torchrec"},
     {FailureKind::kUnsupported, "unsupported"},
     {FailureKind::kImport, "import"},
+    {FailureKind::kHook, "hook"},
 };
 
 }  // namespace

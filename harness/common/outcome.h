@@ -37,6 +37,7 @@ enum class FailureKind {
   kTorchRec,     // a release raised (its own exception, its own text)
   kUnsupported,  // the release's rank program cannot express what the scenario asks
   kImport,       // the release's environment could not import torch / torchrec
+  kHook,         // a scenario's hook (torchrec: {hooks}) raised, did not import, or returned what cannot be compared
 };
 
 std::string_view failure_kind_name(FailureKind kind);

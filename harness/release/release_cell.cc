@@ -134,6 +134,16 @@ Ended ReleaseCell::prepare() {
     result_.skip_reason = why_not;
     return result_;
   }
+  if (!spec_.torchrec_hooks.empty()) {
+    // A hook file that cannot run is said before any rank starts, with its lines.
+    const auto errors = check_hook_file(*env_, fs::absolute(spec_.torchrec_hooks).string());
+    if (!errors.empty()) {
+      result_.verdict = check::Verdict::kError;
+      result_.failure = check::RankFailure{
+          -1, check::FailureKind::kHook, "no rank started", fmt::format("{}", fmt::join(errors, "\n")), {}};
+      return result_;
+    }
+  }
   if (auto note = spec_.data.variable_batch_note()) result_.system.notes.push_back(std::move(*note));
   const int cores = available_cores();
   result_.environment = {"torch " + env_->torch,        "gloo", hostname(), git_revision(), spec_.world_size, cores,
@@ -282,6 +292,7 @@ void ReleaseCell::read_results(const contract::RunMeta& meta) {
   result_.system.notes.insert(result_.system.notes.end(), meta.notes.begin(), meta.notes.end());
   result_.plan = placements_of(meta.plan);
   result_.losses = meta.losses;
+  for (const auto& o : meta.observed) result_.observed.push_back({o.rank, o.point, o.step, o.name, o.kind, o.value});
   if (spec_.resume) {
     const auto second = contract::read_document_file<contract::RunMeta>(resumed_dir_ + "/out/meta.json");
     result_.losses.resize(std::min<size_t>(result_.losses.size(), resumed_after_));

@@ -62,6 +62,7 @@ contract::RunSpec release_spec(const scenario::RunSpec& spec, contract::Start st
   out.eval_batches = spec.torchrec_eval_batches;
   out.data_iterator = spec.torchrec_data_iterator;
   if (spec.torchrec_is_weighted) out.is_weighted = *spec.torchrec_is_weighted ? "true" : "false";
+  if (!spec.torchrec_hooks.empty()) out.hooks = std::filesystem::absolute(spec.torchrec_hooks).string();
   if (out.eval_batches.size() == 1) out.eval_batches.assign(spec.world_size, out.eval_batches.front());
   for (int r = 0; r < spec.world_size; ++r) out.seeds.push_back(spec.init.seed_of_rank(r));
   start.load = spec.init.load_before_wrap ? "before_wrap" : "after_wrap";

@@ -242,6 +242,19 @@ std::optional<TorchRecEnvironment> resolve_environment(const scenario::System& s
   throw_error(ErrorKind::kInternal, "resolve_environment: the reference has no TorchRec environment");
 }
 
+std::vector<std::string> check_hook_file(const TorchRecEnvironment& env, const std::string& path) {
+  const Captured c = capture({env.python, "-m", "dmpcheck_torchrec.hooks", "check", path}, python_environment(""),
+                             std::chrono::seconds(120));
+  if (c.ok()) return {};
+  std::vector<std::string> lines;
+  std::istringstream said(c.output);
+  for (std::string line; std::getline(said, line);) {
+    if (!trim(line).empty()) lines.push_back(line);
+  }
+  if (lines.empty()) lines.push_back(fmt::format("{}: the hook check exited {}", path, c.exit_code));
+  return lines;
+}
+
 LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::string> arguments,
                               const std::string& error_dir) {
   LaunchRequest request;

@@ -36,6 +36,10 @@ struct TorchRecEnvironment {
 // repository does not have, no repository to find it in.
 std::optional<TorchRecEnvironment> resolve_environment(const scenario::System& system, std::string& why_not);
 
+// What is wrong with the hook file at `path` (torchrec: {hooks}), one "FILE:LINE: ..." line each,
+// as `python -m dmpcheck_torchrec.hooks check` says under `env`'s interpreter (no torch imported).
+std::vector<std::string> check_hook_file(const TorchRecEnvironment& env, const std::string& path);
+
 // A launch of a torchrec_sut module under `env` (the one place its environment is set).
 LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::string> arguments,
                               const std::string& error_dir);

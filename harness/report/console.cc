@@ -1,6 +1,7 @@
 #include "report/console.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -66,6 +67,28 @@ std::string render_run_table(const check::RunResult& r) {
   }
   for (const auto& phase : r.audit_phases) out += fmt::format("   audit: {}\n", phase);
   for (const auto& gap : r.audit_gaps) out += fmt::format("   audit: {}\n", gap);
+  // Each value a hook returned: its last value on every rank, and whether the ranks agree.
+  std::vector<std::string> names;
+  for (const auto& o : r.observed) {
+    if (std::find(names.begin(), names.end(), o.name) == names.end()) names.push_back(o.name);
+  }
+  for (const auto& name : names) {
+    std::map<int, const check::Observation*> last;
+    for (const auto& o : r.observed) {
+      if (o.name == name) last[o.rank] = &o;
+    }
+    std::vector<std::string> values;
+    bool agree = true;
+    for (const auto& [rank, o] : last) {
+      values.push_back(fmt::format("rank {} {}", rank, o->value));
+      agree = agree && o->value == last.begin()->second->value;
+    }
+    const auto* first = last.begin()->second;
+    const std::string when =
+        first->point == "after_wrap" ? first->point : fmt::format("{}, step {}", first->point, first->step);
+    out += fmt::format("   hook value {} ({}): {}{}\n", name, when, fmt::join(values, ", "),
+                       last.size() > 1 ? (agree ? " (ranks agree)" : " (ranks DIFFER)") : "");
+  }
   for (const auto& rank : r.script_ranks) {
     out += fmt::format("   rank {} {}{}\n", rank.rank, rank.ended,
                        rank.exception.empty() ? "" : "; its last traceback: " + rank.exception);
@@ -202,7 +225,9 @@ std::string render_verdict_line(const check::RunResult& r) {
   std::vector<std::string> parts;
   for (const auto& [name, phases] : diverged) parts.push_back(fmt::format("{} ({})", name, fmt::join(phases, ", ")));
   const std::string observed =
-      diverged.empty() ? std::string("all replicated tensors equal")
+      diverged.empty() ? std::string(r.replicas.empty() && !r.script_ranks.empty()
+                                         ? "no replicated tensor audited (the script built no DistributedModelParallel)"
+                                         : "all replicated tensors equal")
                        : fmt::format("replicas DIVERGE on {} tensor(s): {}", diverged.size(), fmt::join(parts, "; "));
   const std::string on = "; on " + system_label(r);
   if (r.verdict == check::Verdict::kPass) {

@@ -57,6 +57,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ReferenceDiff, name, step, max_a
                                                 elements_differing, numel, within_tolerance, note)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(SystemUnderTest, name, torchrec, torch, fbgemm_gpu, simulated, notes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankLoop, rank, batches, next_after_exhausted, eval_batches)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Observation, rank, point, step, name, kind, value)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ScriptRank, rank, ended, exit_status, stopped, exception, output)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     RunResult, scenario, scenario_file, run, slug, cell, profile, switches, init_mode, system, environment, plan,
@@ -64,7 +65,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     reference_first_break_step, init_from_compared, init_from, resumed_compared, resumed_world_size, resumed,
     quantized_compared, quantized, quantized_sharded_compared, quantized_sharded, quantized_reference_compared,
     quantized_reference, init_broadcast, broadcast_probe, losses, loop, loops, digests, script_ranks, script_hung,
-    audit_phases, audit_gaps, timings, failure, expectation, verdict, skip_reason)
+    audit_phases, audit_gaps, observed, timings, failure, expectation, verdict, skip_reason)
 
 }  // namespace dmpcheck::check
 

@@ -20,7 +20,7 @@
 
 namespace dmpcheck::run::contract {
 
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 struct Constraints {
   std::vector<std::string> sharding_types;  // empty: any the planner likes
@@ -120,6 +120,7 @@ struct RunSpec {
   std::vector<int64_t> dense_layers;
   SparseOptimizer sparse_optimizer;
   DenseOptimizer dense_optimizer;
+  std::string hooks;  // the scenario's hook file (absolute; torchrec: {hooks}); empty: none
 };
 
 struct ShardRow {
@@ -151,6 +152,15 @@ struct RankLoop {
   std::vector<int64_t> eval_batches;  // per eval pass (one after every epoch)
 };
 
+// One value a hook returned on one rank (torchrec_sut's hooks.py): kind bool, number, string, or
+// tensor (value "<sha256 prefix> <dtype>[<shape>]").
+struct Observation {
+  int rank = 0;
+  std::string point;  // after_wrap, before_step, after_step, at_end
+  int step = 0;
+  std::string name, kind, value;
+};
+
 // out/meta.json, written by rank 0 after the last step.
 struct RunMeta {
   int schema_version = kSchemaVersion;
@@ -159,7 +169,8 @@ struct RunMeta {
   std::vector<double> losses;
   std::vector<std::string> notes;
   Timings timings;
-  std::vector<RankLoop> loops;  // every rank's, in rank order
+  std::vector<RankLoop> loops;        // every rank's, in rank order
+  std::vector<Observation> observed;  // every rank's hooks' values, in rank order, then as returned
 };
 
 // `python -m dmpcheck_torchrec.plan`'s answer: the plan the release's planner makes, nothing run.
@@ -255,13 +266,16 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunSpec, schema_version, world_s
                                                 steps, batch_size, timeout_s, sharder, module, outputs, unsharded,
                                                 quantized, quantized_sharded, loop, epochs, batches_per_rank,
                                                 eval_batches, data_iterator, is_weighted, seeds, start, first_step,
-                                                checkpoint, tables, dense_layers, sparse_optimizer, dense_optimizer)
+                                                checkpoint, tables, dense_layers, sparse_optimizer, dense_optimizer,
+                                                hooks)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ShardRow, rank, row_offset, rows, col_offset, cols)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanRow, table, sharding, compute_kernel, ranks, shards)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Versions, torchrec, torch, fbgemm_gpu, torchrec_source)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Timings, import_s, init_s, plan_s, train_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RankLoop, rank, batches, next_after_exhausted, eval_batches)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunMeta, schema_version, versions, plan, losses, notes, timings, loops)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Observation, rank, point, step, name, kind, value)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(RunMeta, schema_version, versions, plan, losses, notes, timings, loops,
+                                                observed)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(PlanAnswer, schema_version, versions, plan, notes)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ProbeAnswer, schema_version, versions, python)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Piece, name, sharding, replicated, full_sizes, row_offset, col_offset,

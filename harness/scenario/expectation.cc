@@ -9,7 +9,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
   r.check_keys(node, path,
                {"when", "replicas", "diverged", "at", "global_model", "reference", "outputs", "initial_state",
                 "resumed", "quantized", "quantized_sharded", "max_broadcast_seconds", "error", "loop", "exit", "output",
-                "exception", "hang"});
+                "exception", "hang", "observed"});
   Expectation e;
   if (node["replicas"]) {
     e.replicas = r.choice(node["replicas"], path + ".replicas", {"equal", "diverge"}) == "equal"
@@ -132,6 +132,15 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     }
   }
   parse_script_expectation(r, node, path, e.script);
+  if (YAML::Node observed = node["observed"]) {
+    r.require_map(observed, path + ".observed");
+    for (const auto& kv : observed) {
+      const std::string name = kv.first.as<std::string>();
+      if (!kv.second.IsScalar() || kv.second.Scalar().empty())
+        r.expected(kv.second, path + ".observed." + name, "a boolean, a number or a string");
+      e.observed.emplace_back(name, kv.second.Scalar());
+    }
+  }
   return e;
 }
 
@@ -185,6 +194,7 @@ std::string Expectation::describe() const {
     text += fmt::format("; asks its exhausted data iterator {} more time(s)", *next_after_exhausted);
   if (error) text = fmt::format("the run fails with {}", error->describe());
   if (!script.empty()) text += "; " + script.describe();
+  for (const auto& [name, value] : observed) text += fmt::format("; hooks observe {} = {}", name, value);
   return text;
 }
 

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <map>
 
+#include <filesystem>
+
 #include "scenario/parse.h"
 
 namespace dmpcheck::scenario::detail {
@@ -207,9 +209,15 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));
   });
   field("torchrec", [&](Node torchrec) {
-    r.check_keys(
-        torchrec, "torchrec",
-        {"sharder", "module", "loop", "epochs", "batches_per_rank", "eval_batches", "data_iterator", "is_weighted"});
+    r.check_keys(torchrec, "torchrec",
+                 {"sharder", "module", "loop", "epochs", "batches_per_rank", "eval_batches", "data_iterator",
+                  "is_weighted", "hooks"});
+    if (Node hooks = torchrec["hooks"]) {
+      run.torchrec_hooks = r.path(hooks, "torchrec.hooks");
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(run.torchrec_hooks, ec))
+        r.fail(hooks, "torchrec.hooks", fmt::format("no hook file {}", run.torchrec_hooks));
+    }
     if (torchrec["is_weighted"]) {
       run.torchrec_is_weighted = r.choice(torchrec["is_weighted"], "torchrec.is_weighted", {"true", "false"}) == "true";
     }

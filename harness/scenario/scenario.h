@@ -208,6 +208,9 @@ struct Expectation {
   // `loop: {eval_batches}`: every rank executed exactly this many batches in each eval pass.
   std::optional<int64_t> loop_eval_batches;
   ScriptExpectation script;  // script cells
+  // `observed: {name: value}`: release cells with hooks: every rank's last value of each name a
+  // hook returned is this one (a boolean, number or string; numbers compared as numbers).
+  std::vector<std::pair<std::string, std::string>> observed;
   std::string describe() const;
 };
 
@@ -320,6 +323,10 @@ struct RunSpec {
   // the unsharded EBC drops them).  Unset: whether the tables are weighted.
   // `torchrec: {is_weighted: false}`.
   std::optional<bool> torchrec_is_weighted;
+  // The scenario's hook file (`torchrec: {hooks: FILE}`, relative to the scenario file): Python
+  // functions a release cell's ranks call at fixed points (torchrec_sut's hooks.py); reference
+  // cells do not run them.  Empty: none.
+  std::string torchrec_hooks;
   bool on_torchrec() const { return system.runs_torchrec(); }
   std::optional<ScriptSpec> script;  // a script cell: the fields of a scenario cell are not read
   int world_size = 2;

@@ -156,6 +156,13 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
 }
 
 void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run) {
+  if (!run.expect.observed.empty() && (!run.on_torchrec() || run.torchrec_hooks.empty())) {
+    r.fail(node["observed"], path + ".observed",
+           fmt::format("judges what a release cell's hooks return; run '{}' {}", run.name,
+                       run.on_torchrec() ? "has no torchrec.hooks"
+                                         : "runs on the reference, which runs no hooks (select release cells with "
+                                           "'when: {system: torchrec==X.Y.Z}')"));
+  }
   if ((run.expect.loop_batches || !run.expect.loop_batches_per_epoch.empty() || run.expect.next_after_exhausted ||
        run.expect.loop_eval_batches) &&
       run.on_torchrec() && run.resume) {

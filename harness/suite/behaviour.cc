@@ -72,6 +72,10 @@ bool healthy(const scenario::Expectation& e) {
 
 std::string observation(const check::RunResult& r) {
   if (r.verdict == check::Verdict::kSkipped) return "skipped: " + r.skip_reason;
+  if (r.failure && !r.script_ranks.empty() && r.failure->rank >= 0) {
+    return fmt::format("the script failed: rank {} {}: {}", r.failure->rank, r.failure->cause,
+                       r.failure->message.substr(0, 160));
+  }
   if (r.failure) return fmt::format("error ({}): {}", r.failure->kind, r.failure->message.substr(0, 160));
   std::vector<std::string> diverged;
   for (const auto& c : r.replicas) {
@@ -84,7 +88,14 @@ std::string observation(const check::RunResult& r) {
 bool meets(const scenario::Expectation& expect, const check::RunResult& r, std::string* why_not) {
   std::string why;
   bool held = false;
-  if (r.failure) {
+  // A script's ranks that ran and failed are an outcome its expectations judge (exit, exception,
+  // hang), not an error of the cell's: each named release's expectation is asked of it.
+  const bool script_outcome = r.failure && !r.script_ranks.empty() && r.failure->kind != FailureKind::kInterrupted;
+  if (script_outcome) {
+    const check::ExpectationResult e = check::evaluate_expectation(expect, r);
+    held = e.held;
+    if (!held) why = e.failures.empty() ? e.description : e.failures.front();
+  } else if (r.failure) {
     held = expect.error && expect.error->matches(r.failure->kind, r.failure->message);
     if (!held) {
       why = expect.error ? fmt::format("expected {}, got a {} error", expect.error->describe(), r.failure->kind)

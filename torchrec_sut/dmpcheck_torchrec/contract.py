@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Type, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Why a run stopped, as a report names it (common/outcome.cc's failure_kind_names(), in order;
 # fixtures/contract/failure_kinds.json holds both sides to it).  A RankError's kind is one of these.
 FAILURE_KINDS = ("invalid_scenario", "invalid_input", "communication", "timeout", "rank_failed", "internal",
-                 "injected", "crashed", "interrupted", "torchrec", "unsupported", "import")
+                 "injected", "crashed", "interrupted", "torchrec", "unsupported", "import", "hook")
 
 _D = TypeVar("_D")
 
@@ -133,6 +133,7 @@ class RunSpec:
     dense_layers: List[int] = field(default_factory=list)
     sparse_optimizer: SparseOptimizer = field(default_factory=SparseOptimizer)
     dense_optimizer: DenseOptimizer = field(default_factory=DenseOptimizer)
+    hooks: str = ""  # the scenario's hook file (hooks.py); empty: none
 
 
 @dataclasses.dataclass
@@ -179,6 +180,17 @@ class RankLoop:
 
 
 @dataclasses.dataclass
+class Observation:
+    """One value a hook returned on one rank (hooks.py): kind bool, number, string or tensor."""
+    rank: int = 0
+    point: str = ""
+    step: int = 0
+    name: str = ""
+    kind: str = ""
+    value: str = ""
+
+
+@dataclasses.dataclass
 class RunMeta:
     schema_version: int = SCHEMA_VERSION
     versions: Versions = field(default_factory=Versions)
@@ -187,6 +199,7 @@ class RunMeta:
     notes: List[str] = field(default_factory=list)
     timings: Timings = field(default_factory=Timings)
     loops: List[RankLoop] = field(default_factory=list)
+    observed: List[Observation] = field(default_factory=list)  # every rank's hooks' values, in rank order
 
 
 @dataclasses.dataclass

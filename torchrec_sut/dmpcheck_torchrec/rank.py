@@ -35,7 +35,7 @@ from typing import List, NoReturn, Tuple, Type, Union
 
 # contract.SCHEMA_VERSION, for the error written when the contract module cannot be imported
 # (tests/test_contract.py holds the two equal).
-_SCHEMA_VERSION = 4
+_SCHEMA_VERSION = 5
 
 # The kinds of failure this program says (contract.FAILURE_KINDS, which it may be unable to import;
 # tests/test_contract.py holds these to fixtures/contract/failure_kinds.json's `rank_program`).
@@ -43,6 +43,7 @@ _KIND_CONTRACT = "rank_failed"  # the launcher and this program disagree on a do
 _KIND_UNSUPPORTED = "unsupported"  # the scenario asks what this release cannot express
 _KIND_IMPORT = "import"  # torch, fbgemm or torchrec did not import
 _KIND_TORCHREC = "torchrec"  # the release raised
+_KIND_HOOK = "hook"  # the scenario's own hook raised, did not import, or returned what cannot be compared
 
 
 def _fail(out_dir: str, rank: int, kind: str, message: str, tb: str = "") -> None:
@@ -87,6 +88,10 @@ def main(argv: List[str]) -> int:
         _fail(out_dir, rank, _KIND_CONTRACT, str(e))
         print(f"dmpcheck_torchrec: rank {rank}: {e}", file=sys.stderr, flush=True)
         return 3
+    except hook_failed() as e:  # the user's own code, never blamed on the release
+        _fail(out_dir, rank, _KIND_HOOK, str(e), traceback.format_exc())
+        print(f"dmpcheck_torchrec: rank {rank}: hook: {e}", file=sys.stderr, flush=True)
+        return 3
     except runner_unsupported() as e:  # a scenario this release cannot run: said plainly
         _fail(out_dir, rank, _KIND_UNSUPPORTED, str(e))
         print(f"dmpcheck_torchrec: rank {rank}: unsupported: {e}", file=sys.stderr, flush=True)
@@ -105,6 +110,14 @@ def contract_error() -> Union[Type[Exception], Tuple[()]]:
     try:
         from dmpcheck_torchrec.contract import ContractError
         return ContractError
+    except Exception:  # noqa: BLE001 - handled as any failure
+        return ()
+
+
+def hook_failed() -> Union[Type[Exception], Tuple[()]]:
+    try:
+        from dmpcheck_torchrec.hooks import HookFailed
+        return HookFailed
     except Exception:  # noqa: BLE001 - handled as any failure
         return ()
 

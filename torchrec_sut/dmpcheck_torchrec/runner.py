@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from dmpcheck_torchrec import checkpoint, contract, dump, loops, optim, oracle, quant
+from dmpcheck_torchrec import checkpoint, contract, dump, hooks, loops, optim, oracle, quant
 from dmpcheck_torchrec.models import LAST_OUTPUTS, EvictionDraws, build_model, output_pieces
 from dmpcheck_torchrec.optim import Unsupported as Unsupported  # (rank.py reports it by name)
 from dmpcheck_torchrec.planning import build_planner, plan_of
@@ -95,6 +95,9 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
         raise Unsupported(f"the scenario needs {spec.world_size} ranks ({len(spec.seeds)} seeds), WORLD_SIZE is {world}")
 
     notes: List[str] = []
+    user = hooks.Hooks(spec.hooks, rank) if spec.hooks else None
+    ctx = hooks.Context(rank, world, {t.name: {"rows": t.rows, "dim": t.dim, "features": list(t.features)}
+                                      for t in spec.tables})
     model = _start(spec, rank, notes)
     planner, sharders, planner_notes = build_planner(spec, world, spec.local_world_size)
     notes = planner_notes + notes
@@ -111,6 +114,15 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
         notes.append(f"init.from's weights were loaded into the sharded model after the wrap ({len(loaded)} tensors)"
                      if spec.start.kind == "user_weights" else
                      f"started from the reference's initial weights ({len(loaded)} tensors)")
+    # What trains: the wrapped model, or what the after_wrap hook put in its place (a compiled one).
+    trained: torch.nn.Module = sharded
+    if user is not None:
+        ctx.model = sharded
+        user.call("after_wrap", ctx)
+        trained = ctx.model
+        if rank == 0:
+            notes.append(f"hooks of {spec.hooks}: " + ", ".join(
+                hooks.PREFIX + p for p in hooks.POINTS if user.has(p)))
     dense_opt = optim.dense_optimizer(in_backward_optimizer_filter(sharded.named_parameters()), spec.dense_optimizer)
     optimizer = CombinedOptimizer([sharded.fused_optimizer, dense_opt])
     if spec.start.kind == "checkpoint":  # a resumed run: the state as the earlier run saved it
@@ -153,11 +165,17 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
         counted = data.after_exhausted
         done = 0
         while True:
+            if user is not None:
+                ctx.step, ctx.optimizer = step + 1, optimizer
+                user.call("before_step", ctx)
             try:
-                loss = loops.train_one(pipeline, sharded, optimizer, data)
+                loss = loops.train_one(pipeline, trained, optimizer, data)
             except StopIteration:
                 break
             step, done = step + 1, done + 1
+            if user is not None:
+                ctx.step = step
+                user.call("after_step", ctx)
             if not math.isfinite(loss):  # said as the release's, not left to break the documents
                 raise NonFiniteLoss(f"step {step}: the loss is {loss} on rank {rank}")
             if spec.outputs:  # the forward of step s runs on the weights after s - 1 steps
@@ -187,6 +205,9 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
             after_exhausted += data.after_exhausted - counted
             print(f"eval after epoch {epoch + 1}: {evaluated[-1]} batch(es)", flush=True)
     train_s = time.perf_counter() - t1
+    if user is not None:
+        ctx.step = step
+        user.call("at_end", ctx)
     for t in spec.tables:
         if t.data_type != "fp32" and LAST_OUTPUTS:
             held = {str(v.dtype) for k, v in local_tensors(sharded).items() if f".{t.name}." in k}
@@ -208,6 +229,8 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
                                eval_batches=evaluated)
     records: List[object] = [None] * world
     dist.all_gather_object(records, contract.to_dict(record))  # also: every rank's phases are on disk
+    observed: List[object] = [None] * world
+    dist.all_gather_object(observed, user.observed if user is not None else [])
     if rank == 0:
         if spec.unsharded:
             t2 = time.perf_counter()
@@ -220,6 +243,8 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
         meta = contract.RunMeta(versions=versions(), plan=plan_rows, losses=losses, notes=notes,
                                 timings=contract.Timings(import_s=import_s, init_s=init_s, plan_s=plan_s,
                                                          train_s=train_s),
-                                loops=[contract.parse_part(contract.RankLoop, r, "loop") for r in records])
+                                loops=[contract.parse_part(contract.RankLoop, r, "loop") for r in records],
+                                observed=[contract.parse_part(contract.Observation, o, "observed")
+                                          for said in observed for o in (said if isinstance(said, list) else [])])
         contract.save(meta, os.path.join(out_dir, "meta.json"))
     dist.destroy_process_group()

@@ -222,3 +222,29 @@ expect:
 
 }  // namespace
 }  // namespace dmpcheck::run
+
+namespace dmpcheck::run {
+namespace {
+
+// A script that fails on the bug's release: its failing run is what the bug's expectation judges,
+// not an error, when a bisection asks each named release's expectation of one run.
+TEST(Behaviour, AFailingScriptIsJudgedByTheExpectationsThatSpeakOfItsExit) {
+  check::RunResult r;
+  r.environment.world_size = 1;
+  r.script_ranks = {{0, "exited with status 1", 1, false, "", {"matches: False"}}};
+  r.failure = check::RankFailure{0, FailureKind::kRankFailed, "exited with status 1", "BUG", {}};
+  scenario::Expectation bug;
+  bug.script.exit_status = 1;
+  bug.script.output = {{"contains", "matches: False", {}}};
+  scenario::Expectation fixed;
+  fixed.script.output = {{"contains", "matches: True", {}}};
+  std::string why;
+  EXPECT_TRUE(meets(bug, r, &why)) << why;
+  EXPECT_FALSE(meets(fixed, r, &why));
+  EXPECT_EQ(why, "rank 0 exited with status 1, and no exit, exception or hang expects a failing script");
+  r.failure->kind = FailureKind::kInterrupted;  // stopped by the user: an error whatever is expected
+  EXPECT_FALSE(meets(bug, r, &why));
+}
+
+}  // namespace
+}  // namespace dmpcheck::run

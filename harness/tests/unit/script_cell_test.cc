@@ -102,6 +102,30 @@ TEST_F(ScriptScenario, WhatAScriptCellCannotTakeIsRefusedWithItsLine) {
              "field 'expect[0].exit': judges a script cell; run 'default' has no 'script'");
 }
 
+TEST_F(ScriptScenario, HooksAreAReleaseCellsAndObservedValuesAreJudgedOnlyWhereHooksRun) {
+  std::ofstream(dir_ / "hooks.py") << "def hook_after_wrap(ctx):\n    return {'n': 1}\n";
+  const std::string base =
+      "version: 1\nname: h\ntables:\n  - {name: t, rows: 4, dim: 4, features: [f]}\nmatrix:\n  system: [reference, "
+      "torchrec==1.9.2]\n";
+  const Scenario s = load(base + "torchrec: {hooks: hooks.py}\nexpect:\n  - when: {system: torchrec==1.9.2}\n"
+                                 "    observed: {n: 1, flag: yes}\n  - replicas: equal\n");
+  ASSERT_EQ(s.runs.size(), 2u);
+  EXPECT_EQ(s.runs[1].torchrec_hooks, (dir_ / "hooks.py").string());
+  EXPECT_EQ(s.runs[1].expect.observed, (std::vector<std::pair<std::string, std::string>>{{"n", "1"}, {"flag", "yes"}}));
+  auto fails_with = [&](const std::string& text, const std::string& needle) {
+    const std::string message = error_of(text);
+    EXPECT_NE(message.find(needle), std::string::npos) << message;
+  };
+  fails_with(base + "torchrec: {hooks: nothere.py}\n", "s.yaml:7: field 'torchrec.hooks': no hook file");
+  fails_with(base + "torchrec: {hooks: hooks.py}\nexpect:\n  - observed: {n: 1}\n",
+             "field 'expect[0].observed': judges what a release cell's hooks return; run 'default' runs on the "
+             "reference");
+  fails_with(base + "expect:\n  - when: {system: torchrec==1.9.2}\n    observed: {n: 1}\n  - replicas: equal\n",
+             "has no torchrec.hooks");
+  fails_with(base + "torchrec: {hooks: hooks.py}\nexpect:\n  - observed: {n: [1]}\n",
+             "field 'expect[0].observed.n': expected a boolean, a number or a string");
+}
+
 }  // namespace
 }  // namespace dmpcheck::scenario
 
@@ -178,6 +202,22 @@ TEST(ScriptChecks, EachPartOfAScriptsExpectationIsJudgedOnTheRanksItNames) {
         "expected a rank to hang past timeout_s"}) {
     EXPECT_NE(all.find(needle), std::string::npos) << needle << "\n--\n" << all;
   }
+}
+
+TEST(ScriptChecks, ObservedValuesAreEveryRanksLastOneComparedAsTheirKindSays) {
+  const std::vector<Observation> seen = {
+      {0, "after_step", 1, "loss", "number", "0.5"},  {0, "after_step", 2, "loss", "number", "0.25"},
+      {1, "after_step", 2, "loss", "number", "0.25"}, {0, "after_wrap", 0, "leaf", "bool", "false"},
+      {1, "after_wrap", 0, "leaf", "bool", "true"},   {0, "at_end", 2, "dtype", "string", "torch.bfloat16"}};
+  std::vector<std::string> failures;
+  judge_observed({{"loss", "2.5e-1"}, {"leaf", "No"}, {"dtype", "torch.bfloat16"}}, seen, 2, failures);
+  ASSERT_EQ(failures.size(), 2u) << fmt::format("{}", fmt::join(failures, "\n"));
+  EXPECT_EQ(failures[0], "leaf is true on rank 1 (after_wrap 0), expected No");
+  EXPECT_EQ(failures[1], "no hook returned dtype on rank 1");
+  failures.clear();
+  judge_observed({{"loss", "0.5"}, {"leaf", "maybe"}}, seen, 1, failures);
+  EXPECT_EQ(failures, (std::vector<std::string>{"loss is 0.25 on rank 0 (after_step 2), expected 0.5",
+                                                "leaf is false on rank 0 (after_wrap 0), expected maybe"}));
 }
 
 TEST(ScriptChecks, APhaseARankDidNotRecordFailsEqualityWhereEveryRankExited0) {

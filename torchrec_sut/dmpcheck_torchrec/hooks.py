@@ -1,0 +1,164 @@
+"""Hooks: a scenario's own Python, called at fixed points of a release cell (`torchrec: {hooks: FILE}`).
+
+A hook file defines functions named `hook_<point>(ctx)`; the points are
+
+    hook_after_wrap    after DistributedModelParallel wrapped the model (and the start's weights are
+                       in it), before the optimizers exist: a hook may change the model in place
+                       (cast it, reshard it) or set ctx.model to what trains instead (a compiled one)
+    hook_before_step   before each training step (ctx.step: the step about to run, from 1)
+    hook_after_step    after each training step (ctx.step: the step just run)
+    hook_at_end        after the last step
+
+A hook may return a dict of named values (tensors, numbers, strings, booleans): every rank's are
+recorded (a tensor by its digest, dtype and shape) and handed back in meta.json; dmpcheck compares
+them across ranks and against `expect: observed`.  Other functions of the file are the user's own.
+A hook that raises, or returns what cannot be compared, is the cell's error naming the hook (kind
+`hook`), never TorchRec's.
+
+`python -m dmpcheck_torchrec.hooks check FILE` (no torch needed) says, before any rank starts, what
+is wrong with a hook file: a syntax error, a hook_ function of a point that does not exist, a hook
+that does not take one argument; each with FILE:LINE.  Exit 0, or 2 with one line per error.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import importlib.util
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+POINTS = ("after_wrap", "before_step", "after_step", "at_end")
+PREFIX = "hook_"
+
+
+class HookFailed(Exception):
+    """A hook raised, did not import, or returned what cannot be compared."""
+
+
+def check(path: str) -> List[str]:
+    """What is wrong with the hook file at `path`, one "FILE:LINE: ..." line each."""
+    try:
+        with open(path) as f:
+            source = f.read()
+    except OSError as e:
+        return ["%s: cannot read the hook file: %s" % (path, e.strerror)]
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as e:
+        return ["%s:%s: not Python: %s" % (path, e.lineno, e.msg)]
+    errors: List[str] = []
+    found = 0
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.name.startswith(PREFIX):
+            continue
+        point = node.name[len(PREFIX):]
+        if point not in POINTS:
+            near = difflib.get_close_matches(point, POINTS, n=1)
+            errors.append("%s:%d: %s is not a hook dmpcheck calls%s; the hooks are %s" % (
+                path, node.lineno, node.name, " (did you mean %s%s?)" % (PREFIX, near[0]) if near else "",
+                ", ".join(PREFIX + p for p in POINTS)))
+            continue
+        found += 1
+        args = node.args
+        positional = len(args.posonlyargs) + len(args.args)
+        if isinstance(node, ast.AsyncFunctionDef) or positional != 1 or args.vararg or args.kwonlyargs:
+            errors.append("%s:%d: %s must be a plain function of one argument, the hook's context (ctx)"
+                          % (path, node.lineno, node.name))
+    if not errors and found == 0:
+        errors.append("%s:1: defines no hook (functions named %s)" % (path, ", ".join(PREFIX + p for p in POINTS)))
+    return errors
+
+
+class Context:
+    """What a hook sees: the rank, the world, the step, the model (settable in after_wrap), the
+    optimizer (None in after_wrap, before it exists; after_step runs after its step and zero_grad),
+    the scenario's tables (name -> rows, dim, features)."""
+
+    def __init__(self, rank: int, world_size: int, tables: Dict[str, Dict[str, Any]]) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.tables = tables
+        self.step = 0
+        self.model: Any = None
+        self.optimizer: Any = None
+
+
+def _encode(name: str, value: Any, where: str) -> Dict[str, str]:
+    import torch
+
+    if isinstance(value, bool):
+        return {"kind": "bool", "value": "true" if value else "false"}
+    if isinstance(value, (int, float)):
+        return {"kind": "number", "value": repr(value)}
+    if isinstance(value, str):
+        return {"kind": "string", "value": value}
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        if t.dtype == torch.bfloat16:  # numpy has no bfloat16: its bytes, as int16
+            raw = t.view(torch.int16).numpy().tobytes()
+        else:
+            raw = t.numpy().tobytes()
+        return {"kind": "tensor",
+                "value": "%s %s%s" % (hashlib.sha256(raw).hexdigest()[:16], str(t.dtype).replace("torch.", ""),
+                                      list(t.shape))}
+    raise HookFailed("%s returned %s = %r (%s): a hook returns tensors, numbers, strings or booleans"
+                     % (where, name, value, type(value).__name__))
+
+
+class Hooks:
+    """The hook file, imported once per rank, and what its hooks returned (`observed`)."""
+
+    def __init__(self, path: str, rank: int) -> None:
+        self.path = path
+        self.rank = rank
+        self.observed: List[Dict[str, Any]] = []
+        try:
+            spec = importlib.util.spec_from_file_location("dmpcheck_user_hooks", path)
+            if spec is None or spec.loader is None:
+                raise ImportError("not a Python file")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["dmpcheck_user_hooks"] = module
+            spec.loader.exec_module(module)
+        except Exception as e:
+            raise HookFailed("the hook file %s did not import: %s: %s" % (path, type(e).__name__, e)) from e
+        self.module = module
+
+    def has(self, point: str) -> bool:
+        return callable(getattr(self.module, PREFIX + point, None))
+
+    def call(self, point: str, ctx: Context) -> None:
+        fn = getattr(self.module, PREFIX + point, None)
+        if not callable(fn):
+            return
+        where = "%s%s (%s)" % (PREFIX, point, self.path)
+        try:
+            returned = fn(ctx)
+        except Exception as e:
+            raise HookFailed("%s raised %s: %s" % (where, type(e).__name__, e)) from e
+        if returned is None:
+            return
+        if not isinstance(returned, dict):
+            raise HookFailed("%s returned a %s; a hook returns None or a dict of named values"
+                             % (where, type(returned).__name__))
+        for name, value in returned.items():
+            if not isinstance(name, str) or not name:
+                raise HookFailed("%s returned a value named %r; names are non-empty strings" % (where, name))
+            entry: Dict[str, Any] = {"rank": self.rank, "point": point, "step": ctx.step, "name": name}
+            entry.update(_encode(name, value, where))
+            self.observed.append(entry)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "check":
+        print("usage: python -m dmpcheck_torchrec.hooks check FILE", file=sys.stderr)
+        return 2
+    errors = check(args[1])
+    for e in errors:
+        print(e)
+    return 2 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Hooks (torchrec: {hooks: FILE}): the check made before any rank starts (no torch needed), and a
+release cell that calls them: what they return is compared across ranks and against `expect:
+observed`; a hook's own failure is the cell's error of kind hook, naming it, never TorchRec's."""
+import json
+import os
+import sys
+import textwrap
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from dmpcheck_torchrec import hooks  # noqa: E402
+from test_torchrec_cells import dmpcheck, need  # noqa: E402
+
+
+def write(tmp_path, text, name="h.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_a_good_hook_file_passes_the_check(tmp_path):
+    path = write(tmp_path, """
+        import torch
+        def helper(x):
+            return x
+        def hook_after_wrap(ctx):
+            return {"n": 1}
+        def hook_at_end(context):
+            pass
+        """)
+    assert hooks.check(path) == []
+
+
+def test_what_is_wrong_with_a_hook_file_is_said_with_its_line(tmp_path):
+    path = write(tmp_path, """
+        def hook_after_warp(ctx):
+            pass
+        def hook_before_step(ctx, extra):
+            pass
+        async def hook_at_end(ctx):
+            pass
+        """)
+    errors = hooks.check(path)
+    assert errors[0] == ("%s:2: hook_after_warp is not a hook dmpcheck calls (did you mean hook_after_wrap?); the hooks "
+                         "are hook_after_wrap, hook_before_step, hook_after_step, hook_at_end" % path)
+    assert errors[1] == "%s:4: hook_before_step must be a plain function of one argument, the hook's context (ctx)" % path
+    assert errors[2].startswith("%s:6: hook_at_end must be a plain function" % path)
+    assert hooks.check(write(tmp_path, "def hook_after_wrap(ctx:\n", "bad.py"))[0].startswith(
+        "%s:1: not Python" % (tmp_path / "bad.py"))
+    assert hooks.check(write(tmp_path, "def helper(ctx):\n    pass\n", "none.py")) == [
+        "%s:1: defines no hook (functions named hook_after_wrap, hook_before_step, hook_after_step, hook_at_end)"
+        % (tmp_path / "none.py")]
+    assert "cannot read the hook file" in hooks.check(str(tmp_path / "missing.py"))[0]
+    assert hooks.main(["check", path]) == 2
+
+
+SCENARIO = """version: 1
+name: hooked
+world_size: 2
+steps: 2
+batch_size: 4
+tables:
+  - {name: t0, rows: 16, dim: 4, features: [f0], sharding: {types: [data_parallel]}}
+  - {name: t1, rows: 16, dim: 4, features: [f1], sharding: {types: [table_wise]}}
+torchrec: {hooks: %s}
+system: torchrec==1.9.2
+expect:
+  - replicas: equal
+%s"""
+
+
+def test_hook_values_are_compared_across_ranks_and_with_the_expectation(tmp_path):
+    need("1.9.2")
+    hook = write(tmp_path, """
+        import torch
+        def hook_after_wrap(ctx):
+            return {"world": ctx.world_size, "tables": ",".join(sorted(ctx.tables))}
+        def hook_after_step(ctx):
+            dense = dict(ctx.model.named_parameters())
+            weight = [v for k, v in dense.items() if k.endswith("dense.0.weight")][0]
+            return {"step": ctx.step, "dense_weight": weight, "rank_is_zero": ctx.rank == 0}
+        """)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO % (hook, "    observed: {world: 2, tables: 't0,t1', step: 2.0}\n"))
+    out = str(tmp_path / "r")
+    p = dmpcheck("run", str(scenario), "--out", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "hook value dense_weight (after_step, step 2): rank 0 " in p.stdout and "(ranks agree)" in p.stdout
+    assert "hook value rank_is_zero (after_step, step 2): rank 0 true, rank 1 false (ranks DIFFER)" in p.stdout
+    report = json.load(open(os.path.join(out, "hooked", "default.json")))
+    assert [(o["rank"], o["point"], o["step"]) for o in report["observed"] if o["name"] == "step"] == [
+        (0, "after_step", 1), (0, "after_step", 2), (1, "after_step", 1), (1, "after_step", 2)]
+    scenario.write_text(SCENARIO % (hook, "    observed: {rank_is_zero: true, missing: 1}\n"))
+    p = dmpcheck("run", str(scenario), "--out", out)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "rank_is_zero is false on rank 1 (after_step 2), expected true" in p.stdout
+    assert "no hook returned missing on rank 0" in p.stdout
+
+
+def test_a_hooks_failure_is_its_own_named_error_and_a_bad_file_stops_before_any_rank(tmp_path):
+    need("1.9.2")
+    raising = write(tmp_path, """
+        def hook_before_step(ctx):
+            if ctx.step == 2:
+                raise ValueError("the user's own mistake")
+        """, "raising.py")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO % (raising, ""))
+    p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"))
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert ("hook_before_step (%s) raised ValueError: the user's own mistake" % raising) in p.stdout
+    report = json.load(open(str(tmp_path / "r" / "hooked" / "default.json")))
+    assert report["failure"]["kind"] == "hook"
+    returns = write(tmp_path, "def hook_at_end(ctx):\n    return {'model': ctx.model}\n", "returns.py")
+    scenario.write_text(SCENARIO % (returns, ""))
+    p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"))
+    assert p.returncode == 3 and "returned model = " in p.stdout and "a hook returns tensors, numbers" in p.stdout
+    misnamed = write(tmp_path, "def hook_after_warp(ctx):\n    pass\n", "misnamed.py")
+    scenario.write_text(SCENARIO % (misnamed, ""))
+    p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"))
+    assert p.returncode == 3, p.stdout
+    assert "no rank started" in p.stdout and ("%s:1: hook_after_warp is not a hook" % misnamed) in p.stdout
+    assert "[rank" not in p.stdout  # said before any rank started
