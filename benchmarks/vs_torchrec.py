@@ -20,7 +20,11 @@ ratio of the medians:
   7. the regression suite issue 28 timed (87 cells in 118 s: scenarios/regressions at commit
      29ab4d6, taken from this clone's history), with release ranks in fresh interpreters as then
      (DMPCHECK_WARM_INTERPRETERS=0; reference ranks forked, as then) against warm interpreters
-     started ahead (--suite-pairs pairs; skipped where the clone has no history).
+     started ahead (--suite-pairs pairs; skipped where the clone has no history);
+  8. the reporter's script as a script cell on 0.6.0 (two ranks, as torchrun starts them), with
+     dmpcheck's audit against the same cell with `script.audit: false`: what the audit costs;
+  9. that audited script cell against the script under torchrun alone: what dmpcheck adds to a
+     user's own script.
 
 Every timed process must also do its job: the cells and the suites must exit 0 (a repeat with
 identical digests), the bisection must name 0.8.0, the reporter's script must print its four
@@ -116,6 +120,17 @@ def main():
         return timed([args.dmpcheck, "bisect", SEED, "--releases", ",".join(BISECT_RELEASES)], dict(env, DMPCHECK_RANKS=mode),
                      check=lambda out: "first release that behaves differently: 0.8.0" in out)
 
+    def script_cell(audit):
+        path = os.path.join(scratch, "script-%s.yaml" % ("audited" if audit else "plain"))
+        with open(path, "w") as f:
+            f.write("version: 1\nname: script-%s\nscript: {path: %s, audit: %s}\nworld_size: 2\n"
+                    "system: torchrec==0.6.0\nexpect:\n  - replicas: %s\n%s"
+                    % ("audited" if audit else "plain", REPORTER, "true" if audit else "false",
+                       "diverge" if audit else "equal",
+                       "    diverged: [large_table_0, large_table_1, small_table_0, small_table_1]\n" if audit else ""))
+        return timed([args.dmpcheck, "run", path, "--quiet", "--out", os.path.join(scratch, "script")], env,
+                     check=lambda out: "1 of 1 run(s) met their expectations" in out)
+
     def issue28_suite(warm):
         run_env = dict(env)
         if not warm:
@@ -144,6 +159,10 @@ def main():
             ("release cell (0.6.0, per cell of --repeat %d): cold / warm interpreter" % repeats, lambda: release_cell("exec"),
              lambda: release_cell("fork"), 3.0, args.pairs),
         ]
+        comparisons.append(("reporter's script cell on 0.6.0: audited / script.audit: false",
+                            lambda: script_cell(True), lambda: script_cell(False), None, args.pairs))
+        comparisons.append(("reporter's script on 0.6.0: audited script cell / torchrun alone",
+                            lambda: script_cell(True), reporter, None, args.pairs))
         if installed:
             comparisons.append(("seed bisect over %s: cold / warm" % ",".join(BISECT_RELEASES), lambda: bisect("exec"),
                                 lambda: bisect("fork"), None, args.pairs))

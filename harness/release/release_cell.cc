@@ -15,7 +15,6 @@
 #include "check/replica_check.h"
 #include "common/error.h"
 #include "common/file_io.h"
-#include "common/revision.h"
 #include "common/settings.h"
 #include "dmp/behaviour_profile.h"
 #include "dmp/checkpoint.h"
@@ -118,22 +117,8 @@ class ReleaseCell {
 // The environment, the rank program and the inputs: the cell is skipped where its environment is
 // not installed, and an error where it cannot work as given.
 Ended ReleaseCell::prepare() {
-  std::string why_not;
-  try {
-    env_ = resolve_environment(spec_.system, why_not);
-  } catch (const Error& e) {
-    // An interpreter that cannot import TorchRec, a commit the repository lacks: this cell's error.
-    result_.verdict = check::Verdict::kError;
-    const auto kind = spec_.system.kind == scenario::System::Kind::kPython ? check::FailureKind::kImport
-                                                                           : check::FailureKind::kInvalidInput;
-    result_.failure = check::RankFailure{-1, kind, "no rank started", e.what(), {}};
-    return result_;
-  }
-  if (!env_) {
-    result_.verdict = check::Verdict::kSkipped;
-    result_.skip_reason = why_not;
-    return result_;
-  }
+  env_ = cell_environment(spec_, result_);
+  if (!env_) return result_;
   if (!spec_.torchrec_hooks.empty()) {
     // A hook file that cannot run is said before any rank starts, with its lines.
     const auto errors = check_hook_file(*env_, fs::absolute(spec_.torchrec_hooks).string());
@@ -145,12 +130,6 @@ Ended ReleaseCell::prepare() {
     }
   }
   if (auto note = spec_.data.variable_batch_note()) result_.system.notes.push_back(std::move(*note));
-  const int cores = available_cores();
-  result_.environment = {"torch " + env_->torch,        "gloo", hostname(), git_revision(), spec_.world_size, cores,
-                         threads_per_rank(spec_, cores)};
-  result_.system.torchrec = env_->describe();
-  result_.system.torch = env_->torch;
-  result_.system.fbgemm_gpu = env_->fbgemm_gpu;
   const std::string sut = torchrec_sut_dir();
   DMP_CHECK(fs::exists(sut + "/dmpcheck_torchrec/rank.py"), ErrorKind::kInvalidInput,
             "the TorchRec rank program is not at {} (set DMPCHECK_TORCHREC_SUT to the torchrec_sut/ folder of "

@@ -10,15 +10,44 @@
 #include "check/replica_check.h"
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/revision.h"
 #include "common/settings.h"
 #include "release/torchrec_systems.h"
 #include "report/json.h"
 #include "run/data_generator.h"
 #include "run/launcher.h"
+#include "run/rank_run.h"
 
 namespace dmpcheck::run {
 
 namespace fs = std::filesystem;
+
+std::optional<TorchRecEnvironment> cell_environment(const scenario::RunSpec& spec, check::RunResult& result) {
+  std::string why_not;
+  std::optional<TorchRecEnvironment> env;
+  try {
+    env = resolve_environment(spec.system, why_not);
+  } catch (const Error& e) {
+    // An interpreter that cannot import TorchRec, a commit the repository lacks: this cell's error.
+    result.verdict = check::Verdict::kError;
+    const auto kind = spec.system.kind == scenario::System::Kind::kPython ? check::FailureKind::kImport
+                                                                          : check::FailureKind::kInvalidInput;
+    result.failure = check::RankFailure{-1, kind, "no rank started", e.what(), {}};
+    return std::nullopt;
+  }
+  if (!env) {
+    result.verdict = check::Verdict::kSkipped;
+    result.skip_reason = why_not;
+    return std::nullopt;
+  }
+  const int cores = available_cores();
+  result.environment = {"torch " + env->torch,        "gloo", hostname(), git_revision(), spec.world_size, cores,
+                        threads_per_rank(spec, cores)};
+  result.system.torchrec = env->describe();
+  result.system.torch = env->torch;
+  result.system.fbgemm_gpu = env->fbgemm_gpu;
+  return env;
+}
 
 dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const std::vector<contract::PlanRow>& rows) {
   dmp::ShardingPlan plan;

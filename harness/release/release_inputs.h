@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,14 @@ namespace dmpcheck::run {
 
 // The rank program's per-id outputs of a sequence table (models.py): "sequence_embeddings.<feature>".
 inline constexpr const char* kSequenceOutputPrefix = "sequence_embeddings.";
+
+struct TorchRecEnvironment;
+
+// The environment a release or script cell of `spec` runs under, with `result`'s environment
+// filled in; or nullopt with `result` ended before any rank starts: skipped where it is not
+// installed (naming the install command), an error where it cannot work as given (an interpreter
+// without TorchRec, a commit the repository lacks).
+std::optional<TorchRecEnvironment> cell_environment(const scenario::RunSpec& spec, check::RunResult& result);
 
 // The plan a release chose, as the reference's ShardingPlan in model order.
 dmp::ShardingPlan release_plan(const scenario::RunSpec& spec, const std::vector<contract::PlanRow>& rows);

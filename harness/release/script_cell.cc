@@ -16,8 +16,8 @@
 #include "check/script_checks.h"
 #include "common/error.h"
 #include "common/file_io.h"
-#include "common/revision.h"
 #include "common/settings.h"
+#include "release/release_inputs.h"
 #include "release/torchrec_systems.h"
 #include "run/launcher.h"
 #include "run/rank_run.h"
@@ -135,21 +135,8 @@ class ScriptCell {
   }
 
   check::RunResult run() {
-    std::string why_not;
-    try {
-      env_ = resolve_environment(spec_.system, why_not);
-    } catch (const Error& e) {
-      result_.verdict = check::Verdict::kError;
-      const auto kind = spec_.system.kind == scenario::System::Kind::kPython ? check::FailureKind::kImport
-                                                                             : check::FailureKind::kInvalidInput;
-      result_.failure = check::RankFailure{-1, kind, "no rank started", e.what(), {}};
-      return result_;
-    }
-    if (!env_) {
-      result_.verdict = check::Verdict::kSkipped;
-      result_.skip_reason = why_not;
-      return result_;
-    }
+    env_ = cell_environment(spec_, result_);
+    if (!env_) return result_;
     describe_system();
     PrivateDir dir("dmpcheck-script", settings().keep_exchange);
     fs::create_directories(dir.path() + "/audit");
@@ -175,12 +162,6 @@ class ScriptCell {
 
  private:
   void describe_system() {
-    const int cores = available_cores();
-    result_.environment = {"torch " + env_->torch,        "gloo", hostname(), git_revision(), spec_.world_size, cores,
-                           threads_per_rank(spec_, cores)};
-    result_.system.torchrec = env_->describe();
-    result_.system.torch = env_->torch;
-    result_.system.fbgemm_gpu = env_->fbgemm_gpu;
     result_.loop = "script";
     std::string command = script_.path;
     for (const auto& a : script_.args) command += " " + a;

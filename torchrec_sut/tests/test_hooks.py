@@ -120,3 +120,12 @@ def test_a_hooks_failure_is_its_own_named_error_and_a_bad_file_stops_before_any_
     assert p.returncode == 3, p.stdout
     assert "no rank started" in p.stdout and ("%s:1: hook_after_warp is not a hook" % misnamed) in p.stdout
     assert "[rank" not in p.stdout  # said before any rank started
+
+
+def test_the_hooks_example_passes(tmp_path):
+    need("1.9.2")
+    from test_torchrec_cells import ROOT
+    p = dmpcheck("run", os.path.join(ROOT, "scenarios", "examples", "hooks.yaml"), "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "2 of 2 run(s) met their expectations" in p.stdout
+    assert "torchrec.hooks run on release cells only: this reference cell called none" in p.stdout

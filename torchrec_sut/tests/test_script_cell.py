@@ -116,9 +116,29 @@ def test_a_scripts_rendezvous_opens_no_port_off_loopback(tmp_path):
     """torch's env:// rendezvous would open a TCPStore on MASTER_PORT on every interface: a script
     cell's is a FileStore in its private directory, and Gloo's pairs listen on loopback."""
     need("1.9.2")
-    scenario = script_scenario(tmp_path, [], "  - exit: 0\n")
+    # Lingering 3 s with its process group up: a sample every 50 ms cannot miss Gloo's listeners.
+    scenario = script_scenario(tmp_path, ["--linger", "3"], "  - exit: 0\n")
     status, out, seen = _sample_while_running(["run", scenario, "--out", str(tmp_path / "r")], {})
     assert status == 0, out
     assert seen, "no listening socket of the run was ever sampled: the sampling is broken"
     off_loopback = {a for a in seen if a[0] not in ("127.0.0.1", "::1")}
     assert not off_loopback, f"listening off loopback: {sorted(off_loopback)}"
+
+
+def test_the_script_cell_example_passes(tmp_path):
+    need("0.6.0", "1.9.2")
+    p = dmpcheck("run", os.path.join(ROOT, "scenarios", "examples", "script_cell.yaml"), "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "2 of 2 run(s) met their expectations" in p.stdout
+
+
+def test_bisect_names_the_commit_where_a_failing_script_starts_to_pass(tmp_path):
+    """PR #1886's script exits 1 while the bug shows: the bug's expectation (exit and output) judges
+    that run, not an error, so the search walks the commits and names the fix."""
+    need("0.7.0")
+    scenario = os.path.join(ROOT, "scenarios", "regressions", "torchrec-1886-weighted-mean-pooling.yaml")
+    p = dmpcheck("bisect", scenario, "--commit-range", "c589d380~2..c589d380", "--out", str(tmp_path / "b"),
+                 env={"DMPCHECK_TORCHREC_REPO": torchrec_repo()})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert 'first commit that behaves differently: c589d380 "include kjt weights in mean pooling (#1886)"' in p.stdout
+    assert "(as torchrec==0.7.0: bug)" in p.stdout
