@@ -65,6 +65,8 @@ start=$(date +%s)
 "$scratch/venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation --config-settings=build-dir=build-torch2 .
 echo "ci/torch2.sh: pip install built and installed in $(( $(date +%s) - start )) s"
 cp -r scenarios "$scratch/scenarios"
+# A script cell's file names its script where it lies: the reporter's own, under benchmarks/.
+mkdir -p "$scratch/benchmarks" && cp -r benchmarks/reporter-1739 "$scratch/benchmarks/"
 (cd "$scratch" &&
   "$scratch/venv/bin/python" -c "import torch, dmpcheck; s = dmpcheck.load_scenario('scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml'); print('import torch, dmpcheck: torch', torch.__version__, '- dmpcheck from', dmpcheck.__file__, '-', s['name'])" &&
   "$scratch/venv/bin/dmpcheck" validate scenarios/regressions > /dev/null &&

@@ -295,8 +295,11 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
             }
           }
           if (matches) {
-            run.expect = parse_expectation(r, expect[i], path, table_names, run.script.has_value());
-            check_script_expectation(r, expect[i], path, run);
+            // A file that declares a script is judged as one even when its script is missing (that error
+            // is reported once, at 'script.path', not again at each tensor name).
+            const bool script = bool(run_root["script"]);
+            run.expect = parse_expectation(r, expect[i], path, table_names, script);
+            check_script_expectation(r, expect[i], path, run, script);
             check_system_can_judge(r, expect[i], path, run);
             found = true;
           }

@@ -39,7 +39,9 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
 // ... its exit, output, exception and hang (script_fields.cc).
 void parse_script_expectation(const Reader& r, const YAML::Node& node, const std::string& path, ScriptExpectation& e);
 // What a script cell judges, and only a script cell: refused with the field.
-void check_script_expectation(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run);
+// `script`: the file declares a script (true even when the script itself could not be read).
+void check_script_expectation(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run,
+                              bool script);
 
 // The rules of what each system can run and judge, in one place (system_rules.cc): what a release
 // cell cannot run, refused before any rank starts; what an expectation cannot judge on its run's

@@ -144,18 +144,19 @@ void parse_script_expectation(const Reader& r, const YAML::Node& node, const std
   if (node["hang"]) e.hang = r.choice(node["hang"], path + ".hang", {"true", "false"}) == "true";
 }
 
-void check_script_expectation(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run) {
+void check_script_expectation(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run,
+                              bool script) {
   static const std::vector<std::string> kScriptKeys = {"when", "replicas", "diverged",  "at",
                                                        "exit", "output",   "exception", "hang"};
   for (const auto& kv : node) {
     const std::string key = kv.first.as<std::string>();
     const bool script_only = key == "exit" || key == "output" || key == "exception" || key == "hang";
-    if (run.script && std::find(kScriptKeys.begin(), kScriptKeys.end(), key) == kScriptKeys.end()) {
+    if (script && std::find(kScriptKeys.begin(), kScriptKeys.end(), key) == kScriptKeys.end()) {
       r.fail(kv.first, path + "." + key,
              fmt::format("is not judged on a script cell (run '{}'); a script cell judges {}", run.name,
                          fmt::join(std::vector<std::string>(kScriptKeys.begin() + 1, kScriptKeys.end()), ", ")));
     }
-    if (!run.script && script_only) {
+    if (!script && script_only) {
       r.fail(kv.first, path + "." + key, fmt::format("judges a script cell; run '{}' has no 'script'", run.name));
     }
   }

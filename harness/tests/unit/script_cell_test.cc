@@ -86,6 +86,12 @@ TEST_F(ScriptScenario, WhatAScriptCellCannotTakeIsRefusedWithItsLine) {
     EXPECT_NE(message.find(needle), std::string::npos) << message;
   };
   fails_with(base + "script: missing.py\n", "s.yaml:4: field 'script.path': no script file");
+  // A missing script is one error, not one more at each tensor or exit it is expected to show.
+  const std::string missing =
+      error_of(base + "script: missing.py\nexpect:\n  - replicas: diverge\n    diverged: [large_table_0]\n"
+                      "    exit: 1\n");
+  EXPECT_NE(missing.find("no script file"), std::string::npos) << missing;
+  EXPECT_EQ(missing.find("field 'expect"), std::string::npos) << missing;
   fails_with(base + "script: repro.py\ntables:\n  - {name: t, rows: 4, dim: 2, features: [f]}\n",
              "s.yaml:5: field 'tables': describes a model dmpcheck builds");
   fails_with("version: 1\nname: repro\nscript: repro.py\n", "field 'system': a script cell runs Python under TorchRec");
