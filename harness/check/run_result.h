@@ -174,7 +174,7 @@ struct ScriptRank {
 // string, or tensor ("<sha256 prefix> <dtype>[<shape>]").
 struct Observation {
   int rank = 0;
-  std::string point;  // after_wrap, before_step, after_step, at_end
+  std::string point;  // build_model, after_wrap, before_step, after_step, at_end
   int step = 0;
   std::string name, kind, value;
 };

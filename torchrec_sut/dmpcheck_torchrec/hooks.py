@@ -2,6 +2,13 @@
 
 A hook file defines functions named `hook_<point>(ctx)`; the points are
 
+    hook_build_model   after dmpcheck built the scenario's unsharded model (ctx.model, on ctx.device:
+                       "meta" as TorchRec users build large models, "cpu" where weights load before
+                       the wrap), before the planner sees it: a hook may replace a module of it or
+                       the whole model (a FusedEBC, a FeatureProcessedEBC around ctx.model.ebc, an
+                       MC module with any argument, the user's own) and add what shards it to
+                       ctx.sharders.  The unsharded oracle calls it too, with ctx.unsharded True,
+                       so it trains the same modules; what the oracle's call returns is not kept
     hook_after_wrap    after DistributedModelParallel wrapped the model (and the start's weights are
                        in it), before the optimizers exist: a hook may change the model in place
                        (cast it, reshard it) or set ctx.model to what trains instead (a compiled one)
@@ -28,7 +35,7 @@ import importlib.util
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-POINTS = ("after_wrap", "before_step", "after_step", "at_end")
+POINTS = ("build_model", "after_wrap", "before_step", "after_step", "at_end")
 PREFIX = "hook_"
 
 
@@ -71,9 +78,11 @@ def check(path: str) -> List[str]:
 
 
 class Context:
-    """What a hook sees: the rank, the world, the step, the model (settable in after_wrap), the
-    optimizer (None in after_wrap, before it exists; after_step runs after its step and zero_grad),
-    the scenario's tables (name -> rows, dim, features)."""
+    """What a hook sees: the rank, the world, the step, the model (settable in build_model and
+    after_wrap), the optimizer (None up to after_wrap, before it exists; after_step runs after its
+    step and zero_grad), the scenario's tables (name -> rows, dim, features), and in build_model
+    the device the model is built on, the sharders DistributedModelParallel will be given (a list
+    the hook may add to) and whether this is the unsharded oracle's call."""
 
     def __init__(self, rank: int, world_size: int, tables: Dict[str, Dict[str, Any]]) -> None:
         self.rank = rank
@@ -82,6 +91,9 @@ class Context:
         self.step = 0
         self.model: Any = None
         self.optimizer: Any = None
+        self.device = "meta"
+        self.sharders: List[Any] = []
+        self.unsharded = False
 
 
 def _encode(name: str, value: Any, where: str) -> Dict[str, str]:

@@ -13,11 +13,11 @@ reference's.  Whatever the reference does not model is judged all the same.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
 
 import torch
 
-from dmpcheck_torchrec import contract, dump
+from dmpcheck_torchrec import contract, dump, hooks
 from dmpcheck_torchrec.models import (LAST_OUTPUTS, bucketed_managed_collision, build_model,
                                       managed_collision_modules, managed_collision_state, output_pieces,
                                       table_weight)
@@ -86,12 +86,21 @@ def _redraw(model: Model, table: str, out_dir: str, current: Dict[str, int],
     return on_evict
 
 
-def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: int) -> str:
-    """Trains the unsharded model as above; returns a note saying what it did."""
+def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: int,
+                    user: Optional[hooks.Hooks] = None, tables_seen: Optional[Dict[str, Dict[str, Any]]] = None) -> str:
+    """Trains the unsharded model as above; returns a note saying what it did.  `user`: the
+    scenario's hooks, whose hook_build_model builds this model as it built the sharded ranks'."""
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     with torch.random.fork_rng():  # its own draw is overwritten; the sharded ranks' generators stay put
         model = build_model(spec, "cpu")
+        if user is not None and user.has("build_model"):
+            ctx = hooks.Context(0, 1, dict(tables_seen or {}))
+            ctx.model, ctx.device, ctx.unsharded = model, "cpu", True
+            kept = len(user.observed)
+            user.call("build_model", ctx)
+            del user.observed[kept:]  # the oracle's values are not compared (said in hooks.py)
+            model = ctx.model
     initial = dump.read_assembled(out_dir, world, contract.phase_init())
     mc_replicated: Optional[Set[str]] = None
     current = {"step": 0}

@@ -47,13 +47,19 @@ def versions() -> contract.Versions:
                              fbgemm_gpu=of("fbgemm-gpu-cpu") or of("fbgemm-gpu"), torchrec_source=source)
 
 
-def _start(spec: contract.RunSpec, rank: int, notes: List[str]) -> torch.nn.Module:
-    """The unsharded model, with the user's weights in it when they load before the wrap."""
+def _start(spec: contract.RunSpec, rank: int, notes: List[str], user: Optional[hooks.Hooks],
+           ctx: hooks.Context) -> torch.nn.Module:
+    """The unsharded model (as hook_build_model leaves it), with the user's weights in it when they
+    load before the wrap."""
     # The init mode as a TorchRec user applies it: one torch.manual_seed before the model exists
     # (the seed per rank comes from dmpcheck, which applies its one rule for seeded/unseeded).
     torch.manual_seed(spec.seeds[rank])
     before_wrap = spec.start.kind in ("reference", "user_weights") and spec.start.load == "before_wrap"
     model = build_model(spec, "cpu" if before_wrap else "meta")
+    if user is not None and user.has("build_model"):
+        ctx.model, ctx.device = model, "cpu" if before_wrap else "meta"
+        user.call("build_model", ctx)
+        model = ctx.model
     if before_wrap:
         # The user's weights put into the unsharded model, which is then wrapped (TorchRec #1165).
         own = {dmpcheck_name(k): k for k in model.state_dict()}
@@ -98,8 +104,9 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
     user = hooks.Hooks(spec.hooks, rank) if spec.hooks else None
     ctx = hooks.Context(rank, world, {t.name: {"rows": t.rows, "dim": t.dim, "features": list(t.features)}
                                       for t in spec.tables})
-    model = _start(spec, rank, notes)
     planner, sharders, planner_notes = build_planner(spec, world, spec.local_world_size)
+    ctx.sharders = sharders  # hook_build_model may add to them
+    model = _start(spec, rank, notes, user, ctx)
     notes = planner_notes + notes
     t_plan = time.perf_counter()
     plan = planner.collective_plan(model, sharders, dist.GroupMember.WORLD)
@@ -234,7 +241,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
     if rank == 0:
         if spec.unsharded:
             t2 = time.perf_counter()
-            notes.append(oracle.train_unsharded(spec, exchange, out_dir, world) +
+            notes.append(oracle.train_unsharded(spec, exchange, out_dir, world, user, ctx.tables) +
                          f", on rank 0 after the sharded run ({time.perf_counter() - t2:.2f} s)")
         if spec.quantized:
             t3 = time.perf_counter()

@@ -41,13 +41,14 @@ def test_what_is_wrong_with_a_hook_file_is_said_with_its_line(tmp_path):
         """)
     errors = hooks.check(path)
     assert errors[0] == ("%s:2: hook_after_warp is not a hook dmpcheck calls (did you mean hook_after_wrap?); the hooks "
-                         "are hook_after_wrap, hook_before_step, hook_after_step, hook_at_end" % path)
+                         "are hook_build_model, hook_after_wrap, hook_before_step, hook_after_step, hook_at_end" % path)
     assert errors[1] == "%s:4: hook_before_step must be a plain function of one argument, the hook's context (ctx)" % path
     assert errors[2].startswith("%s:6: hook_at_end must be a plain function" % path)
     assert hooks.check(write(tmp_path, "def hook_after_wrap(ctx:\n", "bad.py"))[0].startswith(
         "%s:1: not Python" % (tmp_path / "bad.py"))
     assert hooks.check(write(tmp_path, "def helper(ctx):\n    pass\n", "none.py")) == [
-        "%s:1: defines no hook (functions named hook_after_wrap, hook_before_step, hook_after_step, hook_at_end)"
+        "%s:1: defines no hook (functions named hook_build_model, hook_after_wrap, hook_before_step, "
+        "hook_after_step, hook_at_end)"
         % (tmp_path / "none.py")]
     assert "cannot read the hook file" in hooks.check(str(tmp_path / "missing.py"))[0]
     assert hooks.main(["check", path]) == 2
@@ -129,3 +130,21 @@ def test_the_hooks_example_passes(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "2 of 2 run(s) met their expectations" in p.stdout
     assert "torchrec.hooks run on release cells only: this reference cell called none" in p.stdout
+
+
+def test_a_module_built_by_a_hook_is_sharded_and_the_oracle_builds_it_too(tmp_path):
+    """hook_build_model (scenarios/examples/feature_processed.yaml): a FeatureProcessedEBC around
+    the scenario's EBC; its position weights are replicas compared across ranks, and the unsharded
+    oracle, built through the same hook, holds them and every table to compare against."""
+    need("1.9.2")
+    from test_torchrec_cells import ROOT
+    p = dmpcheck("run", os.path.join(ROOT, "scenarios", "examples", "feature_processed.yaml"), "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.load(open(str(tmp_path / "feature-processed" / "default.json")))
+    compared = {c["name"] for c in report["global_model"] if c["comparable"] and c["within_tolerance"]}
+    assert {"ebc._feature_processors.position_weights.f0", "ebc._feature_processors.position_weights.f1",
+            "ebc.embedding_bags.sharded.weight", "ebc.embedding_bags.replicated.weight"} <= compared, compared
+    replicas = {(d["name"], d["phase"]) for d in report["replicas"] if d["equal"]}
+    assert ("ebc._feature_processors.position_weights.f0", "final") in replicas, replicas
+    assert ("ebc.embedding_bags.replicated.weight", "final") in replicas, replicas
+    assert "hooks of" in p.stdout and "hook_build_model" in p.stdout
