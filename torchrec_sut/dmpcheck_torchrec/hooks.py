@@ -12,6 +12,13 @@ A hook file defines functions named `hook_<point>(ctx)`; the points are
     hook_after_wrap    after DistributedModelParallel wrapped the model (and the start's weights are
                        in it), before the optimizers exist: a hook may change the model in place
                        (cast it, reshard it) or set ctx.model to what trains instead (a compiled one)
+    hook_batch         as the loop takes each step's batch (ctx.step: the step it is for; a
+                       pipeline takes it ahead of the step): ctx.batch is the rank's KeyedJaggedTensor
+                       as dmpcheck made it, and what the hook leaves in ctx.batch is what trains
+                       (a variable-batch one built from it, a plain one after a variable one, ...).
+                       The unsharded oracle calls it for each step with the global batch (every
+                       rank's bags in rank order, ctx.unsharded True): leave there the same data
+                       as one batch, so both train alike
     hook_before_step   before each training step (ctx.step: the step about to run, from 1)
     hook_after_step    after each training step (ctx.step: the step just run)
     hook_at_end        after the last step
@@ -35,7 +42,7 @@ import importlib.util
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-POINTS = ("build_model", "after_wrap", "before_step", "after_step", "at_end")
+POINTS = ("build_model", "after_wrap", "batch", "before_step", "after_step", "at_end")
 PREFIX = "hook_"
 
 
@@ -80,9 +87,10 @@ def check(path: str) -> List[str]:
 class Context:
     """What a hook sees: the rank, the world, the step, the model (settable in build_model and
     after_wrap), the optimizer (None up to after_wrap, before it exists; after_step runs after its
-    step and zero_grad), the scenario's tables (name -> rows, dim, features), and in build_model
-    the device the model is built on, the sharders DistributedModelParallel will be given (a list
-    the hook may add to) and whether this is the unsharded oracle's call."""
+    step and zero_grad), the scenario's tables (name -> rows, dim, features), in build_model the
+    device the model is built on and the sharders DistributedModelParallel will be given (a list
+    the hook may add to), in batch the step's batch, and whether this is the unsharded oracle's
+    call."""
 
     def __init__(self, rank: int, world_size: int, tables: Dict[str, Dict[str, Any]]) -> None:
         self.rank = rank
@@ -94,6 +102,7 @@ class Context:
         self.device = "meta"
         self.sharders: List[Any] = []
         self.unsharded = False
+        self.batch: Any = None
 
 
 def _encode(name: str, value: Any, where: str) -> Dict[str, str]:
@@ -116,6 +125,16 @@ def _encode(name: str, value: Any, where: str) -> Dict[str, str]:
                                       list(t.shape))}
     raise HookFailed("%s returned %s = %r (%s): a hook returns tensors, numbers, strings or booleans"
                      % (where, name, value, type(value).__name__))
+
+
+def batch_returned(ctx: Context, where: str) -> Any:
+    """What hook_batch left in ctx.batch, if it is a batch the model can take."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    if not isinstance(ctx.batch, KeyedJaggedTensor):
+        raise HookFailed("%s left ctx.batch = %s at step %d; it must be a KeyedJaggedTensor"
+                         % (where, type(ctx.batch).__name__, ctx.step))
+    return ctx.batch
 
 
 class Hooks:

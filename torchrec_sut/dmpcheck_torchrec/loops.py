@@ -3,7 +3,7 @@ TrainPipelineSparseDist (progress() over a data iterator until StopIteration).""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Union
 
 import torch
 
@@ -22,8 +22,9 @@ class DataIterator:
     """One epoch's batches as a data loader's iterator hands them out, counting every next() asked
     of it after it said it was exhausted (a torch DataLoader's iterator may hang there, #1778)."""
 
-    def __init__(self, exchange: str, rank: int, steps: Iterable[int], as_batch: bool) -> None:
-        self._exchange, self._rank, self._steps, self._as_batch = exchange, rank, iter(steps), as_batch
+    def __init__(self, load: Callable[[int], KeyedJaggedTensor], steps: Iterable[int], as_batch: bool) -> None:
+        """`load`: the rank's batch of a step (dmpcheck's, or what hook_batch made of it)."""
+        self._load, self._steps, self._as_batch = load, iter(steps), as_batch
         self._exhausted = False
         self.after_exhausted = 0
 
@@ -45,7 +46,7 @@ class DataIterator:
         except StopIteration:
             self._exhausted = True
             raise
-        kjt = dump.load_batch(self._exchange, step, self._rank)
+        kjt = self._load(step)
         if not self._as_batch:
             return kjt
         # What TorchRec's pipelines take: its Batch (a Pipelineable), the model's input at sparse_features.

@@ -26,6 +26,7 @@ from dmpcheck_torchrec.state import MANAGED_COLLISION_STATE, dmpcheck_name, tabl
 
 if TYPE_CHECKING:
     from torchrec.optim.keyed import KeyedOptimizer
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
     from dmpcheck_torchrec.dump import TensorPiece
     from dmpcheck_torchrec.models import Model
@@ -92,15 +93,30 @@ def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: 
     scenario's hooks, whose hook_build_model builds this model as it built the sharded ranks'."""
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
+    ctx = hooks.Context(0, 1, dict(tables_seen or {}))
+    ctx.unsharded = True
+
+    def called(point: str) -> None:
+        kept = len(user.observed) if user is not None else 0
+        if user is not None:
+            user.call(point, ctx)
+            del user.observed[kept:]  # the oracle's values are not compared (said in hooks.py)
+
+    def batch_for(step: int) -> KeyedJaggedTensor:
+        kjt = dump.load_global_batch(exchange, step, world)
+        if user is None or not user.has("batch"):
+            return kjt
+        ctx.step, ctx.batch = step, kjt
+        called("batch")
+        return hooks.batch_returned(ctx, "hook_batch (%s), for the unsharded model" % user.path)
+
     with torch.random.fork_rng():  # its own draw is overwritten; the sharded ranks' generators stay put
         model = build_model(spec, "cpu")
         if user is not None and user.has("build_model"):
-            ctx = hooks.Context(0, 1, dict(tables_seen or {}))
-            ctx.model, ctx.device, ctx.unsharded = model, "cpu", True
-            kept = len(user.observed)
-            user.call("build_model", ctx)
-            del user.observed[kept:]  # the oracle's values are not compared (said in hooks.py)
+            ctx.model, ctx.device = model, "cpu"
+            called("build_model")
             model = ctx.model
+    ctx.model = model
     initial = dump.read_assembled(out_dir, world, contract.phase_init())
     mc_replicated: Optional[Set[str]] = None
     current = {"step": 0}
@@ -132,11 +148,11 @@ def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: 
     global_batch = spec.batch_size * world
     if spec.outputs and spec.steps == 0:
         with torch.no_grad():
-            model(dump.load_global_batch(exchange, 1, world))
+            model(batch_for(1))
         dump.write_phase_in(where, contract.phase_outputs(0), output_pieces(0, 1, global_batch))
     for step in range(1, spec.steps + 1):
         current["step"] = step
-        loss = model(dump.load_global_batch(exchange, step, world))
+        loss = model(batch_for(step))
         if spec.outputs:
             dump.write_phase_in(where, contract.phase_outputs(step - 1), output_pieces(0, 1, global_batch))
         loss.backward()  # the tables' optimizer steps in backward, as applied

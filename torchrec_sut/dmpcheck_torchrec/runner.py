@@ -12,7 +12,7 @@ import datetime
 import math
 import os
 import time
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -22,6 +22,9 @@ from dmpcheck_torchrec.models import LAST_OUTPUTS, EvictionDraws, build_model, o
 from dmpcheck_torchrec.optim import Unsupported as Unsupported  # (rank.py reports it by name)
 from dmpcheck_torchrec.planning import build_planner, plan_of
 from dmpcheck_torchrec.state import dmpcheck_name, load_initial, local_tensors, state_pieces
+
+if TYPE_CHECKING:
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 
 class NonFiniteLoss(ArithmeticError):
@@ -142,9 +145,18 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
                      state_pieces(sharded, dense_opt, types, table_dims))
     losses: List[float] = []
     t1 = time.perf_counter()
+    def batch_of(step: int) -> KeyedJaggedTensor:
+        """The rank's batch of `step`: dmpcheck's, or what hook_batch made of it."""
+        kjt = dump.load_batch(exchange, step, rank)
+        if user is None or not user.has("batch"):
+            return kjt
+        ctx.step, ctx.batch = step, kjt
+        user.call("batch", ctx)
+        return hooks.batch_returned(ctx, "hook_batch (%s)" % spec.hooks)
+
     if spec.outputs and spec.steps == 0:  # the forward alone: the outputs at step 0
         with torch.no_grad():
-            sharded(dump.load_batch(exchange, 1, rank))
+            sharded(batch_of(1))
         dump.write_phase(out_dir, rank, contract.phase_outputs(0),
                          output_pieces(rank, world, spec.batch_size, dump.id_counts(exchange, 1, world)))
     pipeline = loops.pipeline(spec.loop, sharded, optimizer)
@@ -158,9 +170,9 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
     def iterator(steps: Sequence[int]) -> loops.DataIterator:
         nonlocal persistent
         if spec.data_iterator != "persistent":
-            return loops.DataIterator(exchange, rank, steps, as_batch=pipeline is not None)
+            return loops.DataIterator(batch_of, steps, as_batch=pipeline is not None)
         if persistent is None:
-            persistent = loops.DataIterator(exchange, rank, steps, as_batch=pipeline is not None)
+            persistent = loops.DataIterator(batch_of, steps, as_batch=pipeline is not None)
             return persistent
         return persistent.rearm(steps)
 

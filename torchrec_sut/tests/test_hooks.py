@@ -41,13 +41,14 @@ def test_what_is_wrong_with_a_hook_file_is_said_with_its_line(tmp_path):
         """)
     errors = hooks.check(path)
     assert errors[0] == ("%s:2: hook_after_warp is not a hook dmpcheck calls (did you mean hook_after_wrap?); the hooks "
-                         "are hook_build_model, hook_after_wrap, hook_before_step, hook_after_step, hook_at_end" % path)
+                         "are hook_build_model, hook_after_wrap, hook_batch, hook_before_step, hook_after_step, "
+                         "hook_at_end" % path)
     assert errors[1] == "%s:4: hook_before_step must be a plain function of one argument, the hook's context (ctx)" % path
     assert errors[2].startswith("%s:6: hook_at_end must be a plain function" % path)
     assert hooks.check(write(tmp_path, "def hook_after_wrap(ctx:\n", "bad.py"))[0].startswith(
         "%s:1: not Python" % (tmp_path / "bad.py"))
     assert hooks.check(write(tmp_path, "def helper(ctx):\n    pass\n", "none.py")) == [
-        "%s:1: defines no hook (functions named hook_build_model, hook_after_wrap, hook_before_step, "
+        "%s:1: defines no hook (functions named hook_build_model, hook_after_wrap, hook_batch, hook_before_step, "
         "hook_after_step, hook_at_end)"
         % (tmp_path / "none.py")]
     assert "cannot read the hook file" in hooks.check(str(tmp_path / "missing.py"))[0]
@@ -148,3 +149,42 @@ def test_a_module_built_by_a_hook_is_sharded_and_the_oracle_builds_it_too(tmp_pa
     assert ("ebc._feature_processors.position_weights.f0", "final") in replicas, replicas
     assert ("ebc.embedding_bags.replicated.weight", "final") in replicas, replicas
     assert "hooks of" in p.stdout and "hook_build_model" in p.stdout
+
+
+def test_a_batch_built_by_a_hook_trains_and_the_oracle_is_given_the_same(tmp_path):
+    """hook_batch: every id folded onto the tables' first 4 rows, on each rank's batch and on the
+    oracle's global batch: the release still matches its unsharded model.  Folded on the ranks
+    alone, it no longer does (the oracle is handed what the hook leaves it, nothing else)."""
+    need("1.9.2")
+    hook = write(tmp_path, """
+        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+        FOLD_ORACLE = True
+        def hook_batch(ctx):
+            b = ctx.batch
+            if ctx.unsharded and not FOLD_ORACLE:
+                return
+            ctx.batch = KeyedJaggedTensor(keys=b.keys(), values=b.values() % 4, lengths=b.lengths(),
+                                          weights=b.weights_or_none())
+            return {"largest_id": int(b.values().max()) if not ctx.unsharded else -1}
+        """)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO % (hook, "    global_model: true\n"))
+    out = str(tmp_path / "r")
+    p = dmpcheck("run", str(scenario), "--out", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    report = json.load(open(os.path.join(out, "hooked", "default.json")))
+    assert report["global_model_checked"] and all(c["within_tolerance"] for c in report["global_model"])
+    # The hook saw each step's batch on each rank (not the oracle's: its values are not kept).
+    assert sorted((o["rank"], o["step"]) for o in report["observed"] if o["name"] == "largest_id") == [
+        (0, 1), (0, 2), (1, 1), (1, 2)]
+    with open(hook) as f:
+        text = f.read()
+    with open(hook, "w") as f:
+        f.write(text.replace("FOLD_ORACLE = True", "FOLD_ORACLE = False"))
+    p = dmpcheck("run", str(scenario), "--out", out)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "unsharded model" in p.stdout
+    # A batch hook that leaves no batch is its own error.
+    scenario.write_text(SCENARIO % (write(tmp_path, "def hook_batch(ctx):\n    ctx.batch = [1, 2]\n", "bad.py"), ""))
+    p = dmpcheck("run", str(scenario), "--out", out)
+    assert p.returncode == 3 and "left ctx.batch = list at step 1; it must be a KeyedJaggedTensor" in p.stdout, p.stdout
