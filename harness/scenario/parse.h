@@ -32,6 +32,9 @@ inline constexpr double kLongestTimeout = 7 * 24 * 3600.0;
 
 // One run's fields when the file names a script (script_fields.cc).
 RunSpec parse_script_run(const Reader& r, const YAML::Node& root);
+// The fields of the processes, which script and scenario cells share: world_size, system,
+// timeout_s, threads_per_rank (each error recorded, reading goes on).
+void parse_process_fields(const Reader& r, const YAML::Node& root, RunSpec& run);
 // One entry of `expect`; on a script cell (`script`) a `diverged` name is any part of a tensor's
 // name, not one of the tables the file declares.
 Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std::string& path,

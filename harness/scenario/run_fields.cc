@@ -184,6 +184,26 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
 
 }  // namespace
 
+void parse_process_fields(const Reader& r, const YAML::Node& root, RunSpec& run) {
+  using Node = const YAML::Node&;
+  auto field = [&](const char* key, auto&& read) {
+    r.section([&] {
+      if (Node node = root[key]) read(node);
+    });
+  };
+  field("world_size", [&](Node n) { run.world_size = static_cast<int>(r.integer(n, "world_size", 1, 64)); });
+  field("system", [&](Node n) {
+    const auto system = System::parse(r.string(n, "system"));
+    if (!system) r.expected(n, "system", System::kExpected);
+    run.system = *system;
+  });
+  field("timeout_s", [&](Node n) { run.timeout_s = r.number(n, "timeout_s", 0.0, kLongestTimeout); });
+  field("threads_per_rank", [&](Node n) {
+    const bool automatic = n.IsScalar() && n.Scalar() == "auto";
+    run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));
+  });
+}
+
 RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   if (root["script"]) return parse_script_run(r, root);
   RunSpec run;
@@ -194,20 +214,10 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       if (Node node = root[key]) read(node);
     });
   };
-  field("world_size", [&](Node n) { run.world_size = static_cast<int>(r.integer(n, "world_size", 1, 64)); });
+  parse_process_fields(r, root, run);
   field("backend", [&](Node n) { run.backend = r.choice_of(n, "backend", comm::kBackendNames); });
-  field("system", [&](Node n) {
-    const auto system = System::parse(r.string(n, "system"));
-    if (!system) r.expected(n, "system", System::kExpected);
-    run.system = *system;
-  });
   field("steps", [&](Node n) { run.steps = static_cast<int>(r.integer(n, "steps", 0, 1000000)); });
   field("batch_size", [&](Node n) { run.batch_size = r.integer(n, "batch_size", 1, 1 << 24); });
-  field("timeout_s", [&](Node n) { run.timeout_s = r.number(n, "timeout_s", 0.0, kLongestTimeout); });
-  field("threads_per_rank", [&](Node n) {
-    const bool automatic = n.IsScalar() && n.Scalar() == "auto";
-    run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));
-  });
   field("torchrec", [&](Node torchrec) {
     r.check_keys(torchrec, "torchrec",
                  {"sharder", "module", "loop", "epochs", "batches_per_rank", "eval_batches", "data_iterator",

@@ -64,23 +64,7 @@ RunSpec parse_script_run(const Reader& r, const YAML::Node& root) {
                          fmt::join(kScriptRunKeys, ", ")));
     }
   }
-  using Node = const YAML::Node&;
-  auto field = [&](const char* key, auto&& read) {
-    r.section([&] {
-      if (Node node = root[key]) read(node);
-    });
-  };
-  field("world_size", [&](Node n) { run.world_size = static_cast<int>(r.integer(n, "world_size", 1, 64)); });
-  field("system", [&](Node n) {
-    const auto system = System::parse(r.string(n, "system"));
-    if (!system) r.expected(n, "system", System::kExpected);
-    run.system = *system;
-  });
-  field("timeout_s", [&](Node n) { run.timeout_s = r.number(n, "timeout_s", 0.0, kLongestTimeout); });
-  field("threads_per_rank", [&](Node n) {
-    const bool automatic = n.IsScalar() && n.Scalar() == "auto";
-    run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));
-  });
+  parse_process_fields(r, root, run);  // the fields of the processes, read as a scenario cell's
   r.section([&] { run.script = parse_script(r, root["script"]); });
   if (!run.on_torchrec()) {
     r.fail(root["system"] ? root["system"] : root["script"], "system",
