@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/sweep.h"
+#include "cli/explore_command.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/revision.h"
@@ -480,6 +481,9 @@ int main(int argc, char** argv) {
   table_cmd->add_option("--out", releases.out_dir, "Report directory (<out>/releases-<release>/...)")
       ->capture_default_str();
 
+  cli::ExploreFlags explore_flags;
+  auto* explore_cmd = cli::add_explore_command(app, explore_flags);
+
   run::WorkerOptions worker;
   worker.bench = bench::bench_worker;
   auto* worker_cmd = app.add_subcommand(
@@ -540,6 +544,7 @@ int main(int argc, char** argv) {
       if (*table_cmd) return finish(run::release_table(releases));
       return finish(*bisect_cmd ? run::bisect_releases(releases) : run::measure_fidelity(releases));
     }
+    if (*explore_cmd) return finish(cli::command_explore(explore_flags, self_executable()));
     if (*validate_cmd) return command_validate(validate_files);
     if (*explain_cmd) return command_explain(explain_files, explain_releases);
     if (*worker_cmd) return run::worker_main(worker);
