@@ -41,7 +41,7 @@ std::string first_line(const std::string& s, size_t width = 160) {
 bool refusal(const std::string& message) {
   static const std::regex kRefusal(
       "not supported|not implemented|notimplementederror|no available sharding|unsupported|only supports|"
-      "is not allowed|does not support",
+      "is not allowed|does not support|support is enabled for",
       std::regex::icase);
   return std::regex_search(message, kRefusal);
 }

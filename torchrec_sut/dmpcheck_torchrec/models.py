@@ -43,6 +43,23 @@ def select_features(kjt: KeyedJaggedTensor, features: Iterable[str]) -> KeyedJag
         inverse_indices=(list(features), inverse[torch.tensor(index)]))
 
 
+# TorchRec's train pipelines trace the model (torch.fx) to find its sharded modules' inputs; this
+# selection branches on the batch, which a trace cannot follow, so it is one opaque call to the
+# tracer, as is sum_bags below (found by `dmpcheck explore`: sequence tables under train_pipeline_sparse_dist raised
+# "symbolically traced variables cannot be used as inputs to control flow").
+torch.fx.wrap("select_features")
+
+
+def sum_bags(rows: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Each bag's rows summed, in id order (a bag of no ids sums to zeros)."""
+    lengths = lengths.long()
+    bag = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
+    return torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
+
+
+torch.fx.wrap("sum_bags")  # (sizes from the batch: opaque to the trace too)
+
+
 def output_keys(readings: Sequence[Tuple[str, str]]) -> List[str]:
     """The output key of each (table, feature) a collection reads, in order, as TorchRec names it:
     the feature, or "<feature>@<table>" where several of the collection's tables read it."""
@@ -96,7 +113,9 @@ class Model(nn.Module):
             pooled = {}
             per_id: Dict[str, torch.Tensor] = {}
             if self.ebc is not None:
-                pooled.update(_embeddings(self.ebc(select_features(kjt, self.bag_features))).to_dict())
+                bags = _embeddings(self.ebc(select_features(kjt, self.bag_features))).to_dict()
+                # By key, not by iterating the dict: TorchRec's pipeline traces this (torch.fx).
+                pooled.update({f: bags[f] for f in self.features if f not in self.sequence_keys})
             # With variable batches the EmbeddingCollection returns every bag of the batch (1.9.2's
             # sharded one expands the distinct bags through the inverse indices, measured).
             sequences = _embeddings(self.ec(select_features(kjt, self.sequence_features)))
@@ -105,9 +124,7 @@ class Model(nn.Module):
                 # output of its own (sequence_embeddings.<feature>), compared id by id.
                 rows = sequences[f].values()
                 per_id[f] = rows
-                lengths = sequences[f].lengths().long()
-                bag = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
-                pooled[f] = torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
+                pooled[f] = sum_bags(rows, sequences[f].lengths())
         # By key, in the model's feature order: a sharded EBC may return its keys in sharding order.
         x = torch.cat([pooled[f] for f in self.features], dim=1)
         for i, layer in enumerate(self.dense):
