@@ -104,8 +104,18 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     std::vector<std::string> kinds;
     for (auto k : failure_kind_names()) kinds.emplace_back(k);
     Expectation::ExpectedError expected;
-    expected.kind =
-        *parse_failure_kind(r.choice(r.required(error, path + ".error", "kind"), path + ".error.kind", kinds));
+    // One kind, or a list of the kinds the run may fail with.
+    const YAML::Node kind = r.required(error, path + ".error", "kind");
+    expected.kinds.clear();
+    if (kind.IsSequence()) {
+      if (kind.size() == 0) r.expected(kind, path + ".error.kind", "a failure kind or a non-empty list of them");
+      for (size_t i = 0; i < kind.size(); ++i) {
+        expected.kinds.push_back(
+            *parse_failure_kind(r.choice(kind[i], fmt::format("{}.error.kind[{}]", path, i), kinds)));
+      }
+    } else {
+      expected.kinds.push_back(*parse_failure_kind(r.choice(kind, path + ".error.kind", kinds)));
+    }
     if (error["message"]) expected.message = r.string(error["message"], path + ".error.message");
     e.error = expected;
   }
@@ -147,8 +157,9 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
 }  // namespace detail
 
 std::string Expectation::ExpectedError::describe() const {
-  return message.empty() ? fmt::format("an error of kind {}", kind)
-                         : fmt::format("an error of kind {} containing '{}'", kind, message);
+  const std::string which = fmt::format("{}", fmt::join(kinds, " or "));
+  return message.empty() ? fmt::format("an error of kind {}", which)
+                         : fmt::format("an error of kind {} containing '{}'", which, message);
 }
 
 std::string Expectation::describe() const {

@@ -814,10 +814,22 @@ TEST(ScenarioLoader, AnExpectedErrorIsTypedByItsFailureKind) {
   const Scenario s = load_scenario_text(
       std::string(kMinimal) + "expect:\n  - error: {kind: communication, message: plan}\n", "s.yaml");
   const auto& expected = *s.runs.at(0).expect.error;
-  EXPECT_EQ(expected.kind, FailureKind::kCommunication);
+  EXPECT_EQ(expected.kinds, std::vector<FailureKind>{FailureKind::kCommunication});
   EXPECT_TRUE(expected.matches(FailureKind::kCommunication, "rank 1 holds a different sharding plan"));
   EXPECT_FALSE(expected.matches(FailureKind::kInternal, "rank 1 holds a different sharding plan"));  // the kind decides
   EXPECT_FALSE(expected.matches(FailureKind::kCommunication, "connection reset"));
+  // Several kinds: a release that dies of heap corruption in some runs and raises in others.
+  const Scenario several =
+      load_scenario_text(std::string(kMinimal) + "expect:\n  - error: {kind: [crashed, torchrec]}\n", "s.yaml");
+  const auto& either = *several.runs.at(0).expect.error;
+  EXPECT_TRUE(either.matches(FailureKind::kCrashed, "killed by signal 6"));
+  EXPECT_TRUE(either.matches(FailureKind::kTorchRec, "Split sizes doesn't match"));
+  EXPECT_FALSE(either.matches(FailureKind::kTimeout, ""));
+  EXPECT_EQ(either.describe(), "an error of kind crashed or torchrec");
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "expect:\n  - error: {kind: [crashed, oops]}\n",
+                         "field 'expect[0].error.kind[1]'", "torchrec"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "expect:\n  - error: {kind: []}\n", "field 'expect[0].error.kind'",
+                         "non-empty list"));
   EXPECT_EQ(s.runs.at(0).expect.describe(), "the run fails with an error of kind communication containing 'plan'");
 }
 
