@@ -150,43 +150,21 @@ std::vector<Config> simpler(const Config& c) {
     s.tables.erase(s.tables.begin() + static_cast<std::ptrdiff_t>(i));
     add(s);
   }
-  for (int w : {2, 1}) {
-    if (w < c.world_size) {
-      Config s = c;
-      s.world_size = w;
-      add(s);
-    }
-  }
-  if (c.steps > 1) {
+  // (A change that leaves `c` as it is adds nothing.)
+  auto whole = [&](auto&& change) {
     Config s = c;
-    s.steps = 1;
+    change(s);
     add(s);
-  }
-  Config s = c;
-  s.loop = "plain";
-  add(s);
-  s = c;
-  s.sparse = "sgd";
-  add(s);
-  s = c;
-  s.weight_decay = false;
-  add(s);
-  s = c;
-  s.dense = "sgd";
-  add(s);
-  s = c;
-  s.weighted = false;
-  add(s);
-  if (c.batch_size > 2) {
-    s = c;
-    s.batch_size = 2;
-    add(s);
-  }
-  if (c.max_ids_per_bag > 1) {
-    s = c;
-    s.max_ids_per_bag = 1;
-    add(s);
-  }
+  };
+  for (int w : {2, 1}) whole([&](Config& s) { s.world_size = std::min(s.world_size, w); });
+  whole([](Config& s) { s.steps = 1; });
+  whole([](Config& s) { s.loop = "plain"; });
+  whole([](Config& s) { s.sparse = "sgd"; });
+  whole([](Config& s) { s.weight_decay = false; });
+  whole([](Config& s) { s.dense = "sgd"; });
+  whole([](Config& s) { s.weighted = false; });
+  whole([](Config& s) { s.batch_size = std::min(s.batch_size, 2); });
+  whole([](Config& s) { s.max_ids_per_bag = 1; });
   for (size_t i = 0; i < c.tables.size(); ++i) {
     const TableDraw simplest;
     auto with = [&](auto&& change) {
