@@ -863,9 +863,10 @@ def test_sequence_outputs_are_compared_id_by_id_in_every_sharding_type(tmp_path)
             "sequence_embeddings.f_tw@tw_seq"]
     assert sorted(per_id) == want, sorted(per_id)
     assert all(g["within_tolerance"] for g in per_id.values()), per_id
-    anchor = "                lengths = sequences[f].lengths().long()\n"
+    anchor = "                pooled[f] = sum_bags(rows, sequences[f].lengths())\n"
     broken = broken_sut(tmp_path, "models.py", anchor, anchor + (
         "                if type(self.ec).__name__.startswith('Sharded'):\n"
+        "                    lengths = sequences[f].lengths().long()\n"
         "                    per_id[f] = torch.cat([b.flip(0) for b in torch.split(rows, lengths.tolist())])\n"))
     p = dmpcheck("run", str(scenario), "--quiet", "--out", str(tmp_path / "broken-reports"),
                  env={"DMPCHECK_TORCHREC_SUT": str(broken)})
