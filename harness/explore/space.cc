@@ -1,6 +1,7 @@
 #include "explore/space.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <set>
