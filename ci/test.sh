@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
 # The release environments download while the build compiles (network vs. CPU).
-bash ci/torchrec-env.sh 0.6.0 1.9.2 0.7.0 > "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log" 2>&1 &
+bash ci/torchrec-env.sh 0.6.0 1.9.2 0.7.0 'torchrec==1.2.0 fbgemm-gpu-cpu==1.1.0' 1.2.0 > "${TMPDIR:-/tmp}/dmpcheck-torchrec-env.log" 2>&1 &
 env_pid=$!
 build_status=0
 bash ci/build.sh || build_status=$?

@@ -93,30 +93,45 @@ void take_versions(TorchRecEnvironment& env, const contract::ProbeAnswer& answer
   env.fbgemm_gpu = answer.versions.fbgemm_gpu;
 }
 
+// What ci/torchrec-env.sh is given for `system`: the version of a release as pinned, the whole set
+// (one argument, quoted for a shell) for a set of pins.
+std::string installer_argument(const scenario::System& system) {
+  return system.pins.empty() ? system.version : "'" + system.name() + "'";
+}
+
+// What a report says of the environment: "torchrec 1.9.2", "torchrec 1.2.0, fbgemm-gpu-cpu 1.1.0".
+std::string label(const scenario::System& system) {
+  std::string out = "torchrec " + system.version;
+  for (const auto& [package, version] : system.pins) out += ", " + package + " " + version;
+  return out;
+}
+
 // ci/torchrec-env.sh X (its own lock, budget and progress lines), its output shown as it comes.
-void install_release(const std::string& version) {
+void install_release(const scenario::System& system) {
   const std::string script = !settings().torchrec_installer.empty()
                                  ? settings().torchrec_installer
                                  : std::string(DMPCHECK_SOURCE_DIR) + "/ci/torchrec-env.sh";
   DMP_CHECK(fs::exists(script), ErrorKind::kInvalidInput,
-            "torchrec {} is not installed and the installer {} is not there (set DMPCHECK_TORCHREC_INSTALLER)", version,
+            "{} is not installed and the installer {} is not there (set DMPCHECK_TORCHREC_INSTALLER)", label(system),
             script);
-  fmt::print(stderr, "dmpcheck: torchrec {} is not installed: installing it (bash {} {})\n", version, script, version);
-  run_visible({"bash", script, version});
+  fmt::print(stderr, "dmpcheck: {} is not installed: installing it (bash {} {})\n", label(system), script,
+             installer_argument(system));
+  run_visible({"bash", script, system.pins.empty() ? system.version : system.name()});
 }
 
-std::optional<TorchRecEnvironment> release_environment(const std::string& version, std::string& why_not) {
+std::optional<TorchRecEnvironment> release_environment(const scenario::System& system, std::string& why_not) {
   TorchRecEnvironment env;
-  env.dir = torchrec_environments_root() + "/torchrec-" + version;
+  env.dir = environment_dir(system);
   env.python = env.dir + "/bin/python";
+  env.pins = system.pins;
   const std::string ready = env.dir + "/dmpcheck-ready.json";
   if ((!fs::exists(ready) || !fs::exists(env.python)) && settings().install_releases) {
     static std::mutex installing;  // cells run side by side wait for one install
     std::lock_guard<std::mutex> lock(installing);
-    if (!fs::exists(ready)) install_release(version);
+    if (!fs::exists(ready)) install_release(system);
   }
-  const std::string missing =
-      fmt::format("torchrec {} is not installed in {}: run `bash ci/torchrec-env.sh {}`", version, env.dir, version);
+  const std::string missing = fmt::format("{} is not installed in {}: run `bash ci/torchrec-env.sh {}`", label(system),
+                                          env.dir, installer_argument(system));
   if (!fs::exists(ready) || !fs::exists(env.python)) {
     why_not = missing;
     return std::nullopt;
@@ -141,11 +156,11 @@ std::optional<TorchRecEnvironment> release_environment(const std::string& versio
     fmt::print(stderr, "dmpcheck: {} is not this dmpcheck's probe answer ({}): asking the environment again\n", ready,
                unreadable.what());
     try {
-      const contract::ProbeAnswer answer = probe(env.python, "torchrec " + version + "'s environment " + env.dir);
+      const contract::ProbeAnswer answer = probe(env.python, label(system) + "'s environment " + env.dir);
       write_file_atomically(ready, nlohmann::json(answer).dump());
       take_versions(env, answer);
     } catch (const Error& e) {
-      why_not = fmt::format("{}: run `bash ci/torchrec-env.sh {}` again", e.what(), version);
+      why_not = fmt::format("{}: run `bash ci/torchrec-env.sh {}` again", e.what(), installer_argument(system));
       return std::nullopt;
     }
   }
@@ -171,12 +186,22 @@ TorchRecEnvironment interpreter_environment(const std::string& python) {
 }  // namespace
 
 std::string TorchRecEnvironment::describe() const {
-  if (commit.empty()) return torchrec;
+  if (commit.empty()) {
+    std::string out = torchrec;
+    for (const auto& [package, version] : pins) out += (out == torchrec ? " with " : ", ") + package + "==" + version;
+    return out;
+  }
   return fmt::format("{} ({}; its source over the torchrec {} environment)", commit.substr(0, 8), subject,
                      base_release);
 }
 
 std::string torchrec_environments_root() { return settings().torchrec_envs; }
+
+std::string environment_dir(const scenario::System& system) {
+  std::string dir = torchrec_environments_root() + "/torchrec-" + system.version;
+  for (const auto& [package, version] : system.pins) dir += "+" + package + "=" + version;
+  return dir;
+}
 
 std::string torchrec_sut_dir() {
   if (!settings().torchrec_sut.empty()) return settings().torchrec_sut;
@@ -217,7 +242,7 @@ std::vector<std::string> pinned_releases() {
 
 std::optional<TorchRecEnvironment> resolve_environment(const scenario::System& system, std::string& why_not) {
   switch (system.kind) {
-    case scenario::System::Kind::kRelease: return release_environment(system.version, why_not);
+    case scenario::System::Kind::kRelease: return release_environment(system, why_not);
     case scenario::System::Kind::kPython: return interpreter_environment(system.version);
     case scenario::System::Kind::kCommit: {
       const TorchRecRepository repo = TorchRecRepository::open();
@@ -225,7 +250,7 @@ std::optional<TorchRecEnvironment> resolve_environment(const scenario::System& s
       std::string why;
       const std::string base = !system.over.empty() ? system.over : repo.base_release(commit, pinned_releases(), &why);
       DMP_CHECK(!base.empty(), ErrorKind::kInvalidInput, "{}: {}", system.name(), why);
-      auto env = release_environment(base, why_not);
+      auto env = release_environment(scenario::System::release(base), why_not);
       if (!env) {
         why_not =
             fmt::format("{} runs its source over the torchrec {} environment, and {}", system.name(), base, why_not);
@@ -283,9 +308,9 @@ void prestart_release_interpreters(const std::vector<scenario::System>& systems,
   std::vector<WarmInterpreter::Wanted> wanted;
   std::set<std::string> seen;
   for (const auto& system : systems) {
-    if (system.kind != scenario::System::Kind::kRelease || !seen.insert(system.version).second) continue;
+    if (system.kind != scenario::System::Kind::kRelease || !seen.insert(system.name()).second) continue;
     TorchRecEnvironment env;
-    env.dir = torchrec_environments_root() + "/torchrec-" + system.version;
+    env.dir = environment_dir(system);
     env.python = env.dir + "/bin/python";
     // Installed only (never installing ahead), and held against the installer's eviction as a cell holds it.
     if (!fs::exists(env.dir + "/dmpcheck-ready.json") || !fs::exists(env.python)) continue;

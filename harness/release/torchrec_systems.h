@@ -19,13 +19,15 @@ struct TorchRecEnvironment {
   std::string python;                       // the interpreter
   std::string dir;                          // the release's venv; empty for a user's interpreter
   std::string torchrec, torch, fbgemm_gpu;  // as its import reported them
+  // A set of pins: the packages pinned beside the release (scenario::System::pins).
+  std::vector<std::pair<std::string, std::string>> pins;
   // A commit: its source tree (first on PYTHONPATH), full hash, subject, and whose environment.
   std::string source_dir, commit, subject, base_release;
   // A release's environment is held (dmpcheck-in-use.lock, shared) while any copy of this lives:
   // the installer's least-recently-used eviction (ci/torchrec-env.sh) passes it by.
   std::shared_ptr<void> in_use;
-  // What the report says it ran: "1.9.2", "cc482f8a (Broadcast DP tables when init; its source over
-  // the torchrec 0.7.0 environment)", or the interpreter's own torchrec version.
+  // What the report says it ran: "1.9.2", "1.2.0 with fbgemm-gpu-cpu==1.1.0", "cc482f8a (Broadcast DP tables when init;
+  // its source over the torchrec 0.7.0 environment)", or the interpreter's own torchrec version.
   std::string describe() const;
 };
 
@@ -53,6 +55,9 @@ void prestart_release_interpreters(const std::vector<scenario::System>& systems,
 
 // $DMPCHECK_TORCHREC_ENVS, else $XDG_CACHE_HOME/dmpcheck/torchrec, else ~/.cache/dmpcheck/torchrec.
 std::string torchrec_environments_root();
+// A release's environment under it: torchrec-1.9.2, torchrec-1.2.0+fbgemm-gpu-cpu=1.1.0 (the name
+// ci/torchrec-env.sh gives it: the release, then each pin in name order).
+std::string environment_dir(const scenario::System& system);
 // The rank program: $DMPCHECK_TORCHREC_SUT, else this source tree's, else the installed copy.
 std::string torchrec_sut_dir();
 // The releases torchrec_sut/pins.tsv pins, oldest first.

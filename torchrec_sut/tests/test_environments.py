@@ -26,7 +26,8 @@ def fake_env(root, release, hours_ago):
 
 
 def installer(root, *args, **env):
-    e = dict(os.environ, DMPCHECK_TORCHREC_ENVS=str(root), PIP_NO_INDEX="1", **env)
+    e = dict(os.environ, DMPCHECK_TORCHREC_ENVS=str(root), PIP_NO_INDEX="1", DMPCHECK_TORCHREC_INSTALLER_TOOL="pip")
+    e.update(env)
     return subprocess.Popen(["bash", SCRIPT, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
 
 
@@ -40,7 +41,7 @@ def test_a_new_environment_makes_room_by_removing_the_least_recently_used(tmp_pa
     assert "removed the least recently used environment %s to stay within 4 MB" % oldest in out, out
     assert not oldest.exists() and older.exists() and recent.exists()
     # (pip cannot reach an index here: the install itself fails, and says so.)
-    assert p.returncode == 1 and "pip failed for torchrec 1.9.2" in out, out
+    assert p.returncode == 1 and "the installer failed for torchrec 1.9.2" in out, out
     assert not (tmp_path / "torchrec-1.9.2" / "dmpcheck-ready.json").exists()
 
 
@@ -59,7 +60,7 @@ def test_an_environment_a_running_cell_holds_is_passed_by(tmp_path):
     fcntl.flock(held, fcntl.LOCK_SH)
     p = installer(tmp_path, "1.9.2", DMPCHECK_TORCHREC_BUDGET_MB="1", DMPCHECK_TORCHREC_ENV_MB="2")
     out, _ = p.communicate(timeout=300)
-    assert "none can go (every other one is in use by a running dmpcheck); creating torchrec 1.9.2 over budget" in out
+    assert "none can go (every other one is in use by a running dmpcheck); creating torchrec-1.9.2 over budget" in out
     assert (oldest / "dmpcheck-ready.json").exists()
 
 
@@ -75,3 +76,49 @@ def test_two_installers_of_one_release_take_turns_and_the_second_finds_it_ready(
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 0, out
     assert "torchrec 1.9.2 ready in %s (made meanwhile by another process)" % (tmp_path / "torchrec-1.9.2") in out
+
+
+def fake_uv(tmp_path):
+    """A uv on PATH that records what it is asked and makes a venv whose python is this one (so the
+    probe runs and finds no torch): what the installer asks for, with no download."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "uv.log"
+    (bin_dir / "uv").write_text(
+        "#!/bin/bash\necho \"$*\" >> %s\n"
+        "if [ \"$1\" = venv ]; then d=${@: -1}; mkdir -p \"$d/bin\"; ln -s /usr/bin/python3 \"$d/bin/python\"; fi\n" % log)
+    (bin_dir / "uv").chmod(0o755)
+    return dict(PATH="%s:%s" % (bin_dir, os.environ["PATH"]), DMPCHECK_TORCHREC_INSTALLER_TOOL="uv"), log
+
+
+def test_a_set_of_pins_names_its_folder_and_takes_the_rest_from_the_releases_row(tmp_path):
+    env, log = fake_uv(tmp_path)
+    envs = tmp_path / "envs"
+    p = installer(envs, "torchrec==1.2.0 fbgemm-gpu-cpu==1.1.0", **env)
+    out, _ = p.communicate(timeout=120)
+    asked = log.read_text()
+    # fbgemm-gpu-cpu 1.1.0 is built against torch 2.6.0 (1.1.0's row): torch follows it.
+    assert "torch==2.6.0 fbgemm-gpu-cpu==1.1.0 numpy tensordict" in asked, asked
+    assert "--no-deps torchrec==1.2.0" in asked, asked
+    assert "venv -q --python /usr/bin/python3 %s/torchrec-1.2.0+fbgemm-gpu-cpu=1.1.0" % envs in asked, asked
+    assert p.returncode == 1 and "torchrec 1.2.0, fbgemm-gpu-cpu 1.1.0 installed but does not import" in out, out
+    # A pinned package replaces the row's own; torch pinned wins over fbgemm's pair; a Python named.
+    log.unlink()
+    p = installer(envs, "torchrec==1.2.0 Numpy==1.26.4 torch==2.7.0 fbgemm_gpu_cpu==1.1.0 python==3.10", **env)
+    out, _ = p.communicate(timeout=120)
+    asked = log.read_text()
+    assert "torch==2.7.0 fbgemm-gpu-cpu==1.1.0 tensordict" in asked and "numpy==1.26.4" in asked, asked
+    assert " numpy " not in asked, asked
+    assert "+fbgemm-gpu-cpu=1.1.0+numpy=1.26.4+python=3.10+torch=2.7.0" in asked, asked
+    assert "python3.10" in asked or "/3.10." in asked, asked
+
+
+def test_a_set_the_table_cannot_complete_is_refused_before_anything_is_made(tmp_path):
+    env, log = fake_uv(tmp_path)
+    for spec, said in [("torchrec==1.2.0 fbgemm-gpu-cpu==0.0.9", "no row of torchrec_sut/pins.tsv pins fbgemm-gpu-cpu 0.0.9"),
+                       ("torchrec==9.9.9", "torchrec 9.9.9 is not in torchrec_sut/pins.tsv"),
+                       ("torchrec==1.2.0 fbgemm", "'fbgemm' is not NAME==VERSION")]:
+        p = installer(tmp_path / "envs", spec, **env)
+        out, _ = p.communicate(timeout=60)
+        assert p.returncode == 2 and said in out, (spec, out)
+    assert not log.exists()

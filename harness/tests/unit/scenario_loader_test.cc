@@ -495,6 +495,34 @@ TEST(ScenarioLoaderSystem, WhatAReleaseCellCannotRunIsRefusedAtLoad) {
                          "compares a TorchRec release with the reference"));
 }
 
+// A set of pins is a release with some packages pinned otherwise (a version skew, TorchRec #3099):
+// written as pip takes requirements, read back in one order whatever order it was written in,
+// names compared as pip compares them, and a different set is a different system.
+TEST(ScenarioLoaderSystem, ASetOfPinsIsAReleaseWithItsPackagesNamedInOneOrder) {
+  const auto skew = System::parse("torchrec==1.2.0 torch==2.6.0  FBGEMM_gpu.cpu==1.1.0");
+  ASSERT_TRUE(skew.has_value());
+  EXPECT_TRUE(skew->is_release());
+  EXPECT_EQ(skew->version, "1.2.0");
+  const std::vector<std::pair<std::string, std::string>> pins = {{"fbgemm-gpu-cpu", "1.1.0"}, {"torch", "2.6.0"}};
+  EXPECT_EQ(skew->pins, pins);
+  EXPECT_EQ(skew->name(), "torchrec==1.2.0 fbgemm-gpu-cpu==1.1.0 torch==2.6.0");
+  EXPECT_EQ(*System::parse(skew->name()), *skew);
+  EXPECT_NE(*skew, *System::parse("torchrec==1.2.0"));
+  EXPECT_EQ(System::parse("torchrec==0.5.0 python==3.10")->pins.front().first, "python");
+  for (const char* bad : {"torchrec==1.2.0 fbgemm", "torchrec==1.2.0 ==1.1.0",
+                          "torchrec==1.2.0 torch==", "torchrec==1.2.0 torchrec==1.3.0",
+                          "torchrec==1.2.0 torch==2.6 torch==2.7", "torchrec==1.2.0 torch>=2.6",
+                          "torchrec==1.2.0 python==3.x", "torchrec==1.2.0 a/b==1", "torchrec==1.2.0 torch==2.6;rm"}) {
+    EXPECT_FALSE(System::parse(bad).has_value()) << bad;
+  }
+  const Scenario s = load_scenario_text(
+      std::string(kMinimal) + "matrix:\n  system: [\"torchrec==1.2.0 fbgemm-gpu-cpu==1.1.0\", torchrec==1.2.0]\n",
+      "s.yaml");
+  ASSERT_EQ(s.runs.size(), 2u);
+  EXPECT_EQ(s.runs[0].system.name(), "torchrec==1.2.0 fbgemm-gpu-cpu==1.1.0");
+  EXPECT_TRUE(s.runs[1].system.pins.empty());
+}
+
 // The user's interpreter and a TorchRec commit are systems like a release: one text form each,
 // read back to the same value, and every release rule applies to them (they run the same program).
 TEST(ScenarioLoaderSystem, AnInterpreterAndACommitAreSystemsWithTheReleasesRules) {

@@ -127,6 +127,21 @@ TEST_F(TorchRecRepositoryTest, ABundleIsClonedOnceIntoTheCacheAndNoRepositoryIsN
   EXPECT_TRUE(throws_with(ErrorKind::kInvalidInput, "git clone failed", [] { TorchRecRepository::open(); }));
 }
 
+// A set of pins has an environment of its own, named as ci/torchrec-env.sh names it, and a missing
+// one says the installer's command for that set (one argument, quoted).
+TEST_F(TorchRecRepositoryTest, ASetOfPinsHasItsOwnEnvironmentAndItsOwnInstallCommand) {
+  const auto skew = scenario::System::parse("torchrec==1.2.0 fbgemm-gpu-cpu==1.1.0");
+  ASSERT_TRUE(skew.has_value());
+  EXPECT_EQ(environment_dir(*skew), root_ + "/cache/torchrec-1.2.0+fbgemm-gpu-cpu=1.1.0");
+  EXPECT_EQ(environment_dir(scenario::System::release("1.2.0")), root_ + "/cache/torchrec-1.2.0");
+  std::string why_not;
+  EXPECT_FALSE(resolve_environment(*skew, why_not).has_value());
+  EXPECT_TRUE(contains(why_not, "torchrec 1.2.0, fbgemm-gpu-cpu 1.1.0 is not installed in " + root_ +
+                                    "/cache/torchrec-1.2.0+fbgemm-gpu-cpu=1.1.0: run `bash ci/torchrec-env.sh "
+                                    "'torchrec==1.2.0 fbgemm-gpu-cpu==1.1.0'`"))
+      << why_not;
+}
+
 TEST(Subprocess, CapturesOutputAndStatusAndStopsAtItsDeadline) {
   const Captured ok = capture({"sh", "-c", "echo out; echo err >&2; exit 3"}, {{"DMPCHECK_X", "1"}});
   EXPECT_EQ(ok.exit_code, 3);
