@@ -289,6 +289,15 @@ LaunchRequest torchrec_launch(const TorchRecEnvironment& env, std::vector<std::s
   request.environment = python_environment(env.source_dir);
   // Gloo listens where the host name resolves unless told: a release cell's ranks are on one host.
   request.environment["GLOO_SOCKET_IFNAME"] = "lo";
+  if (!env.source_dir.empty()) {
+    // A commit: torch and fbgemm_gpu are its environment's and the same for every commit over it,
+    // so one warm interpreter per environment imports them, never TorchRec; each commit's ranks
+    // fork from it and import that commit's TorchRec only (PYTHONPATH, put first by the rank).
+    request.warm_environment = python_environment("");
+    request.warm_environment["GLOO_SOCKET_IFNAME"] = "lo";
+    request.warm_preload = {"torch", "fbgemm_gpu", "torch.distributed.checkpoint", "dmpcheck_torchrec.runner"};
+    return request;
+  }
   // What every rank imports first, once per command in a warm interpreter (warm_interpreter.h).
   request.warm_preload = {"torch",
                           "fbgemm_gpu",

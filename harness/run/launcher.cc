@@ -206,7 +206,9 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (exec_demanded) {
       outcome.cold_reason = "exec-ed ranks were asked for (--ranks exec or DMPCHECK_RANKS=exec)";
     } else {
-      warm = WarmInterpreter::get(request.executable, request.environment, request.warm_preload, outcome.cold_reason);
+      warm = WarmInterpreter::get(request.executable,
+                                  request.warm_environment.empty() ? request.environment : request.warm_environment,
+                                  request.warm_preload, outcome.cold_reason);
     }
     outcome.warm_interpreter = warm != nullptr;
     outcome.warm_import_s = warm ? warm->import_seconds() : 0.0;

@@ -52,6 +52,11 @@ struct LaunchRequest {
   // ranks are then forked from it instead of each starting a fresh interpreter -- unless
   // `exec_ranks` is set or DMPCHECK_RANKS=exec, or it cannot serve (the outcome says why).
   std::vector<std::string> warm_preload;
+  // The warm interpreter's own environment where it is not the ranks' (empty: `environment`): a
+  // TorchRec commit's ranks fork from the interpreter of the environment it runs over, which
+  // imported torch and fbgemm_gpu but no TorchRec, and each puts the commit's source first on its
+  // path (its PYTHONPATH in `environment`) before importing it.
+  std::map<std::string, std::string> warm_environment;
 };
 
 struct LaunchOutcome {

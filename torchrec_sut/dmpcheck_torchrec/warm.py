@@ -76,6 +76,12 @@ def _become_rank(sock: socket.socket, request: contract.WarmSpawn, out_fd: int, 
         os.environ.clear()
         os.environ.update(env)
         os.chdir(request.cwd)
+        # A rank's PYTHONPATH that this interpreter did not start with (a TorchRec commit's source
+        # over an interpreter that imported torch and fbgemm_gpu but no TorchRec) goes first on its
+        # path, as it would in a fresh interpreter.
+        for entry in reversed([e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
         # What differs from a fresh process: the random state Python drew at start-up.
         import random
         random.seed()
