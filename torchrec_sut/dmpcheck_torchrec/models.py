@@ -392,7 +392,13 @@ def build_model(spec: contract.RunSpec, device: str = "meta") -> Union[Model, Ba
     from torchrec import DataType
 
     pooling = {"sum": PoolingType.SUM, "mean": PoolingType.MEAN}
-    data_type = {"fp32": DataType.FP32, "fp16": DataType.FP16, "bf16": DataType.BF16}
+    # DataType.BF16 is from 0.5.0 on: an older release takes fp32 and fp16 tables only.
+    data_type = {name: getattr(DataType, name.upper()) for name in ("fp32", "fp16", "bf16")
+                 if hasattr(DataType, name.upper())}
+    for t in spec.tables:
+        if t.data_type not in data_type:
+            raise Unsupported(f"table {t.name}: data_type {t.data_type} (this TorchRec's DataType has no "
+                              f"{t.data_type.upper()})")
     from torchrec import EmbeddingConfig
 
     tables = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,

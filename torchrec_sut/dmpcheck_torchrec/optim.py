@@ -100,6 +100,17 @@ def sparse_optimizer(cfg: contract.SparseOptimizer) -> Tuple[Any, Dict[str, Any]
     raise Unsupported(f"sparse optimizer '{kind}'")
 
 
+def in_backward_optimizer_filter(named_parameters: Iterable[Tuple[str, torch.nn.Parameter]]
+                                  ) -> Iterator[Tuple[str, torch.nn.Parameter]]:
+    """The parameters no optimizer in backward trains: TorchRec's own filter where the release has
+    it (0.4.0 on); before, the same rule (torch marks such a parameter `_in_backward_optimizers`)."""
+    try:
+        from torchrec.optim.optimizers import in_backward_optimizer_filter as torchrecs
+    except ImportError:
+        return ((name, p) for name, p in named_parameters if not hasattr(p, "_in_backward_optimizers"))
+    return iter(torchrecs(named_parameters))
+
+
 def dense_optimizer(named_parameters: Iterable[Tuple[str, torch.nn.Parameter]],
                     cfg: contract.DenseOptimizer) -> KeyedOptimizer:
     """The dense side's KeyedOptimizer over `named_parameters` (what the in-backward optimizer does

@@ -21,7 +21,7 @@ from dmpcheck_torchrec import contract, dump, hooks
 from dmpcheck_torchrec.models import (LAST_OUTPUTS, bucketed_managed_collision, build_model,
                                       managed_collision_modules, managed_collision_state, output_pieces,
                                       table_weight)
-from dmpcheck_torchrec.optim import Unsupported, dense_optimizer
+from dmpcheck_torchrec.optim import Unsupported, dense_optimizer, in_backward_optimizer_filter
 from dmpcheck_torchrec.state import MANAGED_COLLISION_STATE, dmpcheck_name, table_of
 
 if TYPE_CHECKING:
@@ -91,7 +91,6 @@ def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: 
                     user: Optional[hooks.Hooks] = None, tables_seen: Optional[Dict[str, Dict[str, Any]]] = None) -> str:
     """Trains the unsharded model as above; returns a note saying what it did.  `user`: the
     scenario's hooks, whose hook_build_model builds this model as it built the sharded ranks'."""
-    from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     ctx = hooks.Context(0, 1, dict(tables_seen or {}))
     ctx.unsharded = True

@@ -94,7 +94,6 @@ def _init_process_group(timeout: datetime.timedelta) -> None:
 def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s: float) -> None:
     from torchrec.distributed.model_parallel import DistributedModelParallel
     from torchrec.optim.keyed import CombinedOptimizer
-    from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     t0 = time.perf_counter()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -133,7 +132,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
         if rank == 0:
             notes.append(f"hooks of {spec.hooks}: " + ", ".join(
                 hooks.PREFIX + p for p in hooks.POINTS if user.has(p)))
-    dense_opt = optim.dense_optimizer(in_backward_optimizer_filter(sharded.named_parameters()), spec.dense_optimizer)
+    dense_opt = optim.dense_optimizer(optim.in_backward_optimizer_filter(sharded.named_parameters()), spec.dense_optimizer)
     optimizer = CombinedOptimizer([sharded.fused_optimizer, dense_opt])
     if spec.start.kind == "checkpoint":  # a resumed run: the state as the earlier run saved it
         notes.append(checkpoint.load(sharded, optimizer, spec.start.state))

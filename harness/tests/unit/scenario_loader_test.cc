@@ -344,15 +344,15 @@ TEST(ScenarioLoader, MissingFileIsAnError) {
 TEST(ScenarioLoader, TheSeedScenarioIsValid) {
   const Scenario s =
       load_scenario_file(DMPCHECK_SOURCE_DIR "/scenarios/regressions/torchrec-1739-dp-tables-not-broadcast.yaml");
-  // The reference under two profiles x two init modes, and two real releases x two init modes
-  // (a release cell has no profile: it appears once).
-  ASSERT_EQ(s.runs.size(), 8u);
+  // The reference under two profiles x two init modes, and six real releases (0.3.1 to 0.6.0, and
+  // 1.9.2) x two init modes (a release cell has no profile: it appears once).
+  ASSERT_EQ(s.runs.size(), 16u);
   int on_releases = 0;
   for (const auto& r : s.runs) on_releases += r.on_torchrec() ? 1 : 0;
-  EXPECT_EQ(on_releases, 4);
-  EXPECT_EQ(s.runs[1].system.name(), "torchrec==0.6.0");
-  EXPECT_EQ(s.runs[1].system.version, "0.6.0");
-  EXPECT_EQ(s.runs[1].name, "init.mode=seeded system=torchrec==0.6.0");
+  EXPECT_EQ(on_releases, 12);
+  EXPECT_EQ(s.runs[5].system.name(), "torchrec==0.6.0");
+  EXPECT_EQ(s.runs[5].system.version, "0.6.0");
+  EXPECT_EQ(s.runs[5].name, "init.mode=seeded system=torchrec==0.6.0");
   EXPECT_EQ(s.runs[0].name, "init.mode=seeded profile=torchrec-0.6");
   ASSERT_TRUE(s.reproduces.has_value());
   EXPECT_EQ(s.reproduces->bug_profile, "torchrec-0.6");
