@@ -265,4 +265,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
                                 observed=[contract.parse_part(contract.Observation, o, "observed")
                                           for said in observed for o in (said if isinstance(said, list) else [])])
         contract.save(meta, os.path.join(out_dir, "meta.json"))
-    dist.destroy_process_group()
+    # The process group is not destroyed: the rank leaves by os._exit (rank.py, warm.py) with
+    # everything it hands back on disk.  Destroying it deadlocked a rank of torch 2.0.1 (TorchRec
+    # 0.3.x) now and then: ProcessGroupGloo's destructor joins a worker thread, holding the GIL,
+    # while that thread waits for the GIL to free a tensor (gdb, 2 runs of the seed in 2 here).
