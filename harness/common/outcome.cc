@@ -19,6 +19,7 @@ constexpr std::pair<FailureKind, std::string_view> kFailureKinds[] = {
     {FailureKind::kUnsupported, "unsupported"},
     {FailureKind::kImport, "import"},
     {FailureKind::kHook, "hook"},
+    {FailureKind::kEnvironment, "environment"},
 };
 
 }  // namespace

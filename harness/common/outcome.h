@@ -38,6 +38,7 @@ enum class FailureKind {
   kUnsupported,  // the release's rank program cannot express what the scenario asks
   kImport,       // the release's environment could not import torch / torchrec
   kHook,         // a scenario's hook (torchrec: {hooks}) raised, did not import, or returned what cannot be compared
+  kEnvironment,  // the system's environment could not be made (the installer failed: a set the resolver refuses)
 };
 
 std::string_view failure_kind_name(FailureKind kind);

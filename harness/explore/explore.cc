@@ -83,6 +83,7 @@ Outcome classify(const check::RunResult& r) {
       case FailureKind::kInvalidScenario:
       case FailureKind::kInvalidInput:
       case FailureKind::kInternal:
+      case FailureKind::kEnvironment:
       case FailureKind::kInterrupted: o.kind = Outcome::kInvalid; return o;
       default:
         o.kind = Outcome::kFinding;

@@ -27,6 +27,10 @@ std::optional<TorchRecEnvironment> cell_environment(const scenario::RunSpec& spe
   std::optional<TorchRecEnvironment> env;
   try {
     env = resolve_environment(spec.system, why_not);
+  } catch (const EnvironmentNotMade& e) {
+    result.verdict = check::Verdict::kError;
+    result.failure = check::RankFailure{-1, check::FailureKind::kEnvironment, "no rank started", e.what(), {}};
+    return std::nullopt;
   } catch (const Error& e) {
     // An interpreter that cannot import TorchRec, a commit the repository lacks: this cell's error.
     result.verdict = check::Verdict::kError;

@@ -1,6 +1,7 @@
 #include "release/torchrec_systems.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -106,8 +107,37 @@ std::string label(const scenario::System& system) {
   return out;
 }
 
+// The last lines an installer printed, without terminal colours or blank lines: where a set does
+// not resolve or does not import, the resolver's or the import's own words.
+std::string last_words(const std::string& output, size_t lines = 12) {
+  std::string plain;
+  for (size_t i = 0; i < output.size(); ++i) {
+    if (output[i] == '\x1b' && i + 1 < output.size() && output[i + 1] == '[') {
+      i += 2;
+      while (i < output.size() && !std::isalpha(static_cast<unsigned char>(output[i]))) ++i;
+      continue;
+    }
+    if (output[i] != '\r') plain += output[i];
+  }
+  std::vector<std::string> kept;
+  std::istringstream in(plain);
+  for (std::string line; std::getline(in, line);) {
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    kept.push_back(line.substr(first));
+    if (kept.size() > lines) kept.erase(kept.begin());
+  }
+  std::string out;
+  for (const auto& line : kept) out += (out.empty() ? "" : "\n  ") + line;
+  return out;
+}
+
 // ci/torchrec-env.sh X (its own lock, budget and progress lines), its output shown as it comes.
-void install_release(const scenario::System& system) {
+// Empty when it made the environment, else why not in the installer's own last words; a set that
+// failed once in this process is not tried again (every cell on it would fail alike).
+std::string install_release(const scenario::System& system) {
+  static std::map<std::string, std::string> failed;
+  if (const auto it = failed.find(system.name()); it != failed.end()) return it->second;
   const std::string script = !settings().torchrec_installer.empty()
                                  ? settings().torchrec_installer
                                  : std::string(DMPCHECK_SOURCE_DIR) + "/ci/torchrec-env.sh";
@@ -116,7 +146,13 @@ void install_release(const scenario::System& system) {
             script);
   fmt::print(stderr, "dmpcheck: {} is not installed: installing it (bash {} {})\n", label(system), script,
              installer_argument(system));
-  run_visible({"bash", script, system.pins.empty() ? system.version : system.name()});
+  std::string tail;
+  const int code = run_visible({"bash", script, system.pins.empty() ? system.version : system.name()}, &tail);
+  if (code == 0) return "";
+  return failed[system.name()] =
+             fmt::format("{} could not be made: `bash {} {}` {}; it said last:\n  {}", label(system), script,
+                         installer_argument(system), code < 0 ? "was killed" : fmt::format("exited {}", code),
+                         last_words(tail));
 }
 
 std::optional<TorchRecEnvironment> release_environment(const scenario::System& system, std::string& why_not) {
@@ -128,7 +164,10 @@ std::optional<TorchRecEnvironment> release_environment(const scenario::System& s
   if ((!fs::exists(ready) || !fs::exists(env.python)) && settings().install_releases) {
     static std::mutex installing;  // cells run side by side wait for one install
     std::lock_guard<std::mutex> lock(installing);
-    if (!fs::exists(ready)) install_release(system);
+    if (!fs::exists(ready)) {
+      const std::string failure = install_release(system);
+      if (!failure.empty()) throw EnvironmentNotMade(failure);
+    }
   }
   const std::string missing = fmt::format("{} is not installed in {}: run `bash ci/torchrec-env.sh {}`", label(system),
                                           env.dir, installer_argument(system));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "run/launcher.h"
 #include "scenario/system.h"
 
@@ -31,11 +32,18 @@ struct TorchRecEnvironment {
   std::string describe() const;
 };
 
+// An environment the installer was asked to make (`--install`) and did not: the message is the
+// set, the command and the installer's last words (the resolver's, or the import's).
+struct EnvironmentNotMade : Error {
+  explicit EnvironmentNotMade(const std::string& message) : Error(ErrorKind::kInvalidInput, message) {}
+};
+
 // The environment `system` (not the reference) runs under, or nullopt with `why_not` when it is not
 // installed yet (a release, or a commit's base release: the cell is skipped with the command that
-// installs it).  Throws Error(kInvalidInput) for what cannot work as given: an interpreter where
-// torch, fbgemm_gpu or torchrec does not import (naming which, with its error), a revision the
-// repository does not have, no repository to find it in.
+// installs it).  Throws EnvironmentNotMade where it was to be installed and the installer failed,
+// and Error(kInvalidInput) for what cannot work as given: an interpreter where torch, fbgemm_gpu or
+// torchrec does not import (naming which, with its error), a revision the repository does not
+// have, no repository to find it in.
 std::optional<TorchRecEnvironment> resolve_environment(const scenario::System& system, std::string& why_not);
 
 // What is wrong with the hook file at `path` (torchrec: {hooks}), one "FILE:LINE: ..." line each,

@@ -87,15 +87,45 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
   return out;
 }
 
-int run_visible(const std::vector<std::string>& argv) {
+int run_visible(const std::vector<std::string>& argv, std::string* tail, size_t keep) {
   DMP_CHECK(!argv.empty(), ErrorKind::kInternal, "run_visible: no program");
   std::vector<std::string> argv_copy = argv;
   std::vector<char*> args = c_argv(argv_copy);
   std::fflush(nullptr);
+  int fds[2] = {-1, -1};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (tail != nullptr) {
+    DMP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, ErrorKind::kInternal, "pipe2: {}", std::strerror(errno));
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  }
   pid_t pid = 0;
-  const int spawned = ::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);
-  if (spawned != 0)
+  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (tail != nullptr) ::close(fds[1]);
+  if (spawned != 0) {
+    if (tail != nullptr) ::close(fds[0]);
     throw_error(ErrorKind::kInvalidInput, fmt::format("cannot start {}: {}", argv[0], std::strerror(spawned)));
+  }
+  if (tail != nullptr) {
+    char buffer[4096];
+    for (;;) {
+      const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // end of output: the child (and anything it left running) closed it
+      for (ssize_t done = 0; done < n;) {
+        const ssize_t w = ::write(STDERR_FILENO, buffer + done, static_cast<size_t>(n - done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;  // our stderr is gone: the words are still kept
+        done += w;
+      }
+      tail->append(buffer, static_cast<size_t>(n));
+      if (tail->size() > 2 * keep) tail->erase(0, tail->size() - keep);
+    }
+    ::close(fds[0]);
+    if (tail->size() > keep) tail->erase(0, tail->size() - keep);
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

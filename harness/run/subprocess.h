@@ -22,8 +22,10 @@ struct Captured {
 Captured capture(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {},
                  std::chrono::seconds deadline = std::chrono::seconds(120));
 
-// Runs argv with this process's stdout and stderr (its progress shows as it comes) and returns its
-// exit status (-1: killed by a signal).  Throws Error(kInvalidInput) when it cannot be started.
-int run_visible(const std::vector<std::string>& argv);
+// Runs argv with its output shown as it comes (its progress) and returns its exit status (-1:
+// killed by a signal).  With `tail`, its stdout and stderr both go to this process's stderr and
+// the last `keep` bytes of them are kept there too (what an installer said last: the resolver's or
+// the import's own words).  Throws Error(kInvalidInput) when it cannot be started.
+int run_visible(const std::vector<std::string>& argv, std::string* tail = nullptr, size_t keep = 4096);
 
 }  // namespace dmpcheck::run

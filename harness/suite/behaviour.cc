@@ -177,7 +177,9 @@ std::vector<CellOnSystem> cells_on_system(const scenario::Scenario& original, co
 Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& r) {
   Behaviour b;
   const std::string seen = observation(r);
-  b.skipped = r.verdict == check::Verdict::kSkipped;
+  // An environment that could not be made ran nothing of TorchRec: no behaviour, as one not installed.
+  b.skipped = r.verdict == check::Verdict::kSkipped ||
+              (r.failure && r.failure->kind == check::FailureKind::kEnvironment);
   b.failed = r.failure.has_value();
   if (b.skipped || cell.named.empty()) {
     b.key = b.skipped ? "skipped" : "other: " + seen;

@@ -191,6 +191,37 @@ def test_bisect_installs_the_releases_it_visits_and_one_that_fails_is_never_the_
             "ci/torchrec-env.sh 0.8.0)") in p.stdout, p.stdout
 
 
+def test_a_set_of_pins_that_cannot_be_made_is_the_cells_error_in_the_installers_own_words(tmp_path):
+    """A set the resolver refuses (an installer standing in for ci/torchrec-env.sh prints what uv
+    prints and fails): each cell on it fails before any rank starts, saying which set, which command
+    and the resolver's last words, colours taken out; the installer runs once for both cells."""
+    log = tmp_path / "installed.log"
+    fake = tmp_path / "install.sh"
+    fake.write_text("#!/bin/bash\necho \"$1\" >> %s\n"
+                    "printf '  \\033[31mx\\033[0m No solution found when resolving dependencies:\\n\\n'\n"
+                    "echo '  Because there is no version of fbgemm-gpu-cpu==0.0.9 and you require it, we can conclude "
+                    "that your requirements are unsatisfiable.'\nexit 1\n" % log)
+    scenario = tmp_path / "skew.yaml"
+    scenario.write_text(seed_on(["torchrec==1.2.0 fbgemm-gpu-cpu==0.0.9 torch==2.7.0"], "  - replicas: equal\n",
+                                modes=("unseeded", "seeded")))
+    p = dmpcheck("run", str(scenario), "--install", "--out", str(tmp_path / "reports"),
+                 env={"DMPCHECK_TORCHREC_ENVS": str(tmp_path / "envs"), "DMPCHECK_TORCHREC_INSTALLER": str(fake)})
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert log.read_text().split("\n")[0] == "torchrec==1.2.0 fbgemm-gpu-cpu==0.0.9 torch==2.7.0"
+    assert len(log.read_text().splitlines()) == 1, log.read_text()
+    reports = sorted((tmp_path / "reports").rglob("*.json"))
+    assert len(reports) == 2, reports
+    for report in reports:
+        r = json.load(open(report))
+        assert r["verdict"] == "error" and r["failure"]["kind"] == "environment", r["failure"]
+        assert r["failure"]["cause"] == "no rank started" and r["failure"]["rank"] == -1
+        error = r["failure"]["message"]
+        assert "torchrec 1.2.0, fbgemm-gpu-cpu 0.0.9, torch 2.7.0 could not be made" in error, error
+        assert "exited 1; it said last:\n  x No solution found when resolving dependencies:\n  Because there is no " \
+               "version of fbgemm-gpu-cpu==0.0.9" in error, error
+        assert "\033" not in error
+
+
 def test_side_by_side_comparison_reports_every_step(tmp_path):
     need("1.9.2")
     # Against `current` (what the user asked for), not the profile that models the release.
