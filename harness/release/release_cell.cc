@@ -27,6 +27,20 @@
 #include "run/reference_cell.h"
 
 namespace dmpcheck::run {
+
+// What the report says of how a cell's ranks started.
+static std::string how_ranks_started(const LaunchOutcome& launched, bool commit) {
+  if (!launched.warm_interpreter)
+    return "ranks started as fresh interpreters" +
+           (launched.cold_reason.empty() ? std::string() : " (" + launched.cold_reason + ")");
+  if (commit)
+    return fmt::format("ranks forked from a warm interpreter of this environment that imported torch and fbgemm_gpu "
+                       "once for the command (in {:.2f} s) and no TorchRec: each rank imports this commit's source",
+                       launched.warm_import_s);
+  return fmt::format("ranks forked from a warm interpreter of this environment (torch and torchrec imported once for "
+                     "the command, in {:.2f} s)",
+                     launched.warm_import_s);
+}
 namespace {
 
 namespace fs = std::filesystem;
@@ -219,13 +233,7 @@ Ended ReleaseCell::launch(const scenario::RunSpec& run, const std::string& excha
   launched_seconds_ += launched.seconds;
   if (label.empty()) {
     warm_ranks_ = launched.warm_interpreter;
-    result_.system.notes.push_back(
-        launched.warm_interpreter
-            ? fmt::format("ranks forked from a warm interpreter of this environment (torch and torchrec imported "
-                          "once for the command, in {:.2f} s)",
-                          launched.warm_import_s)
-            : "ranks started as fresh interpreters" +
-                  (launched.cold_reason.empty() ? std::string() : " (" + launched.cold_reason + ")"));
+    result_.system.notes.push_back(how_ranks_started(launched, spec_.system.kind == scenario::System::Kind::kCommit));
   }
   if (launched.ok) return std::nullopt;
   check::RunResult failed = failed_result(scenario_, spec_, launched);

@@ -1148,6 +1148,11 @@ def test_bisect_over_commits_names_the_fix_and_runs_each_commits_own_source(tmp_
                      r"equal", p.stdout), p.stdout
     report = json.load(open(glob.glob(str(tmp_path / "bisect" / "bisect-commits" / "*" / "*.json"))[0]))
     assert re.match(r"[0-9a-f]{8} \(.*; its source over the torchrec 0.7.0 environment\)", report["system"]["torchrec"])
+    # Forked from the environment's warm interpreter, which imported no TorchRec (the rank program
+    # checks that the torchrec it imported is the commit's source, else the cell fails).
+    assert any(re.match(r"ranks forked from a warm interpreter of this environment that imported torch and "
+                        r"fbgemm_gpu once for the command \(in [0-9.]+ s\) and no TorchRec: each rank imports this "
+                        r"commit's source$", n) for n in report["system"]["notes"]), report["system"]["notes"]
     bad = tmp_path / "bad.yaml"
     bad.write_text(seed_on(["torchrec@0000000"], "  - replicas: equal\n"))
     p = dmpcheck("run", str(bad), "--quiet", "--out", str(tmp_path / "run"), env=envs)
