@@ -149,10 +149,9 @@ std::string install_release(const scenario::System& system) {
   std::string tail;
   const int code = run_visible({"bash", script, system.pins.empty() ? system.version : system.name()}, &tail);
   if (code == 0) return "";
-  return failed[system.name()] =
-             fmt::format("{} could not be made: `bash {} {}` {}; it said last:\n  {}", label(system), script,
-                         installer_argument(system), code < 0 ? "was killed" : fmt::format("exited {}", code),
-                         last_words(tail));
+  return failed[system.name()] = fmt::format(
+             "{} could not be made: `bash {} {}` {}; it said last:\n  {}", label(system), script,
+             installer_argument(system), code < 0 ? "was killed" : fmt::format("exited {}", code), last_words(tail));
 }
 
 std::optional<TorchRecEnvironment> release_environment(const scenario::System& system, std::string& why_not) {

@@ -178,8 +178,8 @@ Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& r) {
   Behaviour b;
   const std::string seen = observation(r);
   // An environment that could not be made ran nothing of TorchRec: no behaviour, as one not installed.
-  b.skipped = r.verdict == check::Verdict::kSkipped ||
-              (r.failure && r.failure->kind == check::FailureKind::kEnvironment);
+  b.skipped =
+      r.verdict == check::Verdict::kSkipped || (r.failure && r.failure->kind == check::FailureKind::kEnvironment);
   b.failed = r.failure.has_value();
   if (b.skipped || cell.named.empty()) {
     b.key = b.skipped ? "skipped" : "other: " + seen;
