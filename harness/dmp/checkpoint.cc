@@ -10,6 +10,8 @@
 #include <ATen/core/List.h>
 #include <ATen/core/ivalue.h>
 #include <caffe2/serialize/inline_container.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
@@ -61,10 +63,14 @@ std::vector<int64_t> ints_of(const c10::IValue& value) {
 }
 
 // The dict a torch-serialised file holds at its top level.
-GenericDict read_dict(const std::string& path) {
+std::vector<char> file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   DMP_CHECK(in.good(), ErrorKind::kInvalidInput, "cannot open the checkpoint {}", path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// `bytes` (the file `path`) as torch.save's dict.
+GenericDict dict_of(const std::vector<char>& bytes, const std::string& path) {
   c10::IValue value;
   try {
     value = torch::jit::pickle_load(bytes);
@@ -73,6 +79,24 @@ GenericDict read_dict(const std::string& path) {
   }
   DMP_CHECK(value.isGenericDict(), ErrorKind::kInvalidInput, "{}: expected a dict at the top level", path);
   return value.toGenericDict();
+}
+
+GenericDict read_dict(const std::string& path) { return dict_of(file_bytes(path), path); }
+
+// A file's tensor, no larger than the bytes it stores: torch.save keeps an expanded tensor (stride
+// 0) as its one stored element and its sizes, so a few bytes can ask for gigabytes the moment the
+// tensor is copied, made contiguous or converted.  Refused before anything is allocated.
+at::Tensor stored_tensor(const c10::IValue& value, const std::string& path, const std::string& what) {
+  DMP_CHECK(value.isTensor(), ErrorKind::kInvalidInput, "{}: '{}' is not a tensor (it is a {})", path, what,
+            std::string(value.tagKind()));
+  const at::Tensor& t = value.toTensor();
+  const int64_t stored =
+      t.element_size() > 0 && t.has_storage() ? static_cast<int64_t>(t.storage().nbytes() / t.element_size()) : 0;
+  DMP_CHECK(t.numel() <= stored, ErrorKind::kInvalidInput,
+            "{}: '{}' has {} elements (sizes {}, strides {}) over {} stored: a tensor expanded beyond its data is "
+            "refused (save it after .contiguous())",
+            path, what, t.numel(), fmt::join(t.sizes(), "x"), fmt::join(t.strides(), ","), stored);
+  return t;
 }
 
 c10::IValue field(const GenericDict& dict, const std::string& key, const std::string& path) {
@@ -117,6 +141,13 @@ FullState load_sharded_checkpoint(const std::string& directory) {
   FullState state;
   state.steps = field(head, "steps", first).toInt();
   state.plan = field(head, "plan", first).toStringRef();
+  DMP_CHECK(world_size >= 1 && world_size <= 4096, ErrorKind::kInvalidInput, "{}: world_size {} (expected 1 to 4096)",
+            first, world_size);
+  int64_t stored_bytes = 0;
+  for (int64_t r = 0; r < world_size; ++r) {
+    const std::string path = fmt::format("{}/rank{}.pt", directory, r);
+    if (fs::is_regular_file(path)) stored_bytes += static_cast<int64_t>(fs::file_size(path));
+  }
   for (int64_t r = 0; r < world_size; ++r) {
     const std::string path = fmt::format("{}/rank{}.pt", directory, r);
     DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "{}: missing; the checkpoint was saved by {} ranks", path,
@@ -126,7 +157,7 @@ FullState load_sharded_checkpoint(const std::string& directory) {
       const GenericDict piece = item.toGenericDict();
       const std::string name = field(piece, "name", path).toStringRef();
       const std::string sharding = field(piece, "sharding", path).toStringRef();
-      const at::Tensor tensor = field(piece, "tensor", path).toTensor();
+      const at::Tensor tensor = stored_tensor(field(piece, "tensor", path), path, name);
       const Shard placement{static_cast<int>(r),
                             field(piece, "row_offset", path).toInt(),
                             field(piece, "rows", path).toInt(),
@@ -136,6 +167,14 @@ FullState load_sharded_checkpoint(const std::string& directory) {
       auto it = state.tensors.find(name);
       if (it == state.tensors.end()) {
         const auto sizes = ints_of(field(piece, "full_sizes", path));
+        // Every element of a full tensor is stored in one of the ranks' files.
+        int64_t elements = 1;
+        for (const int64_t s : sizes) {
+          DMP_CHECK(s >= 0 && (s == 0 || elements <= stored_bytes / s), ErrorKind::kInvalidInput,
+                    "{}: '{}' claims full sizes {}, more than the {} bytes of the checkpoint's files hold", path, name,
+                    fmt::join(sizes, "x"), stored_bytes);
+          elements *= s;
+        }
         it = state.tensors.emplace(name, at::zeros(sizes, tensor.scalar_type())).first;
       } else if (sharding == "dense" || sharding == "data_parallel") {
         continue;  // replicated: rank 0's copy is the one kept
@@ -162,7 +201,11 @@ void save_unsharded_checkpoint(const std::string& path, const FullState& state) 
 FullState load_checkpoint(const std::string& path) {
   DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "checkpoint {} does not exist", path);
   if (fs::is_directory(path)) return load_sharded_checkpoint(path);
-  const GenericDict top = read_dict(path);
+  return parse_checkpoint(file_bytes(path), path);
+}
+
+FullState parse_checkpoint(const std::vector<char>& bytes, const std::string& path) {
+  const GenericDict top = dict_of(bytes, path);
   if (!top.contains("format")) {
     // A plain state_dict, as torch.save(model.state_dict()) writes it: weights under dmpcheck's
     // names (ebc.embedding_bags.<table>.weight, dense.<i>.weight / .bias), no step taken.
@@ -171,16 +214,24 @@ FullState load_checkpoint(const std::string& path) {
       DMP_CHECK(entry.key().isString() && entry.value().isTensor(), ErrorKind::kInvalidInput,
                 "{}: neither a dmpcheck checkpoint nor a state_dict of named tensors (an entry is a {} -> {})", path,
                 std::string(entry.key().tagKind()), std::string(entry.value().tagKind()));
-      state.tensors[entry.key().toStringRef()] = entry.value().toTensor().to(at::kFloat).contiguous();
+      state.tensors[entry.key().toStringRef()] =
+          stored_tensor(entry.value(), path, entry.key().toStringRef()).to(at::kFloat).contiguous();
     }
     return state;
   }
-  DMP_CHECK(field(top, "format", path).toStringRef() == "dmpcheck-unsharded-v1", ErrorKind::kInvalidInput,
-            "{}: not a dmpcheck unsharded checkpoint (format '{}')", path, field(top, "format", path).toStringRef());
+  const c10::IValue format = field(top, "format", path);
+  DMP_CHECK(format.isString() && format.toStringRef() == "dmpcheck-unsharded-v1", ErrorKind::kInvalidInput,
+            "{}: not a dmpcheck unsharded checkpoint (format '{}')", path,
+            format.isString() ? format.toStringRef() : std::string(format.tagKind()));
   FullState state;
-  state.steps = field(top, "steps", path).toInt();
-  for (const auto& entry : field(top, "state_dict", path).toGenericDict()) {
-    state.tensors[entry.key().toStringRef()] = entry.value().toTensor();
+  const c10::IValue steps = field(top, "steps", path);
+  DMP_CHECK(steps.isInt() && steps.toInt() >= 0, ErrorKind::kInvalidInput, "{}: 'steps' is not a count of steps", path);
+  state.steps = steps.toInt();
+  const c10::IValue tensors = field(top, "state_dict", path);
+  DMP_CHECK(tensors.isGenericDict(), ErrorKind::kInvalidInput, "{}: 'state_dict' is not a dict", path);
+  for (const auto& entry : tensors.toGenericDict()) {
+    DMP_CHECK(entry.key().isString(), ErrorKind::kInvalidInput, "{}: 'state_dict' has a key that is not a name", path);
+    state.tensors[entry.key().toStringRef()] = stored_tensor(entry.value(), path, entry.key().toStringRef());
   }
   return state;
 }
@@ -199,7 +250,11 @@ void save_batch(const std::string& path, const KeyedJaggedTensor& batch) {
 
 KeyedJaggedTensor load_batch(const std::string& path) {
   DMP_CHECK(fs::is_regular_file(path), ErrorKind::kInvalidInput, "batch file {} does not exist", path);
-  const GenericDict top = read_dict(path);
+  return parse_batch(file_bytes(path), path);
+}
+
+KeyedJaggedTensor parse_batch(const std::vector<char>& bytes, const std::string& path) {
+  const GenericDict top = dict_of(bytes, path);
   // An entry the reader does not know is refused, never ignored: a variable-batch KJT's
   // stride_per_key_per_rank or inverse_indices would otherwise replay as something else.
   for (const auto& entry : top) {
@@ -210,11 +265,7 @@ KeyedJaggedTensor load_batch(const std::string& path) {
               "batch size for every feature: a variable batch per feature or rank cannot be replayed yet)",
               path, key);
   }
-  auto tensor_field = [&](const char* key) {
-    const c10::IValue v = field(top, key, path);
-    DMP_CHECK(v.isTensor(), ErrorKind::kInvalidInput, "{}: '{}' is not a tensor", path, key);
-    return v.toTensor();
-  };
+  auto tensor_field = [&](const char* key) { return stored_tensor(field(top, key, path), path, key); };
   const c10::IValue key_list = field(top, "keys", path);
   DMP_CHECK(key_list.isList(), ErrorKind::kInvalidInput, "{}: 'keys' is not a list of feature names", path);
   std::vector<std::string> keys;
@@ -232,6 +283,9 @@ KeyedJaggedTensor load_batch(const std::string& path) {
   if (top.contains("weights") && !top.at("weights").isNone()) weights = tensor_field("weights").to(at::kFloat);
   const c10::IValue stride = field(top, "stride", path);
   DMP_CHECK(stride.isInt(), ErrorKind::kInvalidInput, "{}: 'stride' (bags per feature) is not an integer", path);
+  DMP_CHECK(stride.toInt() >= 0 && stride.toInt() <= lengths.numel(), ErrorKind::kInvalidInput,
+            "{}: 'stride' {} (bags per feature) is not between 0 and the {} lengths the file holds", path,
+            stride.toInt(), lengths.numel());
   DMP_CHECK(keys.empty() || lengths.numel() == stride.toInt() * static_cast<int64_t>(keys.size()),
             ErrorKind::kInvalidInput, "{}: {} lengths for {} keys of stride {} (expected {})", path, lengths.numel(),
             keys.size(), stride.toInt(), stride.toInt() * static_cast<int64_t>(keys.size()));

@@ -41,6 +41,8 @@ void save_unsharded_checkpoint(const std::string& path, const FullState& state);
 // A directory is read as sharded, a file as unsharded: dmpcheck's own format, or a plain
 // state_dict of tensors under dmpcheck's names (torch.save(model.state_dict())), as 0 steps.
 FullState load_checkpoint(const std::string& path);
+// One file's checkpoint from its bytes (`path` names it in errors).
+FullState parse_checkpoint(const std::vector<char>& bytes, const std::string& path);
 // Error(kInvalidInput) naming `source` and the tensor unless `state` (full tensors, as a checkpoint
 // holds them) fits `model`: every name one this rank would hold (a table's tensors checked on the
 // ranks that hold the table, the dense ones on every rank) or an optimizer state of it, every
@@ -54,5 +56,7 @@ void save_batch(const std::string& path, const KeyedJaggedTensor& batch);
 // Reads what save_batch writes (or torch.save of such a dict): Error(kInvalidInput) naming the
 // file and the field when it is not one.  The batch is validated as a KeyedJaggedTensor.
 KeyedJaggedTensor load_batch(const std::string& path);
+// The same from the file's bytes (`path` names it in errors).
+KeyedJaggedTensor parse_batch(const std::vector<char>& bytes, const std::string& path);
 
 }  // namespace dmpcheck::dmp

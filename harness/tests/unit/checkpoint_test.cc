@@ -74,6 +74,34 @@ TEST(Checkpoint, ABatchEntryTheReaderDoesNotKnowIsRefusedByName) {
   std::filesystem::remove(path);
 }
 
+// A few bytes cannot ask for gigabytes: torch.save keeps an expanded tensor as its one stored
+// element and its sizes, and converting it would allocate them all (2^30 ids: 8 GiB).  Refused
+// naming the file and the field, before anything is allocated; so is a checkpoint's.
+TEST(Checkpoint, ATensorExpandedBeyondItsStoredBytesIsRefusedBeforeItIsCopied) {
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("keys", c10::List<std::string>({"f0"}));
+  top.insert("values", at::zeros({1}, at::kInt).expand({int64_t{1} << 30}));
+  top.insert("lengths", at::tensor({int64_t{1} << 30}, at::kLong));
+  top.insert("stride", 1);
+  const std::string path = temp_path("expanded-batch.pt");
+  auto save = [&](const c10::IValue& value) {
+    const std::vector<char> bytes = torch::jit::pickle_save(value);
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  save(top);
+  EXPECT_LT(std::filesystem::file_size(path), 4096u);
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput,
+                                   "'values' has 1073741824 elements (sizes 1073741824, strides 0) over 1 stored",
+                                   [&] { load_batch(path); }));
+  c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+  state.insert("ebc.embedding_bags.t0.weight", at::zeros({1, 1}).expand({int64_t{1} << 16, int64_t{1} << 14}));
+  save(state);
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "'ebc.embedding_bags.t0.weight' has 1073741824 elements",
+                                   [&] { load_checkpoint(path); }));
+  std::filesystem::remove(path);
+}
+
 TEST(Checkpoint, AFileOfAnotherKindIsACleanError) {
   const std::string path = temp_path("not-a-checkpoint.pt");
   std::ofstream(path) << "hello";
