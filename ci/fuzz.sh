@@ -1,10 +1,43 @@
 #!/usr/bin/env bash
-# Fuzzes the scenario loader and KJT validation with libFuzzer (clang, ASan, UBSan) for a set
-# time per target: bash ci/fuzz.sh [SECONDS per target, default 60].  New corpus entries go to
-# build-fuzz/corpus/<target>/, crashes to build-fuzz/crashes/<target>/ (the script fails if any).
-# Copy a crash into fixtures/fuzz/<target>/ once fixed: CTest replays that corpus on every build.
+# Fuzzes what a user or a release hands dmpcheck: scenario files, KJTs, the release exchange, batch
+# files, checkpoints and the rank program's documents (harness/fuzz/*_fuzz.cc), each target for a
+# set time, starting from its corpus under fixtures/fuzz/<target>/.
+#
+#   bash ci/fuzz.sh [SECONDS]            libFuzzer with ASan and UBSan (clang; a fourth build,
+#                                        build-fuzz/; default 60 s a target).  New corpus entries go
+#                                        to build-fuzz/corpus/<target>/, crashes to
+#                                        build-fuzz/crashes/<target>/.
+#   bash ci/fuzz.sh --mutate [SECONDS]   the targets as build/ has them (gcc, no sanitizer: what
+#                                        `.ci/run` runs, default 20 s a target): random edits and
+#                                        splices of the corpus, an 8 GiB address-space limit (a few
+#                                        bytes must not ask for gigabytes) and 10 s an input (more
+#                                        is a hang).  The input that crashed or hung is kept in
+#                                        build/fuzz-artifacts/<target>/.  The seed is the date,
+#                                        printed, so a run can be repeated: FUZZ_SEED=N.
+#
+# Fails if any target crashed or hung.  Copy such an input into fixtures/fuzz/<target>/ once fixed:
+# CTest replays that corpus on every build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+targets=(scenario_loader kjt exchange batch_file checkpoint contract)
+
+if [ "${1:-}" = "--mutate" ]; then
+  seconds=${2:-20}
+  seed=${FUZZ_SEED:-$(date +%Y%m%d)}
+  status=0
+  for target in "${targets[@]}"; do
+    binary=build/harness/fuzz/${target}_fuzz
+    [ -x "$binary" ] || { echo "ci/fuzz.sh: $binary is not built (bash ci/build.sh first)" >&2; exit 2; }
+    artifacts=build/fuzz-artifacts/$target
+    rm -rf "$artifacts"
+    if ! "$binary" --mutate "$seconds" --seed "$seed" --artifacts "$artifacts" "fixtures/fuzz/$target"; then
+      echo "ci/fuzz.sh: $target FAILED with seed $seed: the input is $artifacts/$(ls "$artifacts" | grep -m1 -E '^hang$' || echo current)" >&2
+      status=1
+    fi
+  done
+  exit $status
+fi
+
 seconds=${1:-60}
 bash ci/setup.sh
 if ! dpkg-query -W -f='${Status}' clang libclang-rt-14-dev 2>/dev/null | grep -q "install ok installed"; then
@@ -14,9 +47,9 @@ fi
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fsanitize=fuzzer-no-link" \
   -DDMPCHECK_FUZZ=ON -DDMPCHECK_BUILD_TESTS=OFF -DDMPCHECK_WITH_PYTHON=OFF -DDMPCHECK_USE_PCH=OFF >/dev/null
-cmake --build build-fuzz --target scenario_loader_fuzz kjt_fuzz exchange_fuzz
+cmake --build build-fuzz --target "${targets[@]/%/_fuzz}"
 status=0
-for target in scenario_loader kjt exchange; do
+for target in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$target" "build-fuzz/crashes/$target"
   cp -n fixtures/fuzz/$target/* "build-fuzz/corpus/$target/" 2>/dev/null || true
   echo "ci/fuzz.sh: $target for ${seconds} s"
