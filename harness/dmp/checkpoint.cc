@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/file_io.h"
 #include "dmp/embedding_config.h"
+#include "dmp/torch_file.h"
 
 namespace dmpcheck::dmp {
 namespace {
@@ -71,6 +72,7 @@ std::vector<char> file_bytes(const std::string& path) {
 
 // `bytes` (the file `path`) as torch.save's dict.
 GenericDict dict_of(const std::vector<char>& bytes, const std::string& path) {
+  check_torch_zip(bytes, path);
   c10::IValue value;
   try {
     value = torch::jit::pickle_load(bytes);

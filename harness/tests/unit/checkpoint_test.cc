@@ -102,6 +102,22 @@ TEST(Checkpoint, ATensorExpandedBeyondItsStoredBytesIsRefusedBeforeItIsCopied) {
   std::filesystem::remove(path);
 }
 
+// torch.save's own files read (torch 2.14's, fixtures/fuzz/batch_file/); a zip whose directory
+// claims an entry of 2^32-1 bytes over 2 stored ones made libtorch's reader copy past its buffer
+// (SIGSEGV, found by ci/fuzz.sh --mutate): the container is checked first, the entry named.
+TEST(Checkpoint, ATorchSaveZipIsReadAndOneWhoseDirectoryLiesIsRefusedBeforeLibtorchReadsIt) {
+  const std::string dir = DMPCHECK_SOURCE_DIR "/fixtures/fuzz/batch_file/";
+  const KeyedJaggedTensor batch = load_batch(dir + "valid.pt");
+  EXPECT_EQ(batch.keys(), (std::vector<std::string>{"f0", "f1"}));
+  EXPECT_EQ(batch.stride(), 2);
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput,
+                                   "zip-entry-claims-4-gib.pt is not a torch-serialised file: zip entry "
+                                   "'negative-length/version' claims 4294967295 bytes but stores 2",
+                                   [&] { load_batch(dir + "zip-entry-claims-4-gib.pt"); }));
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "truncated.pt is not a torch-serialised file",
+                                   [&] { load_batch(dir + "truncated.pt"); }));
+}
+
 TEST(Checkpoint, AFileOfAnotherKindIsACleanError) {
   const std::string path = temp_path("not-a-checkpoint.pt");
   std::ofstream(path) << "hello";

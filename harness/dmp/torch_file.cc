@@ -1,0 +1,104 @@
+#include "dmp/torch_file.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace dmpcheck::dmp {
+namespace {
+
+constexpr uint32_t kLocalHeader = 0x04034b50, kDirectoryEntry = 0x02014b50, kEnd = 0x06054b50;
+constexpr uint32_t kZip64End = 0x06064b50, kZip64Locator = 0x07064b50;
+
+// Little-endian fields at `at`, or nothing past the end (the caller says what was missing).
+class Bytes {
+ public:
+  Bytes(const std::vector<char>& bytes, const std::string& path) : b_(bytes), path_(path) {}
+  uint64_t size() const { return b_.size(); }
+  uint64_t read(uint64_t at, int width, const char* what) const {
+    DMP_CHECK(at <= b_.size() && static_cast<uint64_t>(width) <= b_.size() - at, ErrorKind::kInvalidInput,
+              "{} is not a torch-serialised file: its zip's {} lies past the end of the file", path_, what);
+    uint64_t v = 0;
+    for (int i = width - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b_[at + i]);
+    return v;
+  }
+  std::string text(uint64_t at, uint64_t n) const {
+    read(at, 0, "entry name");
+    return std::string(b_.data() + at, static_cast<size_t>(std::min<uint64_t>(n, b_.size() - at)));
+  }
+
+ private:
+  const std::vector<char>& b_;
+  const std::string& path_;
+};
+
+}  // namespace
+
+void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
+  // libtorch reads any bytes as a zip (its reader finds the directory from the end, whatever the
+  // file starts with): so are they all checked here.
+  const Bytes b(raw, path);
+  auto bad = [&](const std::string& what) {
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{} is not a torch-serialised file: {}", path, what));
+  };
+  // The end-of-directory record: the last one, within 64 KiB + 22 bytes of the end.
+  uint64_t end = 0;
+  bool found = false;
+  for (uint64_t at = raw.size() >= 22 ? raw.size() - 22 : 0; raw.size() >= 22; --at) {
+    if (b.read(at, 4, "end record") == kEnd) {
+      end = at;
+      found = true;
+      break;
+    }
+    if (at == 0 || raw.size() - at > 65557) break;
+  }
+  if (!found) bad("its zip has no end-of-directory record");
+  uint64_t entries = b.read(end + 10, 2, "end record"), dir_size = b.read(end + 12, 4, "end record"),
+           dir_offset = b.read(end + 16, 4, "end record");
+  if (entries == 0xffff || dir_size == 0xffffffff || dir_offset == 0xffffffff) {
+    if (end < 20 || b.read(end - 20, 4, "zip64 locator") != kZip64Locator) bad("its zip64 locator is missing");
+    const uint64_t end64 = b.read(end - 20 + 8, 8, "zip64 locator");
+    if (b.read(end64, 4, "zip64 end record") != kZip64End) bad("its zip64 end record is not where its locator says");
+    entries = b.read(end64 + 32, 8, "zip64 end record");
+    dir_size = b.read(end64 + 40, 8, "zip64 end record");
+    dir_offset = b.read(end64 + 48, 8, "zip64 end record");
+  }
+  if (dir_offset > raw.size() || dir_size > raw.size() - dir_offset || entries > dir_size / 46 + 1)
+    bad(fmt::format("its zip's directory ({} entries, {} bytes at {}) does not fit the file's {} bytes", entries,
+                    dir_size, dir_offset, raw.size()));
+  uint64_t at = dir_offset;
+  for (uint64_t e = 0; e < entries; ++e) {
+    if (b.read(at, 4, "directory") != kDirectoryEntry) bad(fmt::format("its zip's directory entry {} is not one", e));
+    const uint64_t method = b.read(at + 10, 2, "directory");
+    uint64_t compressed = b.read(at + 20, 4, "directory"), size = b.read(at + 24, 4, "directory");
+    const uint64_t name_length = b.read(at + 28, 2, "directory"), extra_length = b.read(at + 30, 2, "directory"),
+                   comment_length = b.read(at + 32, 2, "directory");
+    uint64_t local = b.read(at + 42, 4, "directory");
+    const std::string name = b.text(at + 46, name_length);
+    // Zip64: the fields that are 0xffffffff follow in the extra field tagged 1, in this order.
+    for (uint64_t x = at + 46 + name_length; x + 4 <= at + 46 + name_length + extra_length;) {
+      const uint64_t tag = b.read(x, 2, "extra field"), length = b.read(x + 2, 2, "extra field");
+      if (tag == 1) {
+        uint64_t f = x + 4;
+        if (size == 0xffffffff) size = b.read(f, 8, "zip64 sizes"), f += 8;
+        if (compressed == 0xffffffff) compressed = b.read(f, 8, "zip64 sizes"), f += 8;
+        if (local == 0xffffffff) local = b.read(f, 8, "zip64 offset");
+      }
+      x += 4 + length;
+    }
+    if (method != 0)
+      bad(fmt::format("zip entry '{}' is compressed (method {}); torch stores entries as they are", name, method));
+    if (compressed != size) bad(fmt::format("zip entry '{}' claims {} bytes but stores {}", name, size, compressed));
+    if (b.read(local, 4, "local header") != kLocalHeader) bad(fmt::format("zip entry '{}' has no local header", name));
+    const uint64_t data = local + 30 + b.read(local + 26, 2, "local header") + b.read(local + 28, 2, "local header");
+    if (data > raw.size() || size > raw.size() - data)
+      bad(fmt::format("zip entry '{}' ({} bytes at {}) runs past the end of the file ({} bytes)", name, size, data,
+                      raw.size()));
+    at += 46 + name_length + extra_length + comment_length;
+  }
+}
+
+}  // namespace dmpcheck::dmp
