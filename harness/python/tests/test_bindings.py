@@ -10,11 +10,12 @@ import pytest
 def test_load_scenario_lists_every_matrix_cell(seed):
     scenario = dmpcheck.load_scenario(seed)
     assert scenario["name"] == "torchrec-1739-dp-tables-not-broadcast"
+    releases = ["0.3.1", "0.3.2", "0.4.0", "0.5.0", "0.6.0", "1.9.2"]
     assert [r["slug"] for r in scenario["runs"]] == [
-        "seeded_torchrec-0.6", "seeded_torchrec__0.6.0", "seeded_torchrec__1.9.2", "seeded_torchrec-1.9",
-        "unseeded_torchrec-0.6", "unseeded_torchrec__0.6.0", "unseeded_torchrec__1.9.2", "unseeded_torchrec-1.9"]
-    assert scenario["runs"][4]["cell"] == {"init.mode": "unseeded", "profile": "torchrec-0.6", "system": "reference"}
-    assert scenario["runs"][5]["cell"] == {"init.mode": "unseeded", "system": "torchrec==0.6.0"}
+        slug for mode in ("seeded", "unseeded")
+        for slug in [f"{mode}_torchrec-0.6"] + [f"{mode}_torchrec__{r}" for r in releases] + [f"{mode}_torchrec-1.9"]]
+    assert scenario["runs"][8]["cell"] == {"init.mode": "unseeded", "profile": "torchrec-0.6", "system": "reference"}
+    assert scenario["runs"][13]["cell"] == {"init.mode": "unseeded", "system": "torchrec==0.6.0"}
 
 
 def test_validation_errors_are_typed_and_name_file_and_line(tmp_path):
