@@ -7,13 +7,18 @@
 #                                        build-fuzz/; default 60 s a target).  New corpus entries go
 #                                        to build-fuzz/corpus/<target>/, crashes to
 #                                        build-fuzz/crashes/<target>/.
-#   bash ci/fuzz.sh --mutate [SECONDS]   the targets as build/ has them (gcc, no sanitizer: what
-#                                        `.ci/run` runs, default 20 s a target): random edits and
-#                                        splices of the corpus, an 8 GiB address-space limit (a few
-#                                        bytes must not ask for gigabytes) and 10 s an input (more
-#                                        is a hang).  The input that crashed or hung is kept in
+#   bash ci/fuzz.sh --mutate [SECONDS]   the targets as build/ has them (gcc, no sanitizer;
+#                                        default 20 s a target): random edits and splices of the
+#                                        corpus, an 8 GiB address-space limit (a few bytes must not
+#                                        ask for gigabytes) and 10 s an input (more is a hang).  The
+#                                        input that crashed or hung is kept in
 #                                        build/fuzz-artifacts/<target>/.  The seed is the date,
 #                                        printed, so a run can be repeated: FUZZ_SEED=N.
+#   bash ci/fuzz.sh --runs [N]           the same, N mutants a target (default 20000) whatever time
+#                                        they take, seeded by the commit's tree (`git rev-parse
+#                                        HEAD^{tree}`, or FUZZ_SEED=N): what `.ci/run` runs, so its
+#                                        verdict is the commit's own, the same on any machine and on
+#                                        any day, and a new tree draws new inputs.
 #
 # Fails if any target crashed or hung.  Copy such an input into fixtures/fuzz/<target>/ once fixed:
 # CTest replays that corpus on every build.
@@ -21,17 +26,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(scenario_loader kjt exchange batch_file checkpoint contract)
 
-if [ "${1:-}" = "--mutate" ]; then
-  seconds=${2:-20}
-  seed=${FUZZ_SEED:-$(date +%Y%m%d)}
+if [ "${1:-}" = "--mutate" ] || [ "${1:-}" = "--runs" ]; then
+  if [ "$1" = "--mutate" ]; then
+    bound=(--mutate "${2:-20}")
+    seed=${FUZZ_SEED:-$(date +%Y%m%d)}
+  else
+    bound=(--runs "${2:-20000}")
+    tree=$(git rev-parse 'HEAD^{tree}' 2>/dev/null || echo 0)
+    seed=${FUZZ_SEED:-$((16#${tree:0:12}))}
+  fi
   status=0
   for target in "${targets[@]}"; do
     binary=build/harness/fuzz/${target}_fuzz
     [ -x "$binary" ] || { echo "ci/fuzz.sh: $binary is not built (bash ci/build.sh first)" >&2; exit 2; }
     artifacts=build/fuzz-artifacts/$target
     rm -rf "$artifacts"
-    if ! "$binary" --mutate "$seconds" --seed "$seed" --artifacts "$artifacts" "fixtures/fuzz/$target"; then
-      echo "ci/fuzz.sh: $target FAILED with seed $seed: the input is $artifacts/$(ls "$artifacts" | grep -m1 -E '^hang$' || echo current)" >&2
+    if ! "$binary" "${bound[@]}" --seed "$seed" --artifacts "$artifacts" "fixtures/fuzz/$target"; then
+      echo "ci/fuzz.sh: $target FAILED with seed $seed (again: FUZZ_SEED=$seed bash ci/fuzz.sh ${bound[*]}): the input is $artifacts/$(ls "$artifacts" | grep -m1 -E '^hang$' || echo current)" >&2
       status=1
     fi
   done

@@ -58,13 +58,31 @@ void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
   if (!found) bad("its zip has no end-of-directory record");
   uint64_t entries = b.read(end + 10, 2, "end record"), dir_size = b.read(end + 12, 4, "end record"),
            dir_offset = b.read(end + 16, 4, "end record");
-  if (entries == 0xffff || dir_size == 0xffffffff || dir_offset == 0xffffffff) {
-    if (end < 20 || b.read(end - 20, 4, "zip64 locator") != kZip64Locator) bad("its zip64 locator is missing");
+  // libtorch's reader (miniz) takes the zip64 end record's values whenever a zip64 locator precedes
+  // the end record, whatever the end record says (torch writes both, equal): so are they read here,
+  // and a file whose two records disagree is refused (an end record claiming no entries over a
+  // zip64 record of eight hid an entry claiming 4 GiB from this check: a SIGSEGV in miniz, found by
+  // `ci/fuzz.sh --mutate` with seed 20261206).
+  const bool saturated = entries == 0xffff || dir_size == 0xffffffff || dir_offset == 0xffffffff;
+  if (end >= 20 && b.read(end - 20, 4, "zip64 locator") == kZip64Locator) {
     const uint64_t end64 = b.read(end - 20 + 8, 8, "zip64 locator");
     if (b.read(end64, 4, "zip64 end record") != kZip64End) bad("its zip64 end record is not where its locator says");
-    entries = b.read(end64 + 32, 8, "zip64 end record");
-    dir_size = b.read(end64 + 40, 8, "zip64 end record");
-    dir_offset = b.read(end64 + 48, 8, "zip64 end record");
+    const uint64_t entries64 = b.read(end64 + 32, 8, "zip64 end record"),
+                   size64 = b.read(end64 + 40, 8, "zip64 end record"),
+                   offset64 = b.read(end64 + 48, 8, "zip64 end record");
+    auto agree = [](uint64_t plain, uint64_t wide, uint64_t saturated_value) {
+      return plain == saturated_value || plain == wide;
+    };
+    if (!agree(entries, entries64, 0xffff) || !agree(dir_size, size64, 0xffffffff) ||
+        !agree(dir_offset, offset64, 0xffffffff))
+      bad(fmt::format("its zip's end record ({} entries, {} bytes at {}) and zip64 end record ({} entries, {} bytes "
+                      "at {}) disagree",
+                      entries, dir_size, dir_offset, entries64, size64, offset64));
+    entries = entries64;
+    dir_size = size64;
+    dir_offset = offset64;
+  } else if (saturated) {
+    bad("its zip64 locator is missing");
   }
   if (dir_offset > raw.size() || dir_size > raw.size() - dir_offset || entries > dir_size / 46 + 1)
     bad(fmt::format("its zip's directory ({} entries, {} bytes at {}) does not fit the file's {} bytes", entries,

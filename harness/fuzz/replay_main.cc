@@ -3,8 +3,12 @@
 //   TARGET DIR...                         replays every file under DIR (CTest, on every build)
 //   TARGET --mutate SECONDS [--seed N] [--artifacts DIR] CORPUS...
 //                                         mutates the corpus for SECONDS and runs each mutant
+//   TARGET --runs N [--seed N] [--artifacts DIR] CORPUS...
+//                                         runs N mutants, whatever time they take: the same seed
+//                                         gives the same inputs on any machine (what `.ci/run` does,
+//                                         seeded by the commit, so its verdict is the commit's)
 //
-// The mutating mode is the bounded fuzzing `.ci/run` does (ci/fuzz.sh --mutate): byte flips,
+// The mutating mode is the bounded fuzzing of ci/fuzz.sh --mutate and --runs: byte flips,
 // interesting values, inserted, removed and repeated ranges, splices of two inputs.  Every input
 // is written to <artifacts>/current before it runs, so a crash (a signal, an uncaught exception,
 // an allocation past the address-space limit) leaves it behind; an input that runs longer than
@@ -122,6 +126,7 @@ void on_alarm(int) {
 
 int mutate_main(int argc, char** argv) {
   double seconds = 0;
+  uint64_t runs_wanted = 0;
   uint64_t seed = 1;
   std::string artifacts = std::filesystem::temp_directory_path().string();
   std::vector<std::string> dirs;
@@ -129,6 +134,8 @@ int mutate_main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--mutate" && i + 1 < argc) {
       seconds = std::atof(argv[++i]);
+    } else if (a == "--runs" && i + 1 < argc) {
+      runs_wanted = std::strtoull(argv[++i], nullptr, 10);
     } else if (a == "--seed" && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 10);
     } else if (a == "--artifacts" && i + 1 < argc) {
@@ -139,8 +146,9 @@ int mutate_main(int argc, char** argv) {
   }
   size_t files = 0;
   const std::vector<Bytes> corpus = read_corpus(dirs, &files);
-  if (corpus.empty() || seconds <= 0) {
-    std::fprintf(stderr, "fuzz: --mutate needs SECONDS > 0 and a corpus directory with files\n");
+  if (corpus.empty() || (seconds <= 0) == (runs_wanted == 0)) {
+    std::fprintf(stderr, "fuzz: needs --mutate SECONDS > 0 or --runs N > 0 (one of them) and a corpus directory "
+                         "with files\n");
     return 2;
   }
   std::filesystem::create_directories(artifacts);
@@ -154,7 +162,8 @@ int mutate_main(int argc, char** argv) {
   const std::string current = artifacts + "/current";
   const auto start = std::chrono::steady_clock::now();
   size_t runs = 0;
-  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  while (runs_wanted > 0 ? runs < runs_wanted : elapsed() < seconds) {
     Bytes input = mutate(corpus[rng() % corpus.size()], corpus[rng() % corpus.size()], rng);
     write_bytes(current, input);
     g_running = &input;
@@ -164,8 +173,8 @@ int mutate_main(int argc, char** argv) {
     ++runs;
   }
   std::filesystem::remove(current);
-  std::printf("fuzz: %zu mutants of %zu corpus files in %.0f s (seed %llu): no crash, no hang\n", runs, files, seconds,
-              static_cast<unsigned long long>(seed));
+  std::printf("fuzz: %zu mutants of %zu corpus files in %.0f s (seed %llu): no crash, no hang\n", runs, files,
+              elapsed(), static_cast<unsigned long long>(seed));
   return 0;
 }
 
@@ -173,7 +182,7 @@ int mutate_main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--mutate") return mutate_main(argc, argv);
+    if (std::string(argv[i]) == "--mutate" || std::string(argv[i]) == "--runs") return mutate_main(argc, argv);
   }
   size_t inputs = 0;
   for (int i = 1; i < argc; ++i) {

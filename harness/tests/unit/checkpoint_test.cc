@@ -114,6 +114,12 @@ TEST(Checkpoint, ATorchSaveZipIsReadAndOneWhoseDirectoryLiesIsRefusedBeforeLibto
                                    "zip-entry-claims-4-gib.pt is not a torch-serialised file: zip entry "
                                    "'negative-length/version' claims 4294967295 bytes but stores 2",
                                    [&] { load_batch(dir + "zip-entry-claims-4-gib.pt"); }));
+  // libtorch's reader takes the zip64 end record's directory whatever the plain one says: one claiming
+  // no entries must not hide the zip64 directory's entries from the check (a SIGSEGV before).
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput,
+                                   "end-record-hides-zip64-directory.pt is not a torch-serialised file: its zip's end "
+                                   "record (0 entries, 0 bytes at 1272) and zip64 end record (8 entries",
+                                   [&] { load_batch(dir + "end-record-hides-zip64-directory.pt"); }));
   EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "truncated.pt is not a torch-serialised file",
                                    [&] { load_batch(dir + "truncated.pt"); }));
 }
