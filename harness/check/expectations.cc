@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "check/hook_values.h"
 #include "check/script_checks.h"
 #include "common/error.h"
 #include "dmp/embedding_config.h"

@@ -170,10 +170,12 @@ struct ScriptRank {
   std::vector<std::string> output;
 };
 
-// One value a release cell's hook returned on one rank (torchrec: {hooks}): kind bool, number,
-// string, or tensor ("<sha256 prefix> <dtype>[<shape>]").
+// One value a release cell's hook returned on one rank or in its unsharded oracle (torchrec: {hooks}): kind bool,
+// number, string, or tensor ("<sha256 prefix> <dtype>[<shape>]").
+inline constexpr int kUnshardedRank = -1;  // an Observation of the unsharded oracle's hook
+
 struct Observation {
-  int rank = 0;
+  int rank = 0;       // or kUnshardedRank
   std::string point;  // build_model, after_wrap, before_step, after_step, at_end
   int step = 0;
   std::string name, kind, value;

@@ -68,41 +68,6 @@ bool names_tensor(const std::string& name, const std::string& tensor) {
   return tensor == name || ends_with(tensor, "." + name) || ends_with(tensor, "." + name + ".weight");
 }
 
-void judge_observed(const std::vector<std::pair<std::string, std::string>>& expected,
-                    const std::vector<Observation>& observed, int world_size, std::vector<std::string>& failures) {
-  auto lower = [](std::string s) {
-    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-  };
-  for (const auto& [name, want] : expected) {
-    for (int rank = 0; rank < world_size; ++rank) {
-      const Observation* last = nullptr;
-      for (const auto& o : observed) {
-        if (o.rank == rank && o.name == name) last = &o;
-      }
-      if (last == nullptr) {
-        failures.push_back(fmt::format("no hook returned {} on rank {}", name, rank));
-        continue;
-      }
-      bool same = last->value == want;
-      if (last->kind == "bool") {
-        const std::string w = lower(want);
-        const bool truthy = w == "true" || w == "yes", falsy = w == "false" || w == "no";
-        same = (truthy || falsy) && truthy == (last->value == "true");
-      }
-      if (last->kind == "number") {
-        try {
-          same = std::stod(last->value) == std::stod(want);
-        } catch (const std::exception&) { same = false; }
-      }
-      if (!same) {
-        failures.push_back(fmt::format("{} is {} on rank {} ({} {}), expected {}", name, last->value, rank, last->point,
-                                       last->step, want));
-      }
-    }
-  }
-}
-
 void judge_script(const scenario::ScriptExpectation& expect, const RunResult& result,
                   std::vector<std::string>& failures) {
   // A phase some rank did not record cannot be said equal; where a rank failed, that is its failure's to say.

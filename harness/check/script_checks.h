@@ -24,11 +24,6 @@ bool exception_matches(const std::string& seen, const std::string& type, const s
 // those whose name ends with ".<name>" or ".<name>.weight" (a table's name names its weight).
 bool names_tensor(const std::string& name, const std::string& tensor);
 
-// `expect: observed`: every rank's last value of each name is the one expected (numbers as numbers,
-// booleans in any case YAML writes them).  One line per unmet name and rank.
-void judge_observed(const std::vector<std::pair<std::string, std::string>>& expected,
-                    const std::vector<Observation>& observed, int world_size, std::vector<std::string>& failures);
-
 // Appends one line per unmet part of `expect` to `failures`.
 void judge_script(const scenario::ScriptExpectation& expect, const RunResult& result,
                   std::vector<std::string>& failures);

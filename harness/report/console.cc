@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "check/broadcast_probe.h"
+#include "check/hook_values.h"
 
 namespace dmpcheck::report {
 
@@ -67,28 +68,12 @@ std::string render_run_table(const check::RunResult& r) {
   }
   for (const auto& phase : r.audit_phases) out += fmt::format("   audit: {}\n", phase);
   for (const auto& gap : r.audit_gaps) out += fmt::format("   audit: {}\n", gap);
-  // Each value a hook returned: its last value on every rank, and whether the ranks agree.
+  // Each value a hook returned: its last value on every rank, whether the ranks agree, and the oracle's.
   std::vector<std::string> names;
   for (const auto& o : r.observed) {
     if (std::find(names.begin(), names.end(), o.name) == names.end()) names.push_back(o.name);
   }
-  for (const auto& name : names) {
-    std::map<int, const check::Observation*> last;
-    for (const auto& o : r.observed) {
-      if (o.name == name) last[o.rank] = &o;
-    }
-    std::vector<std::string> values;
-    bool agree = true;
-    for (const auto& [rank, o] : last) {
-      values.push_back(fmt::format("rank {} {}", rank, o->value));
-      agree = agree && o->value == last.begin()->second->value;
-    }
-    const auto* first = last.begin()->second;
-    const std::string when =
-        first->point == "after_wrap" ? first->point : fmt::format("{}, step {}", first->point, first->step);
-    out += fmt::format("   hook value {} ({}): {}{}\n", name, when, fmt::join(values, ", "),
-                       last.size() > 1 ? (agree ? " (ranks agree)" : " (ranks DIFFER)") : "");
-  }
+  for (const auto& name : names) out += check::describe_hook_value(name, r.observed);
   for (const auto& rank : r.script_ranks) {
     out += fmt::format("   rank {} {}{}\n", rank.rank, rank.ended,
                        rank.exception.empty() ? "" : "; its last traceback: " + rank.exception);

@@ -155,7 +155,7 @@ struct RankLoop {
 // One value a hook returned on one rank (torchrec_sut's hooks.py): kind bool, number, string, or
 // tensor (value "<sha256 prefix> <dtype>[<shape>]").
 struct Observation {
-  int rank = 0;
+  int rank = 0;       // -1: the release's unsharded oracle (check::kUnshardedRank)
   std::string point;  // build_model, after_wrap, before_step, after_step, at_end
   int step = 0;
   std::string name, kind, value;

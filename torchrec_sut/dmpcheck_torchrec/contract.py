@@ -181,7 +181,8 @@ class RankLoop:
 
 @dataclasses.dataclass
 class Observation:
-    """One value a hook returned on one rank (hooks.py): kind bool, number, string or tensor."""
+    """One value a hook returned on one rank, or in the unsharded oracle (rank -1, hooks.UNSHARDED)
+    (hooks.py): kind bool, number, string or tensor."""
     rank: int = 0
     point: str = ""
     step: int = 0

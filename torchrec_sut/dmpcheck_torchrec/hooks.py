@@ -8,7 +8,7 @@ A hook file defines functions named `hook_<point>(ctx)`; the points are
                        the whole model (a FusedEBC, a FeatureProcessedEBC around ctx.model.ebc, an
                        MC module with any argument, the user's own) and add what shards it to
                        ctx.sharders.  The unsharded oracle calls it too, with ctx.unsharded True,
-                       so it trains the same modules; what the oracle's call returns is not kept
+                       so it trains the same modules
     hook_after_wrap    after DistributedModelParallel wrapped the model (and the start's weights are
                        in it), before the optimizers exist: a hook may change the model in place
                        (cast it, reshard it) or set ctx.model to what trains instead (a compiled one)
@@ -25,7 +25,8 @@ A hook file defines functions named `hook_<point>(ctx)`; the points are
 
 A hook may return a dict of named values (tensors, numbers, strings, booleans): every rank's are
 recorded (a tensor by its digest, dtype and shape) and handed back in meta.json; dmpcheck compares
-them across ranks and against `expect: observed`.  Other functions of the file are the user's own.
+them across ranks, with the unsharded oracle's same hook at the same step (its values are recorded
+as rank UNSHARDED, -1), and against `expect: observed` (the ranks' values).  Other functions of the file are the user's own.
 A hook that raises, or returns what cannot be compared, is the cell's error naming the hook (kind
 `hook`), never TorchRec's.
 
@@ -42,6 +43,7 @@ import importlib.util
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+UNSHARDED = -1  # the rank an unsharded oracle's hook value is recorded under (contract.Observation)
 POINTS = ("build_model", "after_wrap", "batch", "before_step", "after_step", "at_end")
 PREFIX = "hook_"
 

@@ -96,10 +96,11 @@ def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: 
     ctx.unsharded = True
 
     def called(point: str) -> None:
-        kept = len(user.observed) if user is not None else 0
         if user is not None:
+            kept = len(user.observed)
             user.call(point, ctx)
-            del user.observed[kept:]  # the oracle's values are not compared (said in hooks.py)
+            for entry in user.observed[kept:]:
+                entry["rank"] = hooks.UNSHARDED  # the oracle's values, shown beside the ranks'
 
     def batch_for(step: int) -> KeyedJaggedTensor:
         kjt = dump.load_global_batch(exchange, step, world)

@@ -258,12 +258,15 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
             t3 = time.perf_counter()
             notes.append(quant.run(spec, exchange, out_dir, world, contract.phase_after(step),
                                    spec.quantized_sharded) + f" ({time.perf_counter() - t3:.2f} s)")
+        # The oracle's hook values (rank hooks.UNSHARDED, rank 0's hooks called them) after the ranks'.
+        oracle_said = [o for o in (user.observed if user is not None else []) if o["rank"] == hooks.UNSHARDED]
         meta = contract.RunMeta(versions=versions(), plan=plan_rows, losses=losses, notes=notes,
                                 timings=contract.Timings(import_s=import_s, init_s=init_s, plan_s=plan_s,
                                                          train_s=train_s),
                                 loops=[contract.parse_part(contract.RankLoop, r, "loop") for r in records],
                                 observed=[contract.parse_part(contract.Observation, o, "observed")
-                                          for said in observed for o in (said if isinstance(said, list) else [])])
+                                          for said in observed + [oracle_said]
+                                          for o in (said if isinstance(said, list) else [])])
         contract.save(meta, os.path.join(out_dir, "meta.json"))
     # The process group is not destroyed: the rank leaves by os._exit (rank.py, warm.py) with
     # everything it hands back on disk.  Destroying it deadlocked a rank of torch 2.0.1 (TorchRec

@@ -174,9 +174,11 @@ def test_a_batch_built_by_a_hook_trains_and_the_oracle_is_given_the_same(tmp_pat
     assert p.returncode == 0, p.stdout + p.stderr
     report = json.load(open(os.path.join(out, "hooked", "default.json")))
     assert report["global_model_checked"] and all(c["within_tolerance"] for c in report["global_model"])
-    # The hook saw each step's batch on each rank (not the oracle's: its values are not kept).
+    # The hook saw each step's batch on each rank, and the oracle's global batch (rank -1).
     assert sorted((o["rank"], o["step"]) for o in report["observed"] if o["name"] == "largest_id") == [
-        (0, 1), (0, 2), (1, 1), (1, 2)]
+        (-1, 1), (-1, 2), (0, 1), (0, 2), (1, 1), (1, 2)]
+    assert "the unsharded model's hook_batch (batch, step 2) returned -1: it DIFFERS from rank(s) 0,1" in p.stdout, \
+        p.stdout
     with open(hook) as f:
         text = f.read()
     with open(hook, "w") as f:

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "check/expectations.h"
+#include "check/hook_values.h"
 #include "check/script_checks.h"
 #include "common/error.h"
 #include "scenario/scenario.h"
@@ -224,6 +225,32 @@ TEST(ScriptChecks, ObservedValuesAreEveryRanksLastOneComparedAsTheirKindSays) {
   judge_observed({{"loss", "0.5"}, {"leaf", "maybe"}}, seen, 1, failures);
   EXPECT_EQ(failures, (std::vector<std::string>{"loss is 0.25 on rank 0 (after_step 2), expected 0.5",
                                                 "leaf is false on rank 0 (after_wrap 0), expected maybe"}));
+}
+
+// The unsharded oracle's values (kUnshardedRank) are shown against the ranks' of the same hook and
+// step, and never judged by `expect: observed`.
+TEST(HookValues, TheOraclesValueIsComparedWithTheRanksOfTheSameHookAndStep) {
+  const std::vector<Observation> seen = {{0, "build_model", 0, "kind", "string", "FPEBC"},
+                                         {1, "build_model", 0, "kind", "string", "FPEBC"},
+                                         {kUnshardedRank, "build_model", 0, "kind", "string", "FPEBC"},
+                                         {0, "batch", 1, "rows", "number", "4"},
+                                         {1, "batch", 1, "rows", "number", "5"},
+                                         {kUnshardedRank, "batch", 1, "rows", "number", "4"},
+                                         {0, "at_end", 2, "only", "bool", "true"},
+                                         {kUnshardedRank, "build_model", 0, "oracle_only", "number", "1"}};
+  EXPECT_EQ(describe_hook_value("kind", seen),
+            "   hook value kind (build_model): rank 0 FPEBC, rank 1 FPEBC (ranks agree); the unsharded model's "
+            "hook_build_model (build_model) agrees\n");
+  EXPECT_EQ(describe_hook_value("rows", seen),
+            "   hook value rows (batch, step 1): rank 0 4, rank 1 5 (ranks DIFFER); the unsharded model's hook_batch "
+            "(batch, step 1) returned 4: it DIFFERS from rank(s) 1\n");
+  EXPECT_EQ(describe_hook_value("only", seen), "   hook value only (at_end, step 2): rank 0 true\n");
+  EXPECT_EQ(describe_hook_value("oracle_only", seen),
+            "   hook value oracle_only: on no rank; the unsharded model's hook_build_model (build_model) returned 1\n");
+  std::vector<std::string> failures;
+  judge_observed({{"kind", "FPEBC"}, {"oracle_only", "1"}}, seen, 2, failures);
+  EXPECT_EQ(failures, (std::vector<std::string>{"no hook returned oracle_only on rank 0",
+                                                "no hook returned oracle_only on rank 1"}));
 }
 
 TEST(ScriptChecks, APhaseARankDidNotRecordFailsEqualityWhereEveryRankExited0) {
