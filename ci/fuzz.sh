@@ -32,7 +32,10 @@ if [ "${1:-}" = "--mutate" ] || [ "${1:-}" = "--runs" ]; then
     seed=${FUZZ_SEED:-$(date +%Y%m%d)}
   else
     bound=(--runs "${2:-20000}")
-    tree=$(git rev-parse 'HEAD^{tree}' 2>/dev/null || echo 0)
+    if [ -z "${FUZZ_SEED:-}" ]; then
+      tree=$(git rev-parse --verify -q 'HEAD^{tree}' 2>/dev/null) ||
+        { echo "ci/fuzz.sh: --runs is seeded by the commit's tree, and git names none here: give FUZZ_SEED=N" >&2; exit 2; }
+    fi
     seed=${FUZZ_SEED:-$((16#${tree:0:12}))}
   fi
   status=0

@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <map>
+#include <stdexcept>
+#include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -43,6 +45,20 @@ void judge_observed(const std::vector<std::pair<std::string, std::string>>& expe
   }
 }
 
+namespace {
+
+// Two values of a name: numbers as numbers (a hook's 4 and 4.0), anything else as written.
+bool same_value(const Observation& a, const Observation& b) {
+  if (a.kind == "number" && b.kind == "number") {
+    try {
+      return std::stod(a.value) == std::stod(b.value);
+    } catch (const std::exception&) { return a.value == b.value; }
+  }
+  return a.value == b.value;
+}
+
+}  // namespace
+
 std::string describe_hook_value(const std::string& name, const std::vector<Observation>& observed) {
   std::map<int, const Observation*> last;
   const Observation* oracle = nullptr;
@@ -65,7 +81,7 @@ std::string describe_hook_value(const std::string& name, const std::vector<Obser
     for (const auto& o : observed) {
       if (o.rank == kUnshardedRank || o.name != name || o.point != oracle->point || o.step != oracle->step) continue;
       any = true;
-      if (o.value != oracle->value) differing.push_back(std::to_string(o.rank));
+      if (!same_value(o, *oracle)) differing.push_back(std::to_string(o.rank));
     }
     oracle_said = fmt::format("; the unsharded model's hook_{} ({}) {}", oracle->point, when(*oracle),
                               !any                ? "returned " + oracle->value
@@ -78,7 +94,7 @@ std::string describe_hook_value(const std::string& name, const std::vector<Obser
   bool agree = true;
   for (const auto& [rank, o] : last) {
     values.push_back(fmt::format("rank {} {}", rank, o->value));
-    agree = agree && o->value == last.begin()->second->value;
+    agree = agree && same_value(*o, *last.begin()->second);
   }
   return fmt::format("   hook value {} ({}): {}{}{}\n", name, when(*last.begin()->second), fmt::join(values, ", "),
                      last.size() > 1 ? (agree ? " (ranks agree)" : " (ranks DIFFER)") : "", oracle_said);

@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -39,14 +40,20 @@ namespace {
 using Bytes = std::vector<uint8_t>;
 
 std::vector<Bytes> read_corpus(const std::vector<std::string>& dirs, size_t* files) {
-  std::vector<Bytes> out;
+  // In name order: a directory's own order differs between file systems, and the seed must draw the
+  // same inputs on any machine.
+  std::vector<std::filesystem::path> paths;
   for (const auto& dir : dirs) {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-      if (!entry.is_regular_file()) continue;
-      std::ifstream in(entry.path(), std::ios::binary);
-      out.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-      ++*files;
+      if (entry.is_regular_file()) paths.push_back(entry.path());
     }
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<Bytes> out;
+  for (const auto& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    out.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    ++*files;
   }
   return out;
 }
@@ -135,7 +142,12 @@ int mutate_main(int argc, char** argv) {
     if (a == "--mutate" && i + 1 < argc) {
       seconds = std::atof(argv[++i]);
     } else if (a == "--runs" && i + 1 < argc) {
-      runs_wanted = std::strtoull(argv[++i], nullptr, 10);
+      const std::string n = argv[++i];
+      if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) {
+        std::fprintf(stderr, "fuzz: --runs takes a count of mutants (digits), not '%s'\n", n.c_str());
+        return 2;
+      }
+      runs_wanted = std::strtoull(n.c_str(), nullptr, 10);
     } else if (a == "--seed" && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 10);
     } else if (a == "--artifacts" && i + 1 < argc) {

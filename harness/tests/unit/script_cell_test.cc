@@ -237,13 +237,19 @@ TEST(HookValues, TheOraclesValueIsComparedWithTheRanksOfTheSameHookAndStep) {
                                          {1, "batch", 1, "rows", "number", "5"},
                                          {kUnshardedRank, "batch", 1, "rows", "number", "4"},
                                          {0, "at_end", 2, "only", "bool", "true"},
-                                         {kUnshardedRank, "build_model", 0, "oracle_only", "number", "1"}};
+                                         {kUnshardedRank, "build_model", 0, "oracle_only", "number", "1"},
+                                         {0, "build_model", 0, "n", "number", "4"},
+                                         {1, "build_model", 0, "n", "number", "4.0"},
+                                         {kUnshardedRank, "build_model", 0, "n", "number", "4e0"}};
   EXPECT_EQ(describe_hook_value("kind", seen),
             "   hook value kind (build_model): rank 0 FPEBC, rank 1 FPEBC (ranks agree); the unsharded model's "
             "hook_build_model (build_model) agrees\n");
   EXPECT_EQ(describe_hook_value("rows", seen),
             "   hook value rows (batch, step 1): rank 0 4, rank 1 5 (ranks DIFFER); the unsharded model's hook_batch "
             "(batch, step 1) returned 4: it DIFFERS from rank(s) 1\n");
+  EXPECT_EQ(describe_hook_value("n", seen),  // numbers compared as numbers
+            "   hook value n (build_model): rank 0 4, rank 1 4.0 (ranks agree); the unsharded model's "
+            "hook_build_model (build_model) agrees\n");
   EXPECT_EQ(describe_hook_value("only", seen), "   hook value only (at_end, step 2): rank 0 true\n");
   EXPECT_EQ(describe_hook_value("oracle_only", seen),
             "   hook value oracle_only: on no rank; the unsharded model's hook_build_model (build_model) returned 1\n");
