@@ -27,6 +27,13 @@ struct ToleranceWords {
   bool bounded = false;             // each element has its own bound (the check's note says which)
 };
 
+// `match: false` is met by a tensor both sides hold whose values (or shape) differ; one that only
+// one side holds is named as not counted.
+std::string not_counted(const std::vector<std::string>& apart) {
+  if (apart.empty()) return "";
+  return fmt::format(" (not counted, since only one side holds it: {})", fmt::join(apart, "; "));
+}
+
 // Per-tensor checks against a tolerance: with `match`, every tensor out of it is a failure;
 // without, every tensor within it is one.
 void judge_tolerance(std::vector<std::string>& failures, const scenario::Tolerance& tol, bool compared,
@@ -46,11 +53,17 @@ void judge_tolerance(std::vector<std::string>& failures, const scenario::Toleran
                                        g.name, words.subject, words.other, g.step, g.max_abs_diff, tol.rtol, tol.atol));
       }
     }
-  } else if (std::all_of(checks.begin(), checks.end(), [](const GlobalModelCheck& g) { return g.within_tolerance; })) {
-    failures.push_back(words.bounded
-                           ? fmt::format("{}, but every tensor is within its bound", words.expected_difference)
-                           : fmt::format("{}, but every tensor is within rtol {} / atol {}", words.expected_difference,
-                                         tol.rtol, tol.atol));
+  } else if (std::none_of(checks.begin(), checks.end(),
+                          [](const GlobalModelCheck& g) { return !g.one_sided && !g.within_tolerance; })) {
+    // A tensor only one side holds is not a difference of values: it cannot meet `match: false`.
+    std::vector<std::string> apart;
+    for (const auto& g : checks) {
+      if (g.one_sided) apart.push_back(fmt::format("{} ({})", g.name, g.note));
+    }
+    failures.push_back(words.bounded ? fmt::format("{}, but every tensor is within its bound{}",
+                                                   words.expected_difference, not_counted(apart))
+                                     : fmt::format("{}, but every tensor is within rtol {} / atol {}{}",
+                                                   words.expected_difference, tol.rtol, tol.atol, not_counted(apart)));
   }
 }
 
@@ -182,12 +195,17 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
       out.failures.push_back("the side-by-side comparison with the reference did not run");
     } else if (!expect.reference->match) {
       // `match: false`: the release is expected to leave the reference (a behaviour it does not share).
-      if (std::all_of(result.reference.begin(), result.reference.end(),
-                      [](const ReferenceDiff& d) { return d.within_tolerance; })) {
+      if (std::none_of(result.reference.begin(), result.reference.end(),
+                       [](const ReferenceDiff& d) { return !d.one_sided && !d.within_tolerance; })) {
+        std::vector<std::string> apart;
+        for (const auto& d : result.reference) {  // one entry per tensor, not per step
+          const std::string item = fmt::format("{} ({})", d.name, d.note);
+          if (d.one_sided && std::find(apart.begin(), apart.end(), item) == apart.end()) apart.push_back(item);
+        }
         out.failures.push_back(
             fmt::format("expected to differ from the reference, but every tensor is within rtol {} / atol {} "
-                        "at every step",
-                        expect.reference->rtol, expect.reference->atol));
+                        "at every step{}",
+                        expect.reference->rtol, expect.reference->atol, not_counted(apart)));
       }
     } else {
       // One line per tensor: where it first leaves the tolerance, and its worst step.
@@ -219,7 +237,14 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
                                        result.init_broadcast.seconds, *expect.max_broadcast_seconds));
   }
   if (expect.error) {
-    out.failures.push_back(fmt::format("expected the run to fail with {}, but it completed", expect.error->describe()));
+    // A cell of `steps: 0` runs no training step: an error of the forward, the backward or the
+    // optimizer cannot fire there (only the plan's, the wrap's, or a forward a comparison asks for).
+    out.failures.push_back(fmt::format(
+        "expected the run to fail with {}, but it completed{}", expect.error->describe(),
+        !script && result.losses.empty()
+            ? " (it trained no step: with `steps: 0` only the plan, the wrap and the forwards a comparison asks "
+              "for run, so an error of a training step cannot fire; give `steps: 1` or more)"
+            : ""));
   }
   out.held = out.failures.empty();
   return out;

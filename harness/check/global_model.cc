@@ -91,6 +91,7 @@ void compare_with_unsharded(std::vector<GlobalModelCheck>& results, const std::m
       check.name = name;
       check.step = step;
       check.comparable = false;
+      check.one_sided = true;
       check.within_tolerance = false;
       check.note = expected_label + " has no such tensor";
     }
@@ -117,6 +118,7 @@ void compare_within_bound(std::vector<GlobalModelCheck>& results, const std::map
     const auto b = bound.find(name);
     if (e == expected.end() || b == bound.end()) {
       check.comparable = check.within_tolerance = false;
+      check.one_sided = true;
       check.note = e == expected.end() ? expected_label + " has no such tensor" : "no bound was given for it";
     } else if (a.sizes() != e->second.sizes() || a.sizes() != b->second.sizes()) {
       check.comparable = check.within_tolerance = false;
@@ -163,7 +165,7 @@ ReferenceDiff diff_tensor(const std::string& name, const at::Tensor& actual, con
 }
 
 ReferenceDiff absent_tensor(const std::string& name, int step, int64_t numel, const std::string& note) {
-  return {name, step, 0.0, 0.0, 0, numel, false, note};
+  return {name, step, 0.0, 0.0, 0, numel, false, note, true};
 }
 
 std::vector<ReferenceDiff> compare_with_checkpoint(const std::map<std::string, at::Tensor>& state,

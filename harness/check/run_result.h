@@ -66,7 +66,8 @@ struct GlobalModelCheck {
   double max_abs_diff = 0.0;
   double max_allowed_excess = -1e300;  // max(|a-b| - (atol + rtol*|b|)); <= 0 within tolerance
   bool within_tolerance = true;
-  bool comparable = true;  // false when shapes differ (a note says why)
+  bool comparable = true;  // false when shapes differ (a note says why), or only one side holds it
+  bool one_sided = false;  // only one side holds it (not in reports): no difference of values
   std::string note;
   int64_t numel = 0;
 };
@@ -136,6 +137,7 @@ struct ReferenceDiff {
   int64_t numel = 0;
   bool within_tolerance = true;  // every |a - b| <= atol + rtol * |b|
   std::string note;              // "only in TorchRec", "only in the reference", "shapes differ: ..."
+  bool one_sided = false;        // only one side holds it (the note says which): no difference of values
 };
 
 // What ran: the reference DMP (under a behaviour profile) or an installed TorchRec release.

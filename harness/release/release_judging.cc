@@ -75,6 +75,7 @@ void ReleaseCell::compare_resumed(const std::vector<std::vector<ExchangePiece>>&
     lost.name = name;
     lost.step = step;
     lost.within_tolerance = lost.comparable = false;
+    lost.one_sided = true;
     lost.numel = t.numel();
     lost.note = "only in the uninterrupted run: the resumed run holds no such tensor";
     result_.resumed.push_back(lost);

@@ -149,6 +149,59 @@ TEST(Expectations, IntegerStateIsComparedWithTheUnshardedModelExactly) {
   EXPECT_TRUE(testing::contains(results[0].note, "1 of 3 integers differ (held exactly)")) << results[0].note;
 }
 
+// `match: false` asks for a difference of what both sides hold: a tensor only one side holds is
+// named and not counted (it passed as "differs from the reference" before); another shape counts.
+TEST(Expectations, ATensorOnlyOneSideHoldsDoesNotMeetMatchFalse) {
+  const at::Tensor w = at::ones({2, 2});
+  RunResult r;
+  r.reference_compared = true;
+  r.reference = {diff_tensor("t0.weight", w, w, 1, 1e-5, 1e-6, "TorchRec", "reference"),
+                 absent_tensor("t0.momentum1", 1, 4, "only in TorchRec (the reference holds no tensor of that name)")};
+  EXPECT_TRUE(r.reference[1].one_sided);
+  scenario::Expectation e;
+  e.reference = scenario::Tolerance{1e-5, 1e-6, false};
+  ExpectationResult result = evaluate_expectation(e, r);
+  ASSERT_EQ(result.failures.size(), 1u);
+  EXPECT_TRUE(testing::contains(result.failures[0], "every tensor is within rtol 1e-05 / atol 1e-06 at every step "
+                                                    "(not counted, since only one side holds it: t0.momentum1 (only "
+                                                    "in TorchRec"))
+      << result.failures[0];
+  r.reference.push_back(diff_tensor("t1.weight", w, at::ones({3, 2}), 1, 1e-5, 1e-6, "TorchRec", "reference"));
+  EXPECT_FALSE(r.reference[2].one_sided);
+  EXPECT_TRUE(evaluate_expectation(e, r).held);  // another shape is a difference
+  r.reference.pop_back();
+  r.reference.push_back(diff_tensor("t2.weight", w + 1, w, 1, 1e-5, 1e-6, "TorchRec", "reference"));
+  EXPECT_TRUE(evaluate_expectation(e, r).held);  // and so are other values
+
+  // The unsharded model's comparison alike.
+  RunResult g;
+  g.global_model_checked = true;
+  compare_with_unsharded(g.global_model, {{"t0.weight", w}, {"t0.momentum1", w}}, {{"t0.weight", w}}, 1, {1e-5, 1e-6});
+  scenario::Expectation ge;
+  ge.global_model = scenario::Tolerance{1e-5, 1e-6, false};
+  result = evaluate_expectation(ge, g);
+  ASSERT_EQ(result.failures.size(), 1u);
+  EXPECT_TRUE(testing::contains(result.failures[0], "t0.momentum1 (the unsharded model has no such tensor)"))
+      << result.failures[0];
+  compare_with_unsharded(g.global_model, {{"t1.weight", w}}, {{"t1.weight", at::ones({3, 2})}}, 1, {1e-5, 1e-6});
+  EXPECT_TRUE(evaluate_expectation(ge, g).held);
+}
+
+// An expected error that cannot fire because no step trained says why.
+TEST(Expectations, AnExpectedErrorOnACellThatTrainedNoStepSaysWhyItCouldNotFire) {
+  RunResult r;
+  scenario::Expectation e;
+  e.error = scenario::Expectation::ExpectedError{};
+  e.error->message = "Split sizes";
+  ExpectationResult result = evaluate_expectation(e, r);
+  ASSERT_EQ(result.failures.size(), 1u);
+  EXPECT_TRUE(testing::contains(result.failures[0], "but it completed (it trained no step: with `steps: 0`"))
+      << result.failures[0];
+  r.losses = {0.5};
+  result = evaluate_expectation(e, r);
+  EXPECT_FALSE(testing::contains(result.failures.at(0), "steps: 0")) << result.failures[0];
+}
+
 // A table of 2 rows of dim 4 read by `feature` (a sequence table's, `sequence`).
 dmp::EmbeddingBagConfig two_row_table(const std::string& name, const std::string& feature, bool sequence = false) {
   dmp::EmbeddingBagConfig t;
