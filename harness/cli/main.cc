@@ -82,12 +82,14 @@ int command_validate(const std::vector<std::string>& paths) {
   const std::vector<std::string> files = run::collect_scenario_files(paths);
   DMP_CHECK(!files.empty(), ErrorKind::kInvalidInput, "no scenario files (*.yaml) in {}", fmt::join(paths, ", "));
   for (const auto& file : files) {
+    if (run::interrupt_requested()) break;  // the status says so (130)
     scenario::Scenario s;
     try {
       s = scenario::load_scenario_file(file);
       run::preflight(s);  // every plan, and the memory against this host's
     } catch (const Error& e) {
       std::cerr << "dmpcheck: " << e.what() << "\n";
+      if (run::interrupt_requested()) break;  // stopped, not invalid
       ++invalid;
       continue;
     }
@@ -173,6 +175,7 @@ int command_run(const std::vector<std::string>& files, RunFlags flags) {
   scenario::Overrides overrides;
   if (flags.timeout_s) overrides.emplace_back("timeout_s", fmt::format("{}", *flags.timeout_s));
   for (const auto& file : files) {
+    if (run::interrupt_requested()) return 130;
     scenarios.push_back(scenario::load_scenario_file(file, overrides));
     run::preflight(scenarios.back());  // plans and memory, before any rank starts
   }
@@ -545,12 +548,12 @@ int main(int argc, char** argv) {
       return finish(*bisect_cmd ? run::bisect_releases(releases) : run::measure_fidelity(releases));
     }
     if (*explore_cmd) return finish(cli::command_explore(explore_flags, self_executable()));
-    if (*validate_cmd) return command_validate(validate_files);
+    if (*validate_cmd) return finish(command_validate(validate_files));
     if (*explain_cmd) return command_explain(explain_files, explain_releases);
     if (*worker_cmd) return run::worker_main(worker);
   } catch (const Error& e) {
     std::cerr << "dmpcheck: " << e.what() << "\n";
-    return exit_status(e.kind());
+    return finish(exit_status(e.kind()));
   } catch (const std::exception& e) {
     std::cerr << "dmpcheck: " << e.what() << "\n";
     return exit_status(ErrorKind::kInternal);

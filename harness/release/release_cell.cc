@@ -83,7 +83,8 @@ Ended ReleaseCell::prepare() {
 Ended ReleaseCell::reference_half(const std::string& plan) {
   ScenarioRunOptions ref_options = options_;
   ref_options.write_reports = false;
-  ReferenceHalf half{reference_dir_, spec_.expect.reference_profile, !spec_.expect.reference_draws_own_init, plan};
+  ReferenceHalf half{reference_dir_, spec_.expect.reference_profile, !spec_.expect.reference_draws_own_init, plan,
+                     spec_.expect.reference_switches};
   if (half.profile == dmp::kReleaseProfile) {
     // A commit is modelled as the release it runs over; an interpreter as the torchrec it imports.
     const std::string modelled = !env_->base_release.empty() ? env_->base_release : env_->torchrec;
@@ -93,7 +94,8 @@ Ended ReleaseCell::reference_half(const std::string& plan) {
   }
   const check::RunResult ref = run_reference_cell(scenario_, index_, ref_options, half);
   result_.system.notes.push_back(fmt::format(
-      "compared with the reference DMP under profile '{}'{}", half.profile.empty() ? spec_.profile.name : half.profile,
+      "compared with the reference DMP under profile '{}{}'{}",
+      half.profile.empty() ? spec_.profile.name : half.profile, spec_.expect.switches_text(),
       plan.empty() ? "" : ", on the release's own plan, each side drawing its initial weights from the seed"));
   if (!ref.failure) return std::nullopt;
   check::RunResult failed = result_;
@@ -177,8 +179,10 @@ Ended ReleaseCell::resume() {
                             resumed_after_));
 }
 
-// What the ranks said of themselves: versions, notes, plan, losses, loops.
-void ReleaseCell::read_results(const contract::RunMeta& meta) {
+// What the ranks said of themselves: versions, notes, plan, losses, loops.  Ends the cell where a
+// release's environment imported another release (a folder renamed, a marker copied): never a
+// verdict on the wrong release.
+Ended ReleaseCell::read_results(const contract::RunMeta& meta) {
   // A commit's cell must have imported the commit's source, not the release's own package.
   if (!env_->source_dir.empty()) {
     std::error_code ec;
@@ -188,6 +192,22 @@ void ReleaseCell::read_results(const contract::RunMeta& meta) {
               "{}: the ranks imported torchrec from {}, not from the commit's source {}", spec_.system.name(),
               meta.versions.torchrec_source, wanted.string());
   }
+  if (spec_.system.kind == scenario::System::Kind::kRelease && env_->source_dir.empty() &&
+      meta.versions.torchrec != spec_.system.version) {
+    check::RunResult failed = result_;
+    failed.verdict = check::Verdict::kError;
+    failed.failure = check::RankFailure{
+        -1,
+        check::FailureKind::kEnvironment,
+        "the ranks imported another release",
+        fmt::format("{}'s environment {} imports torchrec {}, not {}: remove it and install it again (`bash "
+                    "ci/torchrec-env.sh`)",
+                    spec_.system.name(), env_->dir, meta.versions.torchrec, spec_.system.version),
+        {}};
+    return failed;
+  }
+  // What the ranks imported, not what the environment's marker says it holds.
+  result_.environment.libtorch_version = "torch " + meta.versions.torch;
   result_.system.torchrec = env_->source_dir.empty() ? meta.versions.torchrec : env_->describe();
   result_.system.torch = meta.versions.torch;
   result_.system.fbgemm_gpu = meta.versions.fbgemm_gpu;
@@ -221,6 +241,7 @@ void ReleaseCell::read_results(const contract::RunMeta& meta) {
     result_.system.notes.push_back(fmt::format("loop {}, {} epoch(s); batches executed per epoch: {}",
                                                spec_.torchrec_loop, spec_.torchrec_epochs, fmt::join(ranks, "; ")));
   }
+  return std::nullopt;
 }
 
 // How long the ranks took to import, plan and train (noted after the loop's judgement, as before).

@@ -52,7 +52,7 @@ class ReleaseCell {
       if (spec_.expect.reference && spec_.expect.reference_draws_own_init) {
         if (auto ended = reference_half(release_plan(spec_, meta.plan).serialize())) return *ended;
       }
-      read_results(meta);
+      if (auto ended = read_results(meta)) return *ended;
       const int steps = judge_loop(meta);
       read_timings(meta);
       const Tensors final_state = compare_phases(steps);
@@ -71,7 +71,7 @@ class ReleaseCell {
   Ended start();
   Ended launch(const scenario::RunSpec& run, const std::string& exchange_dir, const std::string& label);
   Ended resume();
-  void read_results(const contract::RunMeta& meta);
+  Ended read_results(const contract::RunMeta& meta);
   int judge_loop(const contract::RunMeta& meta);
   void read_timings(const contract::RunMeta& meta);
   Tensors compare_phases(int steps);

@@ -9,6 +9,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -47,8 +49,10 @@ struct ReferenceHalf {
   std::string profile;
   bool shares_its_start = false;
   std::string plan;
+  std::vector<std::pair<std::string, std::string>> switches;  // turned on `profile`, in order
 };
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ReferenceHalf, full_state_dir, profile, shares_its_start, plan)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(ReferenceHalf, full_state_dir, profile, shares_its_start, plan,
+                                                switches)
 
 // `spec` as the reference half runs it: on the reference, no expectation of its own (its verdict is
 // not used) but the outputs still dumped, under the half's profile and plan.

@@ -39,9 +39,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The one piece of process-wide state: a signal handler may only set a flag.
-volatile std::sig_atomic_t g_interrupted = 0;
-
+// A signal handler may only set a flag (common/interrupt.h: the one piece of process-wide state).
 void on_interrupt(int) { g_interrupted = 1; }
 
 // Async-signal-safe (no allocation): also used between fork and exec.
@@ -51,6 +49,17 @@ void set_disposition(void (*handler)(int), std::initializer_list<int> signals) {
   sigemptyset(&action.sa_mask);
   for (int sig : signals) ::sigaction(sig, &action, nullptr);
 }
+
+// Whether a process is stopped (SIGSTOP, SIGTSTP: state T in /proc/PID/stat; t, by a tracer).
+bool process_stopped(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  const std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const auto name_end = stat.rfind(')');
+  return name_end != std::string::npos && name_end + 2 < stat.size() &&
+         (stat[name_end + 2] == 'T' || stat[name_end + 2] == 't');
+}
+
+constexpr const char* kStoppedCause = "was stopped (state T: SIGSTOP or SIGTSTP) and never resumed";
 
 struct Rank {
   int rank = 0;
@@ -161,8 +170,6 @@ std::vector<std::string> child_environment(const std::map<std::string, std::stri
 }
 
 void install_interrupt_handlers() { set_disposition(on_interrupt, {SIGINT, SIGTERM}); }
-
-bool interrupt_requested() { return g_interrupted != 0; }
 
 int thread_count() {
   DIR* dir = ::opendir("/proc/self/task");
@@ -377,6 +384,17 @@ LaunchOutcome launch(const LaunchRequest& request) {
     }
     outcome.failure = *std::min_element(
         seen.begin(), seen.end(), [&](const auto& a, const auto& b) { return rank_of_cause(a) < rank_of_cause(b); });
+    // A stopped rank cannot fail by itself: its peers time out waiting for it, and the first of
+    // them to say so is not the cause.
+    for (auto& other : ranks) {
+      if (outcome.failure->kind == check::FailureKind::kCrashed) break;  // a signal is a cause of its own
+      if (!other.running || !process_stopped(other.pid)) continue;
+      const check::RankFailure peer = *outcome.failure;
+      outcome.failure = make_failure(other, check::FailureKind::kTimeout, kStoppedCause);
+      outcome.failure->message = fmt::format("rank {} gave up waiting for it: it {}{}{}", peer.rank, peer.cause,
+                                             peer.message.empty() ? "" : ": ", peer.message);
+      break;
+    }
   };
 
   while (true) {
@@ -406,13 +424,19 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (outcome.failure || !any_running) break;
     const bool interrupted = interrupt_requested();
     if (interrupted || Clock::now() - start > request.budget) {
-      Rank& first = *std::find_if(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; });
+      // The rank to name: a stopped one (the others wait for it), else the first still running.
+      auto named =
+          std::find_if(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running && process_stopped(r.pid); });
+      if (named == ranks.end())
+        named = std::find_if(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; });
+      const std::string budget =
+          fmt::format("the run's budget of {:.0f} s ran out", std::chrono::duration<double>(request.budget).count());
       outcome.failure =
           interrupted
-              ? make_failure(first, check::FailureKind::kInterrupted, "stopped: dmpcheck received SIGINT or SIGTERM")
-              : make_failure(first, check::FailureKind::kTimeout,
-                             fmt::format("still running when the run's budget of {:.0f} s ran out",
-                                         std::chrono::duration<double>(request.budget).count()));
+              ? make_failure(*named, check::FailureKind::kInterrupted, "stopped: dmpcheck received SIGINT or SIGTERM")
+          : process_stopped(named->pid)
+              ? make_failure(*named, check::FailureKind::kTimeout, fmt::format("{} when {}", kStoppedCause, budget))
+              : make_failure(*named, check::FailureKind::kTimeout, "still running when " + budget);
       break;
     }
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "check/run_result.h"
+#include "common/interrupt.h"
 #include "run/handover.h"
 
 namespace dmpcheck::run {
@@ -91,7 +92,7 @@ std::vector<std::string> child_environment(const std::map<std::string, std::stri
 // SIGINT and SIGTERM to this process make a running launch() stop and reap every rank and
 // return a failure of kind "interrupted" (the CLI then exits 130).  Call once from main().
 void install_interrupt_handlers();
-bool interrupt_requested();
+using dmpcheck::interrupt_requested;
 
 // How many threads this process has now (/proc/self/task).
 int thread_count();

@@ -28,6 +28,11 @@ scenario::RunSpec reference_half_of(scenario::RunSpec spec, const ReferenceHalf&
   spec.expect = scenario::Expectation{};
   spec.expect.outputs = outputs;
   if (!half.profile.empty()) spec.profile = *dmp::find_behaviour_profile(half.profile);
+  for (const auto& [name, value] : half.switches) {  // checked by the loader
+    DMP_CHECK(!dmp::set_behaviour_switch(spec.profile, name, value), ErrorKind::kInternal,
+              "the reference half's switch {}={} does not apply", name, value);
+    spec.profile.name += fmt::format("+{}={}", name, value);
+  }
   if (half.shares_its_start) dmp::set_behaviour_switch(spec.profile, "broadcast_data_parallel_tables_at_init", "true");
   if (!half.plan.empty()) spec.given_plan = half.plan;
   return spec;

@@ -76,7 +76,26 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     if (g.IsMap() && g["profile"]) {
       std::vector<std::string> profiles = dmp::behaviour_profile_names();
       profiles.push_back(dmp::kReleaseProfile);  // the profile modelling the cell's release
-      e.reference_profile = r.choice(g["profile"], path + ".reference.profile", profiles);
+      const YAML::Node profile = g["profile"];
+      const std::string field = path + ".reference.profile";
+      if (!profile.IsMap()) {
+        e.reference_profile = r.choice(profile, field, profiles);
+      } else {
+        // A profile with switches turned, as at the top: {base: torchrec-0.6, plan_on_every_rank: true}.
+        std::vector<std::string> keys = dmp::behaviour_switch_names();
+        keys.insert(keys.begin(), "base");
+        r.check_keys(profile, field, keys);
+        e.reference_profile = r.choice(r.required(profile, field, "base"), field + ".base", profiles);
+        dmp::BehaviourProfile scratch = *dmp::find_behaviour_profile("current");
+        for (const auto& kv : profile) {
+          const std::string key = kv.first.Scalar();
+          if (key == "base") continue;
+          if (!kv.second.IsScalar()) r.expected(kv.second, field + "." + key, "a value");
+          if (auto what = dmp::set_behaviour_switch(scratch, key, kv.second.Scalar()))
+            r.expected(kv.second, field + "." + key, *what);
+          e.reference_switches.emplace_back(key, kv.second.Scalar());
+        }
+      }
     }
     if (g.IsMap() && g["start"]) {
       e.reference_draws_own_init = r.choice(g["start"], path + ".reference.start", {"reference", "seed"}) == "seed";
@@ -162,6 +181,12 @@ std::string Expectation::ExpectedError::describe() const {
                          : fmt::format("an error of kind {} containing '{}'", which, message);
 }
 
+std::string Expectation::switches_text() const {
+  std::string text;
+  for (const auto& [name, value] : reference_switches) text += fmt::format("+{}={}", name, value);
+  return text;
+}
+
 std::string Expectation::describe() const {
   std::vector<const char*> phases;
   for (Phase ph : at) phases.push_back(phase_name(ph));
@@ -192,7 +217,7 @@ std::string Expectation::describe() const {
   if (reference) {
     text += fmt::format(
         "; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
-        reference_profile.empty() ? std::string() : " under profile " + reference_profile,
+        reference_profile.empty() ? std::string() : " under profile " + reference_profile + switches_text(),
         reference_draws_own_init ? ", each drawing its own initial weights from the seed, on the release's plan" : "",
         reference->rtol, reference->atol);
   }

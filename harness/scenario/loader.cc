@@ -13,6 +13,7 @@
 #include <yaml-cpp/mark.h>
 #include <yaml-cpp/parser.h>
 
+#include "common/interrupt.h"
 #include "scenario/parse.h"
 
 namespace dmpcheck::scenario {
@@ -50,10 +51,6 @@ void unique_file_slugs(std::vector<RunSpec>& runs) {
     run.slug = slug;
     taken.insert(slug);
   }
-}
-
-bool axis_of_scalars(const std::vector<YAML::Node>& values) {
-  return std::all_of(values.begin(), values.end(), [](const YAML::Node& v) { return v.IsScalar(); });
 }
 
 // Every mapping's keys once: YAML lets a later duplicate shadow the first silently.
@@ -131,6 +128,43 @@ YAML::Node the_document(const std::string& text, const std::string& file_label) 
   return marks.documents.empty() ? YAML::Node() : YAML::Load(text);
 }
 
+// The cells of `run` without the system axis: the same cell on another release.
+std::vector<std::pair<std::string, std::string>> cell_without_system(const RunSpec& run) {
+  auto cell = run.cell;
+  cell.erase(std::remove_if(cell.begin(), cell.end(), [](const auto& a) { return a.first == "system"; }), cell.end());
+  return cell;
+}
+
+// A release said to show a bug must be told apart from each release said to be fixed or not to
+// have it: where every cell expects the same of both, the cells pass or fail on both alike and the
+// entry says what nothing checks.
+void refuse_a_bug_told_apart_from_no_fix(const Reader& r, const YAML::Node& root, const Scenario& s,
+                                         const std::string& bug) {
+  for (const auto& entry : s.reproduces->releases) {
+    const std::string& other = entry.first;  // (a structured binding cannot be captured in C++17)
+    const std::string& status = entry.second;
+    if (status != "fixed" && status != "absent") continue;
+    bool compared = false, alike = true;
+    std::string example;
+    for (const auto& run : s.runs) {
+      if (run.system.name() != bug) continue;
+      const auto there = std::find_if(s.runs.begin(), s.runs.end(), [&](const RunSpec& o) {
+        return o.system.name() == other && cell_without_system(o) == cell_without_system(run);
+      });
+      if (there == s.runs.end()) continue;
+      compared = true;
+      alike = alike && there->expect.describe() == run.expect.describe();
+      example = run.expect.describe();
+    }
+    if (compared && alike) {
+      r.fail(root["reproduces"]["releases"][bug], "reproduces.releases." + bug,
+             fmt::format("says 'bug', and '{}' of {}, but every cell expects the same of both ({}): write what the "
+                         "bug shows in an entry with `when: {{system: {}}}`",
+                         status, other, example, bug));
+    }
+  }
+}
+
 Scenario load_scenario_unchecked(const std::string& text, const std::string& file_label, const Overrides& overrides) {
   Reader r(file_label);
   YAML::Node root;
@@ -197,92 +231,28 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
     s.reproduces = out;
   }
 
-  // Matrix: the cartesian product of every listed value, first key varying slowest.
-  struct Axis {
-    std::string path;
-    YAML::Node key;
-    std::vector<YAML::Node> values;
-  };
-  std::vector<Axis> axes;
-  if (YAML::Node matrix = root["matrix"]) {
-    r.require_map(matrix, "matrix");
-    for (const auto& kv : matrix) {
-      Axis axis{kv.first.as<std::string>(), kv.first, {}};
-      const std::string field = "matrix." + axis.path;
-      const auto parts = split_path(axis.path);
-      if (parts.empty() || std::find(kMatrixRoots.begin(), kMatrixRoots.end(), parts[0]) == kMatrixRoots.end()) {
-        r.fail(
-            kv.first, field,
-            fmt::format("a matrix varies a run field; expected a path under one of {}", fmt::join(kMatrixRoots, ", ")));
-      }
-      if (!kv.second.IsSequence() || kv.second.size() == 0) r.expected(kv.second, field, "a non-empty list of values");
-      for (const auto& v : kv.second) axis.values.push_back(v);
-      axes.push_back(axis);
-    }
-  }
-  // Cells are counted before one is made: a few lines of YAML must not ask for 2^30 runs.
-  constexpr uint64_t kMostCells = 1024;
-  uint64_t cell_count = 1;
-  std::vector<size_t> axis_sizes;
-  for (const auto& axis : axes) {
-    axis_sizes.push_back(axis.values.size());
-    cell_count = std::min<uint64_t>(cell_count * axis.values.size(), kMostCells + 1);
-  }
-  if (cell_count > kMostCells) {
-    r.fail(root["matrix"], "matrix",
-           fmt::format("crosses {} values into more than {} cells; split the file, or narrow an axis",
-                       fmt::join(axis_sizes, " x "), kMostCells));
-  }
-  // A `when` value of another shape than its axis's values (a list or mapping where they are
-  // scalars, or the reverse) would select nothing, silently: refused.  A list on an axis of scalars
-  // selects any of its values.  A scalar the matrix does not have (yet, or any more) is allowed.
-  if (const YAML::Node expect = root["expect"]; expect.IsSequence()) {
-    for (size_t i = 0; i < expect.size(); ++i) {
-      const YAML::Node entry = expect[i];
-      if (!entry.IsMap()) continue;
-      const YAML::Node when = entry["when"];
-      if (!when.IsDefined() || !when.IsMap()) continue;
-      for (const auto& kv : when) {
-        const std::string key = kv.first.as<std::string>();
-        const auto axis = std::find_if(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; });
-        if (axis == axes.end()) continue;  // reported with the cells: not a matrix key
-        const bool one_of = kv.second.IsSequence() && axis_of_scalars(axis->values);
-        const bool same_shape = std::any_of(axis->values.begin(), axis->values.end(),
-                                            [&](const YAML::Node& v) { return v.Type() == kv.second.Type(); });
-        if (!one_of && !same_shape) {
-          std::vector<std::string> values;
-          for (const auto& v : axis->values) values.push_back(cell_text(key, v));
-          r.fail(kv.second, fmt::format("expect[{}].when.{}", i, key),
-                 fmt::format("selects no cell: matrix.{} has {}", key, fmt::join(values, ", ")));
-        }
-      }
-    }
-  }
-  std::vector<std::vector<size_t>> cells = {{}};
-  for (const auto& axis : axes) {
-    std::vector<std::vector<size_t>> next;
-    for (const auto& cell : cells) {
-      for (size_t i = 0; i < axis.values.size(); ++i) {
-        next.push_back(cell);
-        next.back().push_back(i);
-      }
-    }
-    cells = next;
-  }
-
+  const Matrix matrix = read_matrix(r, root);
   std::set<std::string> table_names;
-  for (const auto& cell : cells) {
+  for (const auto& cell : matrix.cells) {
+    // A thousand cells take seconds to read: SIGINT and SIGTERM are answered between two.
+    DMP_CHECK(!interrupt_requested(), ErrorKind::kInvalidScenario,
+              "{}: stopped while loading its cells (SIGINT or "
+              "SIGTERM)",
+              file_label);
     // A fresh parse per cell rather than YAML::Clone, which drops the line marks errors need.
     YAML::Node run_root = YAML::Load(text);
     run_root.remove("matrix");
     run_root.remove("expect");
     std::vector<std::pair<std::string, std::string>> assignments;
-    for (size_t a = 0; a < axes.size(); ++a) {
-      const YAML::Node& value = axes[a].values[cell[a]];
-      if (!assign_path(run_root, split_path(axes[a].path), value)) {
-        r.fail(axes[a].key, "matrix." + axes[a].path, "this path does not lead to a field of the scenario");
+    for (size_t a = 0; a < matrix.axes.size(); ++a) {
+      const MatrixAxis& axis = matrix.axes[a];
+      for (size_t p = 0; p < axis.paths.size(); ++p) {
+        const YAML::Node& value = axis.values[cell[a]][p];
+        if (!assign_path(run_root, split_path(axis.paths[p]), value)) {
+          r.fail(axis.keys[p], "matrix." + axis.paths[p], "this path does not lead to a field of the scenario");
+        }
+        assignments.emplace_back(axis.paths[p], cell_text(axis.paths[p], value));
       }
-      assignments.emplace_back(axes[a].path, cell_text(axes[a].path, value));
     }
     for (const auto& [path, value] : overrides) {
       const auto parts = split_path(path);
@@ -338,15 +308,13 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
               const std::string key = kv.first.as<std::string>();
               auto it =
                   std::find_if(assignments.begin(), assignments.end(), [&](const auto& p) { return p.first == key; });
-              if (std::none_of(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; })) {
+              if (!matrix.varies(key)) {
                 r.fail(kv.first, path + ".when." + key, "is not a matrix key; 'when' selects matrix cells");
               }
               // A list or mapping value matches the cell whose matrix value is the same list or mapping;
               // a list on an axis of scalars, any cell whose value it holds.
-              const auto axis = std::find_if(axes.begin(), axes.end(), [&](const Axis& ax) { return ax.path == key; });
               bool hit = it != assignments.end() && it->second == cell_text(key, kv.second);
-              if (!hit && it != assignments.end() && kv.second.IsSequence() && axis != axes.end() &&
-                  axis_of_scalars(axis->values)) {
+              if (!hit && it != assignments.end() && kv.second.IsSequence() && axis_of_scalars(matrix.values_of(key))) {
                 for (const auto& v : kv.second) hit = hit || (v.IsScalar() && it->second == cell_text(key, v));
               }
               matches = matches && hit;
@@ -386,6 +354,7 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
                fmt::format("says '{}' but no run of the scenario runs on {} (add it to the matrix's system axis)",
                            status, release));
       }
+      if (status == "bug") refuse_a_bug_told_apart_from_no_fix(r, root, s, release);
     }
   }
   unique_file_slugs(s.runs);

@@ -1,5 +1,6 @@
 // The matrix's vocabulary: which keys vary a run, paths into the file, and a cell's name.
 #include <algorithm>
+#include <set>
 #include <sstream>
 
 #include "scenario/parse.h"
@@ -74,6 +75,159 @@ std::string flow_text(const YAML::Node& node) {
 
 std::string cell_text(const std::string& path, const YAML::Node& value) {
   return value.IsScalar() ? value.Scalar() : path == "profile" ? flow_text(value) : YAML::Dump(value);
+}
+
+bool axis_of_scalars(const std::vector<YAML::Node>& values) {
+  return std::all_of(values.begin(), values.end(), [](const YAML::Node& v) { return v.IsScalar(); });
+}
+
+bool Matrix::varies(const std::string& path) const {
+  return std::any_of(axes.begin(), axes.end(), [&](const MatrixAxis& a) {
+    return std::find(a.paths.begin(), a.paths.end(), path) != a.paths.end();
+  });
+}
+
+std::vector<YAML::Node> Matrix::values_of(const std::string& path) const {
+  std::vector<YAML::Node> out;
+  for (const auto& a : axes) {
+    const auto at = std::find(a.paths.begin(), a.paths.end(), path);
+    if (at == a.paths.end()) continue;
+    for (const auto& value : a.values) out.push_back(value[static_cast<size_t>(at - a.paths.begin())]);
+  }
+  return out;
+}
+
+namespace {
+
+// A path a matrix may vary: under one of kMatrixRoots.
+void check_axis_path(const Reader& r, const YAML::Node& key, const std::string& field, const std::string& path) {
+  const auto parts = split_path(path);
+  if (parts.empty() || std::find(kMatrixRoots.begin(), kMatrixRoots.end(), parts[0]) == kMatrixRoots.end()) {
+    r.fail(key, field,
+           fmt::format("a matrix varies a run field; expected a path under one of {}", fmt::join(kMatrixRoots, ", ")));
+  }
+}
+
+// `zip: [{a: 1, b: x}, {a: 2, b: y}]`: one axis whose values set several paths at once, each
+// entry naming the same paths (a matrix crossing a and b would make four cells of these two).
+MatrixAxis read_zip(const Reader& r, const YAML::Node& rows) {
+  if (!rows.IsSequence() || rows.size() == 0) {
+    r.expected(rows, "matrix.zip", "a non-empty list of mappings, each setting the same paths (one cell each)");
+  }
+  MatrixAxis axis;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string field = fmt::format("matrix.zip[{}]", i);
+    const YAML::Node row = rows[i];
+    if (!row.IsMap() || row.size() == 0) r.expected(row, field, "a mapping of paths to values");
+    std::vector<YAML::Node> values(axis.paths.size());
+    size_t named = 0;
+    for (const auto& kv : row) {
+      const std::string path = kv.first.as<std::string>();
+      if (i == 0) {
+        check_axis_path(r, kv.first, field + "." + path, path);
+        axis.paths.push_back(path);
+        axis.keys.push_back(kv.first);
+        values.push_back(kv.second);
+        ++named;
+        continue;
+      }
+      const auto at = std::find(axis.paths.begin(), axis.paths.end(), path);
+      if (at == axis.paths.end()) {
+        r.fail(kv.first, field + "." + path,
+               fmt::format("is not set by matrix.zip[0] ({}); every entry sets the same paths",
+                           fmt::join(axis.paths, ", ")));
+      }
+      values[static_cast<size_t>(at - axis.paths.begin())] = kv.second;
+      ++named;
+    }
+    if (named != axis.paths.size()) {
+      r.fail(row, field,
+             fmt::format("sets {} of the {} paths matrix.zip[0] sets ({}); every entry sets them all", named,
+                         axis.paths.size(), fmt::join(axis.paths, ", ")));
+    }
+    axis.values.push_back(values);
+  }
+  return axis;
+}
+
+}  // namespace
+
+Matrix read_matrix(const Reader& r, YAML::Node root) {
+  Matrix m;
+  if (YAML::Node matrix = root["matrix"]) {
+    r.require_map(matrix, "matrix");
+    for (const auto& kv : matrix) {
+      const std::string path = kv.first.as<std::string>();
+      if (path == "zip") {
+        m.axes.push_back(read_zip(r, kv.second));
+        continue;
+      }
+      const std::string field = "matrix." + path;
+      check_axis_path(r, kv.first, field, path);
+      if (!kv.second.IsSequence() || kv.second.size() == 0) r.expected(kv.second, field, "a non-empty list of values");
+      MatrixAxis axis{{path}, {kv.first}, {}};
+      for (const auto& v : kv.second) axis.values.push_back({v});
+      m.axes.push_back(axis);
+    }
+    // A path set by two axes (its own and a zip's) would have two values in one cell.
+    std::set<std::string> seen;
+    for (const auto& a : m.axes) {
+      for (size_t p = 0; p < a.paths.size(); ++p) {
+        if (!seen.insert(a.paths[p]).second)
+          r.fail(a.keys[p], "matrix." + a.paths[p], "is varied twice (on its own axis and in zip, or twice in zip)");
+      }
+    }
+  }
+  // Cells are counted before one is made: a few lines of YAML must not ask for 2^30 runs.
+  constexpr uint64_t kMostCells = 1024;
+  uint64_t cell_count = 1;
+  std::vector<size_t> axis_sizes;
+  for (const auto& axis : m.axes) {
+    axis_sizes.push_back(axis.values.size());
+    cell_count = std::min<uint64_t>(cell_count * axis.values.size(), kMostCells + 1);
+  }
+  if (cell_count > kMostCells) {
+    r.fail(root["matrix"], "matrix",
+           fmt::format("crosses {} values into more than {} cells; split the file, or narrow an axis",
+                       fmt::join(axis_sizes, " x "), kMostCells));
+  }
+  // A `when` value of another shape than its path's values (a list or mapping where they are
+  // scalars, or the reverse) would select nothing, silently: refused.  A list on a path of scalars
+  // selects any of its values.  A scalar the matrix does not have (yet, or any more) is allowed.
+  if (const YAML::Node expect = root["expect"]; expect.IsSequence()) {
+    for (size_t i = 0; i < expect.size(); ++i) {
+      const YAML::Node entry = expect[i];
+      if (!entry.IsMap()) continue;
+      const YAML::Node when = entry["when"];
+      if (!when.IsDefined() || !when.IsMap()) continue;
+      for (const auto& kv : when) {
+        const std::string key = kv.first.as<std::string>();
+        if (!m.varies(key)) continue;  // reported with the cells: not a matrix key
+        const std::vector<YAML::Node> values = m.values_of(key);
+        const bool one_of = kv.second.IsSequence() && axis_of_scalars(values);
+        const bool same_shape = std::any_of(values.begin(), values.end(),
+                                            [&](const YAML::Node& v) { return v.Type() == kv.second.Type(); });
+        if (!one_of && !same_shape) {
+          std::vector<std::string> texts;
+          for (const auto& v : values) texts.push_back(cell_text(key, v));
+          r.fail(kv.second, fmt::format("expect[{}].when.{}", i, key),
+                 fmt::format("selects no cell: matrix.{} has {}", key, fmt::join(texts, ", ")));
+        }
+      }
+    }
+  }
+  m.cells = {{}};
+  for (const auto& axis : m.axes) {
+    std::vector<std::vector<size_t>> next;
+    for (const auto& cell : m.cells) {
+      for (size_t i = 0; i < axis.values.size(); ++i) {
+        next.push_back(cell);
+        next.back().push_back(i);
+      }
+    }
+    m.cells = next;
+  }
+  return m;
 }
 
 std::string slug_of(const std::string& text) {

@@ -24,6 +24,26 @@ bool assign_path(const YAML::Node& root, const std::vector<std::string>& parts, 
 // A matrix value as its cell names it: a scalar's text, a profile on one line, else YAML's dump.
 std::string cell_text(const std::string& path, const YAML::Node& value);
 std::string slug_of(const std::string& text);
+bool axis_of_scalars(const std::vector<YAML::Node>& values);
+
+// The matrix (matrix.cc): its axes, each one path (`steps: [1, 2]`) or several that advance
+// together (`zip: [{world_size: 2, batch_size: 8}, {world_size: 4, batch_size: 4}]`), crossed into
+// cells, first axis varying slowest.
+struct MatrixAxis {
+  std::vector<std::string> paths;
+  std::vector<YAML::Node> keys;                 // per path: where the file names it (for errors)
+  std::vector<std::vector<YAML::Node>> values;  // per value of the axis: one node per path
+};
+struct Matrix {
+  std::vector<MatrixAxis> axes;
+  std::vector<std::vector<size_t>> cells;  // per cell: the index of its value on each axis
+  bool varies(const std::string& path) const;
+  std::vector<YAML::Node> values_of(const std::string& path) const;  // every value the path takes
+};
+// Reads `matrix` (at most 1024 cells, counted before one is made) and refuses a `when` of `expect`
+// whose value has another shape than its path's values (it would select nothing).
+// (`root` by value: a non-const node answers a missing key with a null node, a const one throws.)
+Matrix read_matrix(const Reader& r, YAML::Node root);
 
 // One run's fields (the file with one matrix cell assigned).
 RunSpec parse_run(const Reader& r, const YAML::Node& root);

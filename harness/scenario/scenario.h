@@ -185,6 +185,8 @@ struct Expectation {
   // weights, and compare every tensor after every step within this tolerance.
   std::optional<Tolerance> reference;
   std::string reference_profile;  // the profile the reference half runs under; empty: the run's own
+  // `reference: {profile: {base: torchrec-0.6, <switch>: value}}`: switches turned on that profile.
+  std::vector<std::pair<std::string, std::string>> reference_switches;
   // `reference: {start: seed}`: the release draws its own initial weights from the scenario's
   // init seed instead of starting from the reference's, so step 0 compares the two draws.
   bool reference_draws_own_init = false;
@@ -216,6 +218,8 @@ struct Expectation {
   // hook returned is this one (a boolean, number or string; numbers compared as numbers).
   std::vector<std::pair<std::string, std::string>> observed;
   std::string describe() const;
+  // reference_switches as a profile's name carries them: "+plan_on_every_rank=true...".
+  std::string switches_text() const;
 };
 
 struct Reproduces {

@@ -56,6 +56,7 @@ bool comparable(const scenario::Expectation& named, const scenario::Expectation&
   if (named.error) return true;
   auto has = [](const auto& o) { return o.has_value(); };
   return has(named.reference) == has(ran.reference) && named.reference_profile == ran.reference_profile &&
+         named.reference_switches == ran.reference_switches &&
          named.reference_draws_own_init == ran.reference_draws_own_init &&
          has(named.global_model) == has(ran.global_model) && has(named.outputs) == has(ran.outputs) &&
          has(named.resumed) == has(ran.resumed) && has(named.initial_state) == has(ran.initial_state);

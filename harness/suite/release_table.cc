@@ -83,7 +83,8 @@ bool judged_alike_before(const scenario::Scenario& s, const std::string& release
       alike = alike && !c.control && std::all_of(c.named.begin(), c.named.end(), [&](const NamedBehaviour& n) {
                 return n.expect.error || n.expect.describe() == c.expect.describe() ||
                        (n.expect.reference.has_value() == c.expect.reference.has_value() &&
-                        n.expect.reference_profile == c.expect.reference_profile);
+                        n.expect.reference_profile == c.expect.reference_profile &&
+                        n.expect.reference_switches == c.expect.reference_switches);
               });
     }
   } catch (const Error&) { alike = false; }

@@ -325,6 +325,61 @@ TEST(ScenarioLoader, AWhenListSelectsAnyOfItsValues) {
   EXPECT_EQ(s.runs[2].expect.replicas, ReplicaExpectation::kDiverge);
 }
 
+// `zip`: paths that advance together, one cell per entry, crossing the other axes as one axis.
+TEST(ScenarioLoader, ZippedPathsAdvanceTogetherAndCrossTheOtherAxes) {
+  const auto s =
+      load_scenario_text(std::string(kMinimal) + "matrix:\n  init.mode: [seeded, unseeded]\n  zip:\n"
+                                                 "    - {world_size: 2, batch_size: 8}\n"
+                                                 "    - {batch_size: 4, world_size: 4}\n"
+                                                 "expect:\n  - when: {world_size: 4}\n    replicas: diverge\n"
+                                                 "    diverged: [t1]\n  - replicas: equal\n",
+                         "s.yaml");
+  ASSERT_EQ(s.runs.size(), 4u);  // 2 x 2, not 2 x 2 x 2
+  EXPECT_EQ(s.runs[0].name, "init.mode=seeded world_size=2 batch_size=8");
+  EXPECT_EQ(s.runs[1].name, "init.mode=seeded world_size=4 batch_size=4");
+  EXPECT_EQ(s.runs[1].world_size, 4);
+  EXPECT_EQ(s.runs[1].batch_size, 4);
+  EXPECT_EQ(s.runs[1].expect.replicas, ReplicaExpectation::kDiverge);
+  EXPECT_EQ(s.runs[2].expect.replicas, ReplicaExpectation::kEqual);
+  EXPECT_EQ(s.runs[3].name, "init.mode=unseeded world_size=4 batch_size=4");
+  // Entries that set other paths, a path varied twice, and an entry that is not a mapping.
+  EXPECT_TRUE(testing::contains(
+      error_of(std::string(kMinimal) + "matrix:\n  zip:\n    - {world_size: 2, batch_size: 8}\n"
+                                       "    - {world_size: 4, steps: 2}\n"),
+      "s.yaml:15: field 'matrix.zip[1].steps': is not set by matrix.zip[0] (world_size, batch_size)"));
+  EXPECT_TRUE(
+      testing::contains(error_of(std::string(kMinimal) + "matrix:\n  zip:\n    - {world_size: 2, batch_size: 8}\n"
+                                                         "    - {world_size: 4}\n"),
+                        "field 'matrix.zip[1]': sets 1 of the 2 paths matrix.zip[0] sets (world_size, batch_size)"));
+  EXPECT_TRUE(testing::contains(
+      error_of(std::string(kMinimal) + "matrix:\n  world_size: [2, 4]\n  zip:\n    - {world_size: 2}\n"),
+      "is varied twice"));
+  EXPECT_TRUE(testing::contains(error_of(std::string(kMinimal) + "matrix:\n  zip: [2, 4]\n"),
+                                "field 'matrix.zip[0]': expected a mapping of paths to values"));
+  EXPECT_TRUE(testing::contains(error_of(std::string(kMinimal) + "matrix:\n  zip:\n    - {nonsense: 2}\n"),
+                                "field 'matrix.zip[0].nonsense': a matrix varies a run field"));
+}
+
+// A release said to show a bug must be told apart from one said to be fixed (a bug entry on cells
+// that expect what the fixed release's do was accepted): some cell must expect another outcome.
+TEST(ScenarioLoader, ABugSaidOfAReleaseMustBeToldApartFromTheFixedOne) {
+  const std::string head = std::string(kMinimal) +
+                           "reproduces:\n  url: https://github.com/pytorch/torchrec/issues/1739\n"
+                           "  releases: {torchrec==0.6.0: bug, torchrec==1.9.2: fixed}\n"
+                           "matrix:\n  system: [torchrec==0.6.0, torchrec==1.9.2]\n  steps: [1, 2]\n";
+  EXPECT_TRUE(testing::contains(error_of(head + "expect:\n  - replicas: equal\n"),
+                                "field 'reproduces.releases.torchrec==0.6.0': says 'bug', and 'fixed' of "
+                                "torchrec==1.9.2, but every cell expects the same of both (replicas equal)"));
+  // Either release may hold the expectation that differs, in one cell of the two: told apart.
+  for (const std::string release : {"torchrec==0.6.0", "torchrec==1.9.2"}) {
+    EXPECT_NO_THROW(load_scenario_text(head + "expect:\n  - when: {system: " + release +
+                                           ", steps: 2}\n    error: {kind: torchrec, message: No plan}\n"
+                                           "  - replicas: equal\n",
+                                       "s.yaml"))
+        << release;
+  }
+}
+
 // A cell's report file: never "..", never hidden, never too long, one per cell.
 TEST(ScenarioLoader, EveryCellHasItsOwnPlainReportFileName) {
   const std::string long_value = "1." + std::string(130, '0');
@@ -374,6 +429,22 @@ TEST(ScenarioLoaderSystem, AReleaseCellDropsTheProfileAxisAndIsNamedBySystem) {
   EXPECT_EQ(s.runs[1].expect.reference_profile, "current");
   EXPECT_EQ(s.runs[1].expect.reference->rtol, 0.0);
   EXPECT_FALSE(s.runs[0].expect.reference.has_value());
+}
+
+// `expect.reference.profile` takes switches as the top-level `profile` does (it was refused there).
+TEST(ScenarioLoaderSystem, TheReferencesProfileTakesSwitchesAsTheTopLevelOneDoes) {
+  const std::string head = std::string(kMinimal) + "system: torchrec==1.9.2\nexpect:\n  - reference: ";
+  const Scenario s = load_scenario_text(
+      head + "{profile: {base: torchrec-0.6, plan_on_every_rank: true}, rtol: 0, atol: 0}\n", "s.yaml");
+  const Expectation& e = s.runs.at(0).expect;
+  EXPECT_EQ(e.reference_profile, "torchrec-0.6");
+  ASSERT_EQ(e.reference_switches.size(), 1u);
+  EXPECT_EQ(e.reference_switches[0], std::make_pair(std::string("plan_on_every_rank"), std::string("true")));
+  EXPECT_TRUE(testing::contains(e.describe(), "under profile torchrec-0.6+plan_on_every_rank=true")) << e.describe();
+  EXPECT_TRUE(testing::contains(error_of(head + "{profile: {base: torchrec-0.6, no_such_switch: true}}\n"),
+                                "expect[0].reference.profile"));
+  EXPECT_TRUE(testing::contains(error_of(head + "{profile: {plan_on_every_rank: true}}\n"),
+                                "field 'expect[0].reference.profile.base': is required"));
 }
 
 TEST(ScenarioLoaderSystem, TheTrainingLoopOfAReleaseCellAndWhatItMustDo) {
@@ -592,14 +663,18 @@ TEST(ScenarioLoaderSystem, ReleasesSaidToShowABugNeedACell) {
       load_scenario_text(std::string(kMinimal) + replace(reproduces, ": bug", ": 'not runnable: resume'"), "s.yaml");
   ASSERT_EQ(s.reproduces->releases.size(), 1u);
   EXPECT_EQ(s.reproduces->releases[0].second, "not runnable: resume");
-  // With the release in the matrix it loads.
+  // With the release in the matrix, and an expectation of the bug there, it loads.
+  const std::string bug_there =
+      "expect:\n  - when: {system: torchrec==0.6.0}\n    replicas: diverge\n    diverged: [t1]\n"
+      "  - replicas: equal\n";
   EXPECT_NO_THROW(load_scenario_text(
-      std::string(kMinimal) + reproduces + "matrix:\n  system: [reference, torchrec==0.6.0]\n", "s.yaml"));
+      std::string(kMinimal) + reproduces + "matrix:\n  system: [reference, torchrec==0.6.0]\n" + bug_there, "s.yaml"));
   // Confirmed on a release, not modelled: no profiles, a release that shows it.
   const std::string release_only =
       "reproduces:\n  url: u\n  releases:\n    torchrec==0.6.0: bug\n    torchrec==1.9.2: fixed\n";
   const Scenario confirmed = load_scenario_text(
-      std::string(kMinimal) + release_only + "matrix:\n  system: [torchrec==0.6.0, torchrec==1.9.2]\n", "s.yaml");
+      std::string(kMinimal) + release_only + "matrix:\n  system: [torchrec==0.6.0, torchrec==1.9.2]\n" + bug_there,
+      "s.yaml");
   EXPECT_TRUE(confirmed.reproduces->bug_profile.empty());
   // Neither: nothing says where it shows.
   EXPECT_TRUE(fails_with(std::string(kMinimal) + "reproduces:\n  url: u\n", "say where the bug shows"));
