@@ -20,6 +20,7 @@ constexpr std::pair<FailureKind, std::string_view> kFailureKinds[] = {
     {FailureKind::kImport, "import"},
     {FailureKind::kHook, "hook"},
     {FailureKind::kEnvironment, "environment"},
+    {FailureKind::kOracle, "oracle"},
 };
 
 }  // namespace

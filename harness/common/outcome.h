@@ -39,6 +39,7 @@ enum class FailureKind {
   kImport,       // the release's environment could not import torch / torchrec
   kHook,         // a scenario's hook (torchrec: {hooks}) raised, did not import, or returned what cannot be compared
   kEnvironment,  // the system's environment could not be made (the installer failed: a set the resolver refuses)
+  kOracle,       // the release's own unsharded model (global_model's oracle, on rank 0 after the sharded run) raised
 };
 
 std::string_view failure_kind_name(FailureKind kind);

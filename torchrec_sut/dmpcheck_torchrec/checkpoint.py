@@ -43,7 +43,12 @@ def load(model: nn.Module, optimizer: KeyedOptimizer, directory: str) -> str:
         fresh += [f"{param}.{n}" for n in states if n not in mine]
         if mine:  # (DCP would take an empty mapping for a value of its own, and miss it)
             held[param] = mine
-    target = {"model": model_state, "optim": {"state": held}}
+    # A rank that holds no optimizer state to load (its tables' optimizer keeps none, or it holds
+    # no table) asks for none: DCP reads an empty {"state": {}} as one value of its own, "optim.",
+    # which no checkpoint holds (issue 46, item 15: "Missing key in checkpoint state_dict: optim.").
+    target: Dict[str, Any] = {"model": model_state}
+    if held:
+        target["optim"] = {"state": held}
     (dcp.load if hasattr(dcp, "load") else dcp.load_state_dict)(target, storage_reader=dcp.FileSystemReader(directory))
     # DCP loads into the state_dicts' tensors in place; handing them back is what its docs ask.
     model.load_state_dict(target["model"])

@@ -28,7 +28,8 @@ SCHEMA_VERSION = 5
 # Why a run stopped, as a report names it (common/outcome.cc's failure_kind_names(), in order;
 # fixtures/contract/failure_kinds.json holds both sides to it).  A RankError's kind is one of these.
 FAILURE_KINDS = ("invalid_scenario", "invalid_input", "communication", "timeout", "rank_failed", "internal",
-                 "injected", "crashed", "interrupted", "torchrec", "unsupported", "import", "hook", "environment")
+                 "injected", "crashed", "interrupted", "torchrec", "unsupported", "import", "hook", "environment",
+                 "oracle")
 
 _D = TypeVar("_D")
 

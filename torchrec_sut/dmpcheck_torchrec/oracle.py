@@ -31,6 +31,26 @@ if TYPE_CHECKING:
     from dmpcheck_torchrec.dump import TensorPiece
     from dmpcheck_torchrec.models import Model
 
+
+class OracleFailed(Exception):
+    """The release's own unsharded model raised after the sharded run completed: the failure kind
+    `oracle`, not `torchrec`, so that it is never read as the sharded run's (the user's hooks and
+    what the rank program cannot express keep their own kinds)."""
+
+
+def train_unsharded_or_say_so(spec: contract.RunSpec, exchange: str, out_dir: str, world: int,
+                              user: Optional[hooks.Hooks] = None,
+                              tables_seen: Optional[Dict[str, Dict[str, Any]]] = None) -> str:
+    """train_unsharded, whose own failures are OracleFailed."""
+    try:
+        return train_unsharded(spec, exchange, out_dir, world, user, tables_seen)
+    except (hooks.HookFailed, Unsupported, contract.ContractError):
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised, named as the oracle's
+        raise OracleFailed("the unsharded model (the release's own modules in one process, on rank 0 after the "
+                           f"sharded run completed) raised {type(e).__name__}: {e}") from e
+
+
 # An in-backward optimizer's state as FBGEMM's fused kernels name it in the sharded model.
 _FUSED_STATE_NAMES = {"sum": "momentum1", "momentum1": "momentum1", "exp_avg": "exp_avg",
                       "exp_avg_sq": "exp_avg_sq"}

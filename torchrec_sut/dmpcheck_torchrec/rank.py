@@ -44,6 +44,7 @@ _KIND_UNSUPPORTED = "unsupported"  # the scenario asks what this release cannot 
 _KIND_IMPORT = "import"  # torch, fbgemm or torchrec did not import
 _KIND_TORCHREC = "torchrec"  # the release raised
 _KIND_HOOK = "hook"  # the scenario's own hook raised, did not import, or returned what cannot be compared
+_KIND_ORACLE = "oracle"  # the release's own unsharded model (global_model's oracle) raised
 
 
 def _fail(out_dir: str, rank: int, kind: str, message: str, tb: str = "") -> None:
@@ -92,6 +93,10 @@ def main(argv: List[str]) -> int:
         _fail(out_dir, rank, _KIND_HOOK, str(e), traceback.format_exc())
         print(f"dmpcheck_torchrec: rank {rank}: hook: {e}", file=sys.stderr, flush=True)
         return 3
+    except oracle_failed() as e:  # the sharded run completed; its unsharded oracle did not
+        _fail(out_dir, rank, _KIND_ORACLE, str(e), traceback.format_exc())
+        print(f"dmpcheck_torchrec: rank {rank}: {e}", file=sys.stderr, flush=True)
+        return 3
     except runner_unsupported() as e:  # a scenario this release cannot run: said plainly
         _fail(out_dir, rank, _KIND_UNSUPPORTED, str(e))
         print(f"dmpcheck_torchrec: rank {rank}: unsupported: {e}", file=sys.stderr, flush=True)
@@ -119,6 +124,14 @@ def hook_failed() -> Union[Type[Exception], Tuple[()]]:
         from dmpcheck_torchrec.hooks import HookFailed
         return HookFailed
     except Exception:  # noqa: BLE001 - handled as any failure
+        return ()
+
+
+def oracle_failed() -> Union[Type[Exception], Tuple[()]]:
+    try:
+        from dmpcheck_torchrec.oracle import OracleFailed
+        return OracleFailed
+    except Exception:  # noqa: BLE001 - the oracle itself failed to import: handled as any failure
         return ()
 
 

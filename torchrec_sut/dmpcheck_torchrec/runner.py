@@ -252,7 +252,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
     if rank == 0:
         if spec.unsharded:
             t2 = time.perf_counter()
-            notes.append(oracle.train_unsharded(spec, exchange, out_dir, world, user, ctx.tables) +
+            notes.append(oracle.train_unsharded_or_say_so(spec, exchange, out_dir, world, user, ctx.tables) +
                          f", on rank 0 after the sharded run ({time.perf_counter() - t2:.2f} s)")
         if spec.quantized:
             t3 = time.perf_counter()

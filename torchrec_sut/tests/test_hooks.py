@@ -124,6 +124,29 @@ def test_a_hooks_failure_is_its_own_named_error_and_a_bad_file_stops_before_any_
     assert "[rank" not in p.stdout  # said before any rank started
 
 
+def test_a_failure_of_the_unsharded_oracle_is_its_own_kind_not_the_sharded_runs(tmp_path):
+    """Issue 46, item 13: the release's own unsharded model (global_model's oracle, on rank 0 after
+    the sharded run) raising was reported as the release's error, kind torchrec, as if the sharded
+    run had failed. Here a module that raises in the oracle only (built by hook_build_model, which
+    is not the hook raising): kind `oracle`, the message saying whose failure it is."""
+    need("1.9.2")
+    hook = write(tmp_path, """
+        def hook_build_model(ctx):
+            if ctx.unsharded:
+                def fails(*args, **kwargs):
+                    raise RuntimeError("a module of the oracle only")
+                ctx.model.forward = fails
+        """)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO % (hook, "    global_model: {rtol: 1.0e-5, atol: 1.0e-6}\n"))
+    p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"))
+    assert p.returncode == 3, p.stdout + p.stderr
+    report = json.load(open(str(tmp_path / "r" / "hooked" / "default.json")))
+    assert report["failure"]["kind"] == "oracle", report["failure"]
+    assert ("the unsharded model (the release's own modules in one process, on rank 0 after the sharded run "
+            "completed) raised RuntimeError: a module of the oracle only") in report["failure"]["message"]
+
+
 def test_the_hooks_example_passes(tmp_path):
     need("1.9.2")
     from test_torchrec_cells import ROOT

@@ -135,3 +135,55 @@ def test_a_non_finite_loss_on_a_release_is_named_as_the_releases(tmp_path):
     assert p.returncode == 3, p.stdout + p.stderr
     assert re.search(r"NonFiniteLoss: step \d: the loss is (nan|inf|-inf) on rank \d", p.stdout), p.stdout
     assert "not JSON" not in p.stdout
+
+
+def _environment_seen_through(root, name, real, versions):
+    """root/name: every entry of the real environment `real` linked, but a ready marker of its own
+    that claims `versions` (torchrec, fbgemm_gpu) for it."""
+    import json
+    env = root / name
+    env.mkdir(parents=True)
+    for entry in os.listdir(real):
+        if entry not in ("dmpcheck-ready.json", "dmpcheck-in-use.lock", "dmpcheck-last-used"):
+            os.symlink(os.path.join(real, entry), env / entry)
+    with open(os.path.join(real, "dmpcheck-ready.json")) as f:
+        marker = json.load(f)
+    marker["versions"].update(versions)
+    (env / "dmpcheck-ready.json").write_text(json.dumps(marker))
+    return env
+
+
+def test_a_ready_marker_that_names_other_versions_never_names_the_reports_environment(tmp_path):
+    """Item 13: a ready marker edited to say another torchrec reached the report's `environment`.
+    The versions it names are held against the system's: where they differ the environment is asked
+    again and marked anew; where the environment itself imports another release, its cells are
+    skipped saying so."""
+    import json
+    from test_torchrec_cells import ENVS
+    need("1.9.2")
+    real = os.path.join(ENVS, "torchrec-1.9.2")
+    root = tmp_path / "envs"
+    _environment_seen_through(root, "torchrec-1.9.2", real, {"torchrec": "1.9.1"})
+    _environment_seen_through(root, "torchrec-1.9.1", real, {"torchrec": "1.9.1"})
+    scenario = with_keys(tmp_path / "marker.yaml", SCENARIO, {
+        ("name",): "marker", ("steps",): 1, ("world_size",): 2,
+        ("matrix", "system"): ["torchrec==1.9.2", "torchrec==1.9.1"]})
+    p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"), env={"DMPCHECK_TORCHREC_ENVS": str(root)})
+    said = p.stdout + p.stderr
+    assert "dmpcheck-ready.json: it says torchrec 1.9.1, not 1.9.2: asking the environment again" in said, said
+    report = json.load(open(tmp_path / "r" / "marker" / "torchrec__1.9.2.json"))
+    assert report["verdict"] == "pass" and report["system"]["torchrec"] == "1.9.2", report["system"]
+    assert json.loads((root / "torchrec-1.9.2" / "dmpcheck-ready.json").read_text())["versions"]["torchrec"] == "1.9.2"
+    # The environment named 1.9.1 imports 1.9.2 (its marker agrees with its name): the cell's error,
+    # never a verdict on 1.9.1.
+    wrong = json.load(open(tmp_path / "r" / "marker" / "torchrec__1.9.1.json"))
+    assert wrong["verdict"] == "error" and wrong["failure"]["kind"] == "environment", wrong["failure"]
+    assert "imports torchrec 1.9.2, not 1.9.1" in wrong["failure"]["message"], wrong["failure"]
+    # A marker's torch is not what the report's environment says: the ranks' own import is.
+    marker = root / "torchrec-1.9.2" / "dmpcheck-ready.json"
+    said = json.loads(marker.read_text())
+    said["versions"]["torch"] = "9.9.9"
+    marker.write_text(json.dumps(said))
+    p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r2"), env={"DMPCHECK_TORCHREC_ENVS": str(root)})
+    report = json.load(open(tmp_path / "r2" / "marker" / "torchrec__1.9.2.json"))
+    assert report["environment"]["libtorch_version"].startswith("torch 2.14"), report["environment"]
