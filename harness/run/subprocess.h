@@ -28,4 +28,9 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
 // the import's own words).  Throws Error(kInvalidInput) when it cannot be started.
 int run_visible(const std::vector<std::string>& argv, std::string* tail = nullptr, size_t keep = 4096);
 
+// A captured output without its trailing newlines and spaces (a git hash, a one-line answer).
+std::string trim(std::string s);
+// Its last `n` non-empty lines, each as "\n  | line": where Python puts the exception.
+std::string last_lines(const std::string& output, size_t n);
+
 }  // namespace dmpcheck::run
