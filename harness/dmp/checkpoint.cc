@@ -77,6 +77,12 @@ GenericDict dict_of(const std::vector<char>& bytes, const std::string& path) {
   try {
     value = torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
+    // Python pickles a one-element list with APPEND (0x61), which libtorch's unpickler lacks.
+    const std::string what = e.what();
+    DMP_CHECK(what.find("Unknown opcode for unpickling at 0x61") == std::string::npos, ErrorKind::kInvalidInput,
+              "{} holds a list of one element, which Python pickles with an opcode (APPEND) libtorch cannot read: "
+              "save it as a tuple (\"keys\": (\"f0\",)) or a list of two or more",
+              path);
     throw_error(ErrorKind::kInvalidInput, fmt::format("{} is not a torch-serialised file: {}", path, e.what()));
   }
   DMP_CHECK(value.isGenericDict(), ErrorKind::kInvalidInput, "{}: expected a dict at the top level", path);
@@ -269,9 +275,16 @@ KeyedJaggedTensor parse_batch(const std::vector<char>& bytes, const std::string&
   }
   auto tensor_field = [&](const char* key) { return stored_tensor(field(top, key, path), path, key); };
   const c10::IValue key_list = field(top, "keys", path);
-  DMP_CHECK(key_list.isList(), ErrorKind::kInvalidInput, "{}: 'keys' is not a list of feature names", path);
+  DMP_CHECK(key_list.isList() || key_list.isTuple(), ErrorKind::kInvalidInput,
+            "{}: 'keys' is not a list or tuple of feature names", path);
+  std::vector<c10::IValue> names;  // a tuple: how one feature's name is saved (see dict_of)
+  if (key_list.isList()) {
+    for (const auto& k : key_list.toListRef()) names.push_back(k);
+  } else {
+    for (const auto& k : key_list.toTupleRef().elements()) names.push_back(k);
+  }
   std::vector<std::string> keys;
-  for (const auto& k : key_list.toListRef()) {
+  for (const auto& k : names) {
     DMP_CHECK(k.isString(), ErrorKind::kInvalidInput, "{}: 'keys' holds a {}, not a feature name", path,
               std::string(k.tagKind()));
     keys.push_back(k.toStringRef());

@@ -74,6 +74,20 @@ TEST(Checkpoint, ABatchEntryTheReaderDoesNotKnowIsRefusedByName) {
   std::filesystem::remove(path);
 }
 
+// torch.save of one feature (issue 46, item 14: the docs' recipe failed with "Unknown opcode for
+// unpickling at 0x61"): Python pickles a one-element list with APPEND, which libtorch cannot read.
+// The list is refused saying what to write; the tuple the docs now show is read.
+TEST(Checkpoint, OneFeaturesBatchIsReadAsATupleAndItsListIsRefusedSayingSo) {
+  const std::string dir = DMPCHECK_SOURCE_DIR "/fixtures/batches/";
+  const KeyedJaggedTensor kjt = load_batch(dir + "one-feature-as-a-tuple.pt");
+  EXPECT_EQ(kjt.keys(), std::vector<std::string>({"f0"}));
+  EXPECT_EQ(kjt.values().sum().item<int64_t>(), 6);
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput,
+                                   "one-feature-as-a-list.pt holds a list of one element, which Python pickles with "
+                                   "an opcode (APPEND) libtorch cannot read: save it as a tuple",
+                                   [&] { load_batch(dir + "one-feature-as-a-list.pt"); }));
+}
+
 // A few bytes cannot ask for gigabytes: torch.save keeps an expanded tensor as its one stored
 // element and its sizes, and converting it would allocate them all (2^30 ids: 8 GiB).  Refused
 // naming the file and the field, before anything is allocated; so is a checkpoint's.
