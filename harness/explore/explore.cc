@@ -325,6 +325,21 @@ class Search {
         "# dmpcheck explore on {}\n\nSeed {}, {:.0f} s, {} runs. Configurations: {} tried, {} passed, {} refused by "
         "the release, {} failing, {} invalid.\n\n## Findings\n\n",
         o_.system, o_.seed, elapsed(), runs_, tried, passed_, refused_, failing_, invalid_);
+    // Findings grouped by what broke (their signature), in the order first found: several differ
+    // only in what trips them (the optimizer, the pooling), and read as one bug there.
+    std::vector<std::string> signatures;
+    for (const auto& f : findings_) {
+      if (std::find(signatures.begin(), signatures.end(), f.signature) == signatures.end())
+        signatures.push_back(f.signature);
+    }
+    j["signatures"] = nlohmann::json::array();
+    for (const auto& signature : signatures) {
+      nlohmann::json files = nlohmann::json::array();
+      for (const auto& f : findings_) {
+        if (f.signature == signature) files.push_back(f.file);
+      }
+      j["signatures"].push_back({{"signature", signature}, {"files", files}});
+    }
     for (const auto& f : findings_) {
       j["findings"].push_back({{"file", f.file},
                                {"signature", f.signature},
@@ -335,12 +350,20 @@ class Search {
                                {"observed", f.text},
                                {"against", f.against},
                                {"confirmed", f.confirmed}});
-      md += fmt::format("- `{}`: {} (needs: {}; {} configuration(s) failed so; minimised in {} runs; {}){}\n", f.file,
-                        f.text, fmt::join(f.traits, "; "), f.seen, f.minimise_runs,
-                        f.confirmed ? "the file meets its expectations when run"
-                                    : "**the file does NOT meet its "
-                                      "expectations when run**",
-                        f.against.empty() ? "" : fmt::format("; on {}: {}", o_.against, f.against));
+    }
+    for (const auto& signature : signatures) {
+      const auto n =
+          std::count_if(findings_.begin(), findings_.end(), [&](const Finding& f) { return f.signature == signature; });
+      md += fmt::format("### {} ({} finding(s))\n\n", signature, n);
+      for (const auto& f : findings_) {
+        if (f.signature != signature) continue;
+        md += fmt::format("- `{}`: {} (needs: {}; {} configuration(s) failed so; minimised in {} runs; {}){}\n", f.file,
+                          f.text, fmt::join(f.traits, "; "), f.seen, f.minimise_runs,
+                          f.confirmed ? "the file meets its expectations when run"
+                                      : "**the file does NOT meet its expectations when run**",
+                          f.against.empty() ? "" : fmt::format("; on {}: {}", o_.against, f.against));
+      }
+      md += "\n";
     }
     if (findings_.empty()) md += "None.\n";
     md += "\n## What was drawn\n\n| axis=value | configurations |\n|---|--:|\n";

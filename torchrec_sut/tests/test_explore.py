@@ -31,6 +31,13 @@ def test_a_short_search_writes_confirmed_minimised_findings(tmp_path):
     assert {"table row_wise mean", "table table_wise sum"} in [n & {"table row_wise mean", "table table_wise sum"}
                                                               for n in needs], needs
     assert "explore.md" in p.stdout
+    # Grouped by what broke: every finding under its signature once, in the report and its page.
+    groups = report["signatures"]
+    assert sorted(f for g in groups for f in g["files"]) == sorted(f["file"] for f in report["findings"])
+    assert len({g["signature"] for g in groups}) == len(groups)
+    page = open(os.path.join(out, "explore.md")).read()
+    for g in groups:
+        assert "### %s (%d finding(s))" % (g["signature"], len(g["files"])) in page, page
 
 
 def test_a_release_that_is_not_installed_is_said_before_any_search(tmp_path):
