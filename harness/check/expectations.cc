@@ -27,17 +27,18 @@ struct ToleranceWords {
   bool bounded = false;             // each element has its own bound (the check's note says which)
 };
 
-// `match: false` is met by a tensor both sides hold whose values (or shape) differ; one that only
-// one side holds is named as not counted.
-std::string not_counted(const std::vector<std::string>& apart) {
-  if (apart.empty()) return "";
-  return fmt::format(" (not counted, since only one side holds it: {})", fmt::join(apart, "; "));
+// `match: false` met by tensors only one side holds (no value differs): said in the expectation's
+// description, which the verdict line shows, so that "differs" is never read as a difference of
+// values (issue 46, item 10).
+std::string met_by_one_side(const std::string& what, const std::vector<std::string>& apart) {
+  return fmt::format("; {} met only by tensor(s) one side holds, no value differing: {}", what, fmt::join(apart, "; "));
 }
 
 // Per-tensor checks against a tolerance: with `match`, every tensor out of it is a failure;
 // without, every tensor within it is one.
-void judge_tolerance(std::vector<std::string>& failures, const scenario::Tolerance& tol, bool compared,
+void judge_tolerance(ExpectationResult& out, const scenario::Tolerance& tol, bool compared,
                      const std::vector<GlobalModelCheck>& checks, const ToleranceWords& words) {
+  auto& failures = out.failures;
   if (!compared) {
     failures.push_back(words.not_run);
   } else if (tol.match) {
@@ -55,15 +56,18 @@ void judge_tolerance(std::vector<std::string>& failures, const scenario::Toleran
     }
   } else if (std::none_of(checks.begin(), checks.end(),
                           [](const GlobalModelCheck& g) { return !g.one_sided && !g.within_tolerance; })) {
-    // A tensor only one side holds is not a difference of values: it cannot meet `match: false`.
     std::vector<std::string> apart;
     for (const auto& g : checks) {
       if (g.one_sided) apart.push_back(fmt::format("{} ({})", g.name, g.note));
     }
-    failures.push_back(words.bounded ? fmt::format("{}, but every tensor is within its bound{}",
-                                                   words.expected_difference, not_counted(apart))
-                                     : fmt::format("{}, but every tensor is within rtol {} / atol {}{}",
-                                                   words.expected_difference, tol.rtol, tol.atol, not_counted(apart)));
+    if (!apart.empty()) {
+      out.description += met_by_one_side(words.expected_difference, apart);
+    } else {
+      failures.push_back(words.bounded
+                             ? fmt::format("{}, but every tensor is within its bound", words.expected_difference)
+                             : fmt::format("{}, but every tensor is within rtol {} / atol {}",
+                                           words.expected_difference, tol.rtol, tol.atol));
+    }
   }
 }
 
@@ -115,24 +119,23 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
   if (!expect.observed.empty())
     judge_observed(expect.observed, result.observed, result.environment.world_size, out.failures);
   if (expect.global_model) {
-    judge_tolerance(out.failures, *expect.global_model, result.global_model_checked, result.global_model,
+    judge_tolerance(out, *expect.global_model, result.global_model_checked, result.global_model,
                     {"the unsharded-model comparison did not run", "", "the unsharded model",
                      "expected to differ from the unsharded model"});
   }
   if (expect.resumed) {
-    judge_tolerance(out.failures, *expect.resumed, result.resumed_compared, result.resumed,
+    judge_tolerance(out, *expect.resumed, result.resumed_compared, result.resumed,
                     {"the resumed run was not compared with the uninterrupted one", " of the resumed run",
                      "the uninterrupted run", "expected the resumed run to differ from the uninterrupted one"});
   }
   if (expect.quantized) {
     judge_tolerance(
-        out.failures, *expect.quantized, result.quantized_compared, result.quantized,
+        out, *expect.quantized, result.quantized_compared, result.quantized,
         {"the quantized model was not compared with the float one", " of the quantized model", "the float model",
          "expected the quantized model to differ from the float one beyond its bound", true});
   }
   if (expect.quantized_sharded) {
-    judge_tolerance(out.failures, *expect.quantized_sharded, result.quantized_sharded_compared,
-                    result.quantized_sharded,
+    judge_tolerance(out, *expect.quantized_sharded, result.quantized_sharded_compared, result.quantized_sharded,
                     {"the quantized model sharded for inference was not compared with the unsharded one",
                      " of the quantized model sharded for inference", "the unsharded quantized model",
                      "expected the sharded quantized model to differ from the unsharded one"});
@@ -202,10 +205,14 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
           const std::string item = fmt::format("{} ({})", d.name, d.note);
           if (d.one_sided && std::find(apart.begin(), apart.end(), item) == apart.end()) apart.push_back(item);
         }
-        out.failures.push_back(
-            fmt::format("expected to differ from the reference, but every tensor is within rtol {} / atol {} "
-                        "at every step{}",
-                        expect.reference->rtol, expect.reference->atol, not_counted(apart)));
+        if (!apart.empty()) {
+          out.description += met_by_one_side("expected to differ from the reference", apart);
+        } else {
+          out.failures.push_back(
+              fmt::format("expected to differ from the reference, but every tensor is within rtol {} / atol {} "
+                          "at every step",
+                          expect.reference->rtol, expect.reference->atol));
+        }
       }
     } else {
       // One line per tensor: where it first leaves the tolerance, and its worst step.

@@ -272,12 +272,20 @@ class Search {
   static std::string expectation_of(const Outcome& got) {
     if (got.kind == Outcome::kPassed) return "    replicas: equal\n    global_model: {rtol: 1.0e-5, atol: 1.0e-6}\n";
     if (got.failure) {
-      // What the message says before its first number (sizes vary with the configuration).
-      std::string message = got.text.substr(0, std::min<size_t>(60, got.text.find_first_of("0123456789")));
-      if (message.size() < 12) message = got.text.substr(0, 60);
+      // What the message says before its first number (sizes vary with the configuration); of an
+      // oracle's failure, what its module raised, after the words every oracle failure begins with.
+      const size_t raised = got.text.find(" raised ");
+      const std::string said =
+          *got.failure == FailureKind::kOracle && raised != std::string::npos ? got.text.substr(raised + 8) : got.text;
+      std::string message = said.substr(0, std::min<size_t>(60, said.find_first_of("0123456789")));
+      if (message.size() < 12) message = said.substr(0, 60);
       std::replace(message.begin(), message.end(), '"', '\'');
       std::replace(message.begin(), message.end(), '\\', '/');
-      return fmt::format("    error: {{kind: {}, message: \"{}\"}}\n", failure_kind_name(*got.failure), message);
+      // The oracle runs only where the unsharded model is compared: its failure needs global_model.
+      const std::string oracle =
+          *got.failure == FailureKind::kOracle ? "    global_model: {rtol: 1.0e-5, atol: 1.0e-6}\n" : "";
+      return fmt::format("{}    error: {{kind: {}, message: \"{}\"}}\n", oracle, failure_kind_name(*got.failure),
+                         message);
     }
     std::string e = got.diverged.empty()
                         ? "    replicas: equal\n"
