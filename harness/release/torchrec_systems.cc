@@ -189,13 +189,13 @@ std::optional<TorchRecEnvironment> release_environment(const scenario::System& s
     take_versions(env, contract::read_document_file<contract::ProbeAnswer>(ready));
     // A marker that names other versions than the system's (edited, or left by another set) must
     // not name the report's environment.
-    if (const std::string other = disagreement(system, env); !other.empty()) stale = fmt::format("it says {}", other);
+    if (const std::string other = disagreement(system, env); !other.empty()) stale = fmt::format("says {}", other);
   } catch (const Error& unreadable) {
     // Marked by another dmpcheck's installer (another schema): asked again, and marked anew.
-    stale = fmt::format("it is not this dmpcheck's probe answer ({})", unreadable.what());
+    stale = fmt::format("is not this dmpcheck's probe answer ({})", unreadable.what());
   }
   if (stale.empty()) return env;
-  fmt::print(stderr, "dmpcheck: {}: {}: asking the environment again\n", ready, stale);
+  fmt::print(stderr, "dmpcheck: {} {}: asking the environment again\n", ready, stale);
   try {
     const contract::ProbeAnswer answer = probe(env.python, label(system) + "'s environment " + env.dir);
     take_versions(env, answer);

@@ -170,7 +170,7 @@ def test_a_ready_marker_that_names_other_versions_never_names_the_reports_enviro
         ("matrix", "system"): ["torchrec==1.9.2", "torchrec==1.9.1"]})
     p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"), env={"DMPCHECK_TORCHREC_ENVS": str(root)})
     said = p.stdout + p.stderr
-    assert "dmpcheck-ready.json: it says torchrec 1.9.1, not 1.9.2: asking the environment again" in said, said
+    assert "dmpcheck-ready.json says torchrec 1.9.1, not 1.9.2: asking the environment again" in said, said
     report = json.load(open(tmp_path / "r" / "marker" / "torchrec__1.9.2.json"))
     assert report["verdict"] == "pass" and report["system"]["torchrec"] == "1.9.2", report["system"]
     assert json.loads((root / "torchrec-1.9.2" / "dmpcheck-ready.json").read_text())["versions"]["torchrec"] == "1.9.2"
