@@ -427,14 +427,14 @@ LaunchOutcome launch(const LaunchRequest& request) {
       // The rank to name: a stopped one (the others wait for it), else the first still running.
       auto named =
           std::find_if(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running && process_stopped(r.pid); });
-      if (named == ranks.end())
-        named = std::find_if(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; });
+      const bool stopped = named != ranks.end();
+      if (!stopped) named = std::find_if(ranks.begin(), ranks.end(), [](const Rank& r) { return r.running; });
       const std::string budget =
           fmt::format("the run's budget of {:.0f} s ran out", std::chrono::duration<double>(request.budget).count());
       outcome.failure =
           interrupted
               ? make_failure(*named, check::FailureKind::kInterrupted, "stopped: dmpcheck received SIGINT or SIGTERM")
-          : process_stopped(named->pid)
+          : stopped
               ? make_failure(*named, check::FailureKind::kTimeout, fmt::format("{} when {}", kStoppedCause, budget))
               : make_failure(*named, check::FailureKind::kTimeout, "still running when " + budget);
       break;
