@@ -39,13 +39,22 @@ if [ "${1:-}" = "--mutate" ] || [ "${1:-}" = "--runs" ]; then
     seed=${FUZZ_SEED:-$((16#${tree:0:12}))}
   fi
   status=0
+  # Each target runs with a TMPDIR of its own that must be empty when it exits: a fuzzer that
+  # leaves a directory per run fills /tmp on a CI machine (the exchange target did).
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
   for target in "${targets[@]}"; do
     binary=build/harness/fuzz/${target}_fuzz
     [ -x "$binary" ] || { echo "ci/fuzz.sh: $binary is not built (bash ci/build.sh first)" >&2; exit 2; }
     artifacts=build/fuzz-artifacts/$target
     rm -rf "$artifacts"
-    if ! "$binary" "${bound[@]}" --seed "$seed" --artifacts "$artifacts" "fixtures/fuzz/$target"; then
+    if ! TMPDIR=$scratch "$binary" "${bound[@]}" --seed "$seed" --artifacts "$artifacts" "fixtures/fuzz/$target"; then
       echo "ci/fuzz.sh: $target FAILED with seed $seed (again: FUZZ_SEED=$seed bash ci/fuzz.sh ${bound[*]}): the input is $artifacts/$(ls "$artifacts" | grep -m1 -E '^hang$' || echo current)" >&2
+      status=1
+    fi
+    if [ -n "$(ls -A "$scratch")" ]; then
+      echo "ci/fuzz.sh: $target left behind in its TMPDIR: $(ls -A "$scratch" | tr '\n' ' ')" >&2
+      rm -rf "${scratch:?}"/* "${scratch:?}"/.[!.]* 2>/dev/null || true
       status=1
     fi
   done

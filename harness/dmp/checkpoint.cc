@@ -57,9 +57,15 @@ c10::impl::GenericList int_list(const std::vector<int64_t>& values) {
 }
 
 // Lists of ints as either kind of list: generic (this format) or typed (files written before it).
-std::vector<int64_t> ints_of(const c10::IValue& value) {
+std::vector<int64_t> ints_of(const c10::IValue& value, const std::string& path, const std::string& what) {
+  DMP_CHECK(value.isList(), ErrorKind::kInvalidInput, "{}: '{}' is a {}, not a list of integers", path, what,
+            std::string(value.tagKind()));
   std::vector<int64_t> out;
-  for (const auto& v : value.toListRef()) out.push_back(v.toInt());
+  for (const auto& v : value.toListRef()) {
+    DMP_CHECK(v.isInt(), ErrorKind::kInvalidInput, "{}: '{}' holds a {}, not an integer", path, what,
+              std::string(v.tagKind()));
+    out.push_back(v.toInt());
+  }
   return out;
 }
 
@@ -113,6 +119,22 @@ c10::IValue field(const GenericDict& dict, const std::string& key, const std::st
   return it->value();
 }
 
+// A field of the kind the format says, or Error(kInvalidInput) naming the file, the field and the
+// kind found (libtorch's own accessors fail as internal asserts naming neither).
+int64_t int_field(const GenericDict& dict, const std::string& key, const std::string& path) {
+  const c10::IValue v = field(dict, key, path);
+  DMP_CHECK(v.isInt(), ErrorKind::kInvalidInput, "{}: '{}' is a {}, not an integer", path, key,
+            std::string(v.tagKind()));
+  return v.toInt();
+}
+
+std::string string_field(const GenericDict& dict, const std::string& key, const std::string& path) {
+  const c10::IValue v = field(dict, key, path);
+  DMP_CHECK(v.isString(), ErrorKind::kInvalidInput, "{}: '{}' is a {}, not a string", path, key,
+            std::string(v.tagKind()));
+  return v.toStringRef();
+}
+
 }  // namespace
 
 void save_sharded_checkpoint(const std::string& directory, const DistributedModelParallel& model, int rank,
@@ -143,12 +165,14 @@ void save_sharded_checkpoint(const std::string& directory, const DistributedMode
 FullState load_sharded_checkpoint(const std::string& directory) {
   const std::string first = directory + "/rank0.pt";
   const GenericDict head = read_dict(first);
-  DMP_CHECK(field(head, "format", first).toStringRef() == "dmpcheck-sharded-v1", ErrorKind::kInvalidInput,
-            "{}: not a dmpcheck sharded checkpoint (format '{}')", first, field(head, "format", first).toStringRef());
-  const int64_t world_size = field(head, "world_size", first).toInt();
+  const std::string format = string_field(head, "format", first);
+  DMP_CHECK(format == "dmpcheck-sharded-v1", ErrorKind::kInvalidInput,
+            "{}: not a dmpcheck sharded checkpoint (format '{}')", first, format);
+  const int64_t world_size = int_field(head, "world_size", first);
   FullState state;
-  state.steps = field(head, "steps", first).toInt();
-  state.plan = field(head, "plan", first).toStringRef();
+  state.steps = int_field(head, "steps", first);
+  DMP_CHECK(state.steps >= 0, ErrorKind::kInvalidInput, "{}: 'steps' is {}, not a count of steps", first, state.steps);
+  state.plan = string_field(head, "plan", first);
   DMP_CHECK(world_size >= 1 && world_size <= 4096, ErrorKind::kInvalidInput, "{}: world_size {} (expected 1 to 4096)",
             first, world_size);
   int64_t stored_bytes = 0;
@@ -161,20 +185,25 @@ FullState load_sharded_checkpoint(const std::string& directory) {
     DMP_CHECK(fs::exists(path), ErrorKind::kInvalidInput, "{}: missing; the checkpoint was saved by {} ranks", path,
               world_size);
     const GenericDict dict = r == 0 ? head : read_dict(path);
-    for (const auto& item : field(dict, "pieces", path).toListRef()) {
+    const c10::IValue pieces = field(dict, "pieces", path);
+    DMP_CHECK(pieces.isList(), ErrorKind::kInvalidInput, "{}: 'pieces' is a {}, not a list", path,
+              std::string(pieces.tagKind()));
+    for (const auto& item : pieces.toListRef()) {
+      DMP_CHECK(item.isGenericDict(), ErrorKind::kInvalidInput, "{}: a piece is a {}, not a dict", path,
+                std::string(item.tagKind()));
       const GenericDict piece = item.toGenericDict();
-      const std::string name = field(piece, "name", path).toStringRef();
-      const std::string sharding = field(piece, "sharding", path).toStringRef();
+      const std::string name = string_field(piece, "name", path);
+      const std::string sharding = string_field(piece, "sharding", path);
       const at::Tensor tensor = stored_tensor(field(piece, "tensor", path), path, name);
       const Shard placement{static_cast<int>(r),
-                            field(piece, "row_offset", path).toInt(),
-                            field(piece, "rows", path).toInt(),
-                            field(piece, "col_offset", path).toInt(),
-                            field(piece, "cols", path).toInt(),
+                            int_field(piece, "row_offset", path),
+                            int_field(piece, "rows", path),
+                            int_field(piece, "col_offset", path),
+                            int_field(piece, "cols", path),
                             0};
       auto it = state.tensors.find(name);
       if (it == state.tensors.end()) {
-        const auto sizes = ints_of(field(piece, "full_sizes", path));
+        const auto sizes = ints_of(field(piece, "full_sizes", path), path, name + "'s full_sizes");
         // Every element of a full tensor is stored in one of the ranks' files.
         int64_t elements = 1;
         for (const int64_t s : sizes) {
@@ -187,7 +216,15 @@ FullState load_sharded_checkpoint(const std::string& directory) {
       } else if (sharding == "dense" || sharding == "data_parallel") {
         continue;  // replicated: rank 0's copy is the one kept
       }
-      at::Tensor target = sharding == "dense" ? it->second : piece_of(it->second, placement, tensor.dim() != 2);
+      at::Tensor target;
+      try {
+        target = sharding == "dense" ? it->second : piece_of(it->second, placement, tensor.dim() != 2);
+      } catch (const c10::Error&) {
+        throw_error(ErrorKind::kInvalidInput,
+                    fmt::format("{}: the piece of '{}' at rows {}+{}, columns {}+{} lies outside its full sizes {}",
+                                path, name, placement.row_offset, placement.rows, placement.col_offset, placement.cols,
+                                fmt::join(it->second.sizes(), "x")));
+      }
       DMP_CHECK_EQ(tensor.sizes(), target.sizes(), ErrorKind::kInvalidInput,
                    "{}: piece of '{}' does not fit its place in the full tensor", path, name);
       target.copy_(tensor);

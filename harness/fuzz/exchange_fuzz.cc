@@ -15,11 +15,21 @@
 #include "run/tensor_exchange.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string dir = [] {
-    std::string pattern = std::filesystem::temp_directory_path().string() + "/dmpcheck-exchange-fuzz-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    return pattern;
-  }();
+  // One directory for the whole run, removed when the fuzzer exits (it was left behind, one per run).
+  struct Scratch {
+    std::string path = std::filesystem::temp_directory_path().string() + "/dmpcheck-exchange-fuzz-XXXXXX";
+    Scratch() {
+      if (::mkdtemp(path.data()) == nullptr) std::abort();
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    ~Scratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Scratch scratch;
+  const std::string& dir = scratch.path;
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   const size_t split = bytes.find('\0');
   static const std::string phase = dmpcheck::run::contract::phase_after(1);

@@ -143,6 +143,55 @@ TEST(Checkpoint, ATorchSaveZipIsReadAndOneWhoseDirectoryLiesIsRefusedBeforeLibto
                                    [&] { load_batch(dir + "truncated.pt"); }));
 }
 
+// A sharded checkpoint's fields of another kind (issue 46): libtorch's accessors failed as internal
+// asserts naming neither the file nor the field; each is now refused naming both, as is a piece
+// placed outside its full tensor.
+TEST(Checkpoint, AShardedFieldOfAnotherKindIsRefusedNamingTheFileAndTheField) {
+  const std::string dir = temp_path("sharded-kinds");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/rank0.pt";
+  auto piece = [](const c10::IValue& row_offset) {
+    c10::impl::GenericDict p(c10::StringType::get(), c10::AnyType::get());
+    p.insert("name", std::string("ebc.embedding_bags.t0.weight"));
+    p.insert("sharding", std::string("row_wise"));
+    p.insert("row_offset", row_offset);
+    p.insert("rows", 2);
+    p.insert("col_offset", 0);
+    p.insert("cols", 4);
+    p.insert("full_sizes", c10::List<int64_t>({4, 4}));
+    p.insert("tensor", at::zeros({2, 4}));
+    return p;
+  };
+  auto save = [&](const c10::IValue& world_size, const c10::IValue& row_offset) {
+    c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+    top.insert("format", std::string("dmpcheck-sharded-v1"));
+    top.insert("rank", 0);
+    top.insert("world_size", world_size);
+    top.insert("steps", 1);
+    top.insert("plan", std::string(""));
+    c10::impl::GenericList pieces(c10::AnyType::get());
+    pieces.push_back(piece(row_offset));
+    top.insert("pieces", pieces);
+    const std::vector<char> bytes = torch::jit::pickle_save(top);
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  save(std::string("one"), 0);
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "rank0.pt: 'world_size' is a String, not an integer",
+                                   [&] { load_checkpoint(dir); }));
+  save(1, std::string("0"));
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "rank0.pt: 'row_offset' is a String, not an integer",
+                                   [&] { load_checkpoint(dir); }));
+  save(1, 3);
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput,
+                                   "rank0.pt: the piece of 'ebc.embedding_bags.t0.weight' at rows 3+2, columns 0+4 "
+                                   "lies outside its full sizes 4x4",
+                                   [&] { load_checkpoint(dir); }));
+  save(1, 2);
+  EXPECT_EQ(load_checkpoint(dir).tensors.at("ebc.embedding_bags.t0.weight").sizes(), at::IntArrayRef({4, 4}));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Checkpoint, AFileOfAnotherKindIsACleanError) {
   const std::string path = temp_path("not-a-checkpoint.pt");
   std::ofstream(path) << "hello";
