@@ -10,6 +10,7 @@ need no torch.
 import hashlib
 import json
 import os
+import pathlib
 import socket
 import subprocess
 import sys
@@ -55,7 +56,9 @@ def compare(directory, *extra):
 
 
 def audited_env(audit_dir, **extra):
-    e = dict(os.environ, PYTHONPATH=BOOT + os.pathsep + SUT, DMPCHECK_AUDIT_DIR=str(audit_dir))
+    # TMPDIR beside the audit: torchrun keeps its agent's log directory (torchelastic_*) there.
+    e = dict(os.environ, PYTHONPATH=BOOT + os.pathsep + SUT, DMPCHECK_AUDIT_DIR=str(audit_dir),
+             TMPDIR=str(pathlib.Path(audit_dir).parent))
     e.update(extra)
     return e
 

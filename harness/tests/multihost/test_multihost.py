@@ -35,6 +35,8 @@ SECRET = "multihost-test-secret-%d" % os.getpid()
 def in_ns(ns, args, env=None, log=None):
     e = dict(os.environ)
     e["DMPCHECK_RUN_SECRET"] = SECRET
+    if log:  # torchrun keeps its agent's log directory (torchelastic_*) in TMPDIR: the test's own
+        e["TMPDIR"] = os.path.dirname(log)
     e.update(env or {})
     return subprocess.Popen(["ip", "netns", "exec", ns] + args, env=e, stdout=open(log, "w"), stderr=subprocess.STDOUT)
 
