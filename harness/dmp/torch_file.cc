@@ -1,5 +1,7 @@
 #include "dmp/torch_file.h"
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -35,7 +37,27 @@ class Bytes {
   const std::string& path_;
 };
 
+std::atomic<bool> crc32_checked{true};
+
+// The zip's CRC-32 (ISO-HDLC, as zlib's crc32) of `n` bytes at `data`.
+uint32_t crc32_of(const char* data, uint64_t n) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1u) != 0 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (uint64_t i = 0; i < n; ++i) c = table[(c ^ static_cast<unsigned char>(data[i])) & 0xFFu] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
 }  // namespace
+
+void check_zip_crc32(bool on) { crc32_checked = on; }
 
 void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
   // libtorch reads any bytes as a zip (its reader finds the directory from the end, whatever the
@@ -87,6 +109,11 @@ void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
   if (dir_offset > raw.size() || dir_size > raw.size() - dir_offset || entries > dir_size / 46 + 1)
     bad(fmt::format("its zip's directory ({} entries, {} bytes at {}) does not fit the file's {} bytes", entries,
                     dir_size, dir_offset, raw.size()));
+  struct Checksum {
+    std::string name;
+    uint64_t data, size, crc;
+  };
+  std::vector<Checksum> checksums;
   uint64_t at = dir_offset;
   for (uint64_t e = 0; e < entries; ++e) {
     if (b.read(at, 4, "directory") != kDirectoryEntry) bad(fmt::format("its zip's directory entry {} is not one", e));
@@ -115,7 +142,16 @@ void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
     if (data > raw.size() || size > raw.size() - data)
       bad(fmt::format("zip entry '{}' ({} bytes at {}) runs past the end of the file ({} bytes)", name, size, data,
                       raw.size()));
+    checksums.push_back({name, data, size, b.read(at + 16, 4, "directory")});
     at += 46 + name_length + extra_length + comment_length;
+  }
+  // libtorch builds miniz without its CRC check (MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS), so a
+  // flipped byte in a tensor loaded unseen (issue 46, item 8); torch writes every entry's CRC.
+  // Checked once every entry is known to lie within the file.
+  for (const auto& entry : checksums) {
+    if (crc32_checked && crc32_of(raw.data() + entry.data, entry.size) != entry.crc)
+      bad(fmt::format("zip entry '{}' fails its CRC-32 check (the file was changed or damaged after it was written)",
+                      entry.name));
   }
 }
 

@@ -38,6 +38,10 @@ class ContractError(ValueError):
     """A document that is not what the contract says (unknown or missing field, wrong kind)."""
 
 
+class InputRefused(ValueError):
+    """The user's input does not fit the model (init.from's weights: a name, a shape): kind invalid_input."""
+
+
 @dataclasses.dataclass
 class Constraints:
     sharding_types: List[str] = field(default_factory=list)

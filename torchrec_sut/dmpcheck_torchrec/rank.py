@@ -25,12 +25,13 @@ share a process.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 import time
 import traceback
-from typing import List, NoReturn, Tuple, Type, Union
+from typing import List, NoReturn, Optional, Tuple
 
 
 # contract.SCHEMA_VERSION, for the error written when the contract module cannot be imported
@@ -41,10 +42,11 @@ _SCHEMA_VERSION = 5
 # tests/test_contract.py holds these to fixtures/contract/failure_kinds.json's `rank_program`).
 _KIND_CONTRACT = "rank_failed"  # the launcher and this program disagree on a document
 _KIND_UNSUPPORTED = "unsupported"  # the scenario asks what this release cannot express
-_KIND_IMPORT = "import"  # torch, fbgemm or torchrec did not import
+_KIND_IMPORT = "import"  # torch, fbgemm or torchrec did not import, or lacks what the code calls
 _KIND_TORCHREC = "torchrec"  # the release raised
 _KIND_HOOK = "hook"  # the scenario's own hook raised, did not import, or returned what cannot be compared
 _KIND_ORACLE = "oracle"  # the release's own unsharded model (global_model's oracle) raised
+_KIND_INPUT = "invalid_input"  # the user's input (init.from's weights) does not fit the model
 
 
 def _fail(out_dir: str, rank: int, kind: str, message: str, tb: str = "") -> None:
@@ -85,62 +87,69 @@ def main(argv: List[str]) -> int:
         from dmpcheck_torchrec import contract, runner
         spec = contract.load(contract.RunSpec, os.path.join(exchange, "spec.json"))
         runner.run(spec, exchange, out_dir, rank, import_s)
-    except contract_error() as e:  # the launcher and this program disagree on a document
-        _fail(out_dir, rank, _KIND_CONTRACT, str(e))
-        print(f"dmpcheck_torchrec: rank {rank}: {e}", file=sys.stderr, flush=True)
-        return 3
-    except hook_failed() as e:  # the user's own code, never blamed on the release
-        _fail(out_dir, rank, _KIND_HOOK, str(e), traceback.format_exc())
-        print(f"dmpcheck_torchrec: rank {rank}: hook: {e}", file=sys.stderr, flush=True)
-        return 3
-    except oracle_failed() as e:  # the sharded run completed; its unsharded oracle did not
-        _fail(out_dir, rank, _KIND_ORACLE, str(e), traceback.format_exc())
-        print(f"dmpcheck_torchrec: rank {rank}: {e}", file=sys.stderr, flush=True)
-        return 3
-    except runner_unsupported() as e:  # a scenario this release cannot run: said plainly
-        _fail(out_dir, rank, _KIND_UNSUPPORTED, str(e))
-        print(f"dmpcheck_torchrec: rank {rank}: unsupported: {e}", file=sys.stderr, flush=True)
-        return 3
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then the rank exits 3
+        named = _named(e)
+        if named is not None:
+            kind, prefix, with_traceback = named
+            _fail(out_dir, rank, kind, str(e), traceback.format_exc() if with_traceback else "")
+            print(f"dmpcheck_torchrec: rank {rank}: {prefix}{e}", file=sys.stderr, flush=True)
+            return 3
         tb = traceback.format_exc()
-        kind = _KIND_IMPORT if isinstance(e, ImportError) else _KIND_TORCHREC
-        _fail(out_dir, rank, kind, f"{type(e).__name__}: {e}", tb)
+        kind, message = failure_of(e)
+        _fail(out_dir, rank, kind, message, tb)
         sys.stderr.write(tb)
         sys.stderr.flush()
         return 3
     return 0
 
 
-def contract_error() -> Union[Type[Exception], Tuple[()]]:
-    try:
-        from dmpcheck_torchrec.contract import ContractError
-        return ContractError
-    except Exception:  # noqa: BLE001 - handled as any failure
-        return ()
+# What an environment lacks, said by torch or the loader: the code at hand calls an fbgemm operator
+# or links a symbol of another fbgemm-gpu or torch than the environment's (a commit newer than the
+# release it is visited over).  No TorchRec behaviour: a search takes it as a commit that does not
+# import.  (An fbgemm *Python* attribute TorchRec reads, as #3099's, stays the release's error.)
+_ENVIRONMENT_LACKS = ("No such operator fbgemm::", "'_OpNamespace' 'fbgemm' object has no attribute",
+                      "undefined symbol")
+_OURS = os.path.dirname(os.path.abspath(__file__))
 
 
-def hook_failed() -> Union[Type[Exception], Tuple[()]]:
-    try:
-        from dmpcheck_torchrec.hooks import HookFailed
-        return HookFailed
-    except Exception:  # noqa: BLE001 - handled as any failure
-        return ()
+def failure_of(e: BaseException) -> Tuple[str, str]:
+    """The kind and message of a failure no narrower handler took."""
+    text = f"{type(e).__name__}: {e}"
+    if any(lacked in str(e) for lacked in _ENVIRONMENT_LACKS):
+        return _KIND_IMPORT, f"the environment lacks what this torchrec calls (it needs another fbgemm-gpu or torch): {text}"
+    if not isinstance(e, ImportError):
+        return _KIND_TORCHREC, text
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<")]
+    module = e.name or ""
+    if frames and os.path.dirname(os.path.abspath(frames[-1].filename)) == _OURS and module.startswith("torchrec."):
+        # This program's own import of a name or module TorchRec had at another commit.
+        where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}"
+        return _KIND_IMPORT, f"dmpcheck's rank program ({where}) imports from {module} what this torchrec lacks: {text}"
+    if module.startswith("fbgemm_gpu"):  # TorchRec's import of an fbgemm-gpu newer than the environment's
+        return _KIND_IMPORT, f"this torchrec imports from {module} what the environment's fbgemm-gpu lacks: {text}"
+    return _KIND_IMPORT, text
 
 
-def oracle_failed() -> Union[Type[Exception], Tuple[()]]:
-    try:
-        from dmpcheck_torchrec.oracle import OracleFailed
-        return OracleFailed
-    except Exception:  # noqa: BLE001 - the oracle itself failed to import: handled as any failure
-        return ()
+# The failures this program names itself, each from its module (which may be what failed to import):
+# (module, class, kind, the stderr line's prefix, whether the traceback is kept).
+_NAMED = (
+    ("contract", "ContractError", _KIND_CONTRACT, "", False),  # the launcher and this program disagree on a document
+    ("contract", "InputRefused", _KIND_INPUT, "", False),  # the user's own input does not fit the model
+    ("hooks", "HookFailed", _KIND_HOOK, "hook: ", True),  # the user's own code, never blamed on the release
+    ("oracle", "OracleFailed", _KIND_ORACLE, "", True),  # the sharded run completed; its unsharded oracle did not
+    ("runner", "Unsupported", _KIND_UNSUPPORTED, "unsupported: ", False),  # what this release cannot run
+)
 
 
-def runner_unsupported() -> Union[Type[Exception], Tuple[()]]:
-    try:
-        from dmpcheck_torchrec.runner import Unsupported
-        return Unsupported
-    except Exception:  # noqa: BLE001 - the runner itself failed to import: handled as any failure
-        return ()
+def _named(e: BaseException) -> Optional[Tuple[str, str, bool]]:
+    for module, name, kind, prefix, with_traceback in _NAMED:
+        try:
+            named = getattr(importlib.import_module("dmpcheck_torchrec." + module), name)
+        except Exception:  # noqa: BLE001 - that module failed to import: handled as any failure
+            continue
+        if isinstance(e, named):
+            return kind, prefix, with_traceback
+    return None
 
 
 def _exit(code: int) -> NoReturn:

@@ -21,7 +21,7 @@ from dmpcheck_torchrec import checkpoint, contract, dump, hooks, loops, optim, o
 from dmpcheck_torchrec.models import LAST_OUTPUTS, EvictionDraws, build_model, output_pieces
 from dmpcheck_torchrec.optim import Unsupported as Unsupported  # (rank.py reports it by name)
 from dmpcheck_torchrec.planning import build_planner, plan_of
-from dmpcheck_torchrec.state import dmpcheck_name, load_initial, local_tensors, state_pieces
+from dmpcheck_torchrec.state import check_fits, dmpcheck_name, load_initial, local_tensors, state_pieces
 
 if TYPE_CHECKING:
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
@@ -66,10 +66,10 @@ def _start(spec: contract.RunSpec, rank: int, notes: List[str], user: Optional[h
     if before_wrap:
         # The user's weights put into the unsharded model, which is then wrapped (TorchRec #1165).
         own = {dmpcheck_name(k): k for k in model.state_dict()}
-        full = {own.get(k, k): v for k, v in dump.read_full(spec.start.state).items()}
-        missing = [k for k in full if k not in model.state_dict()]
-        if missing:
-            raise Unsupported(f"init.from holds {', '.join(missing)}, which the model does not")
+        weights = dump.read_full(spec.start.state)
+        if spec.start.kind == "user_weights":
+            check_fits(model, weights, "init.from")
+        full = {own.get(k, k): v for k, v in weights.items()}
         with torch.no_grad():
             model.load_state_dict(full, strict=False)
         notes.append(f"init.from's weights were loaded into the unsharded model before the wrap ({len(full)} tensors)")
@@ -119,7 +119,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
 
     sharded = DistributedModelParallel(model, plan=plan, sharders=sharders, device=torch.device("cpu"))
     if spec.start.kind in ("reference", "user_weights") and spec.start.load == "after_wrap":
-        loaded = load_initial(sharded, spec.start.state)
+        loaded = load_initial(sharded, spec.start.state, "init.from" if spec.start.kind == "user_weights" else "")
         notes.append(f"init.from's weights were loaded into the sharded model after the wrap ({len(loaded)} tensors)"
                      if spec.start.kind == "user_weights" else
                      f"started from the reference's initial weights ({len(loaded)} tensors)")

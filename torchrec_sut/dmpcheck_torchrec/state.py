@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Collection, Dict, List, Optional, Tuple
 import torch
 
 from dmpcheck_torchrec import dump
+from dmpcheck_torchrec.contract import InputRefused
 
 if TYPE_CHECKING:
     from torchrec.optim.keyed import KeyedOptimizer
@@ -128,11 +129,29 @@ def local_tensors(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
     return out
 
 
-def load_initial(model: torch.nn.Module, path: str) -> List[str]:
-    """Overwrites the live weights with whole tensors from dmpcheck (the reference's initial state)."""
+def check_fits(model: torch.nn.Module, full: Dict[str, torch.Tensor], source: str) -> None:
+    """contract.InputRefused unless `full` (the user's weights, under dmpcheck's names) holds every
+    weight of `model` at its full shape and nothing the model does not hold (a 50-row table loaded
+    into 37 rows its first 37; a misspelt name was ignored), in the words of the reference's check."""
+    shapes = {dmpcheck_name(k): tuple(v.size()) for k, v in model.state_dict().items()}
+    for name, tensor in sorted(full.items()):
+        if name not in shapes:
+            raise InputRefused(f"{source} holds '{name}', which this model does not (it holds {', '.join(sorted(shapes))})")
+        if tuple(tensor.shape) != shapes[name]:
+            raise InputRefused(f"{source}: '{name}' is {list(tensor.shape)} but the model's is {list(shapes[name])}")
+    for name in sorted(set(shapes) - set(full)):
+        if name.endswith((".weight", ".bias")):
+            raise InputRefused(f"{source} has no '{name}', which the model holds ({list(shapes[name])})")
+
+
+def load_initial(model: torch.nn.Module, path: str, source: str = "") -> List[str]:
+    """Overwrites the live weights with whole tensors from dmpcheck (the reference's initial state,
+    or the user's weights, `source`, checked to fit first)."""
     from torch.distributed._shard.sharded_tensor import ShardedTensor
 
     full = dump.read_full(path)
+    if source:
+        check_fits(model, full, source)
     loaded: List[str] = []
     with torch.no_grad():
         params = dict(model.named_parameters())

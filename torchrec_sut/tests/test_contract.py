@@ -179,6 +179,41 @@ def test_failure_kinds_are_the_fixtures_table():
     assert set(said) <= set(contract.FAILURE_KINDS)
 
 
+def test_a_failure_the_environment_explains_is_not_the_releases():
+    """Issue 46, item 13: a commit that calls an fbgemm operator the environment's fbgemm lacks, or
+    that lacks a name only the rank program imports, read as TorchRec's error; each is now an
+    import failure (a commit search skips it) saying what was lacking and where."""
+    from dmpcheck_torchrec import rank
+
+    def raised(code, filename):
+        try:
+            exec(compile(code, filename, "exec"), {})
+        except BaseException as e:  # noqa: BLE001
+            return rank.failure_of(e)
+        raise AssertionError("did not raise")
+
+    ours = os.path.join(os.path.dirname(rank.__file__), "runner.py")
+    theirs = os.path.join("/envs", "torchrec", "distributed", "embedding_lookup.py")
+    kind, message = raised("raise RuntimeError('No such operator fbgemm::jagged_index_add_2d_forward_v2')", theirs)
+    assert kind == "import" and "needs another fbgemm-gpu or torch" in message, message
+    kind, message = raised("raise AttributeError(\"'_OpNamespace' 'fbgemm' object has no attribute 'x'\")", theirs)
+    assert kind == "import", message
+    code = "raise ImportError(\"cannot import name 'Y' from 'torchrec.x'\", name='torchrec.x')"
+    kind, message = raised(code, ours)
+    assert (kind, message) == ("import", "dmpcheck's rank program (runner.py:1) imports from torchrec.x what this "
+                                         "torchrec lacks: ImportError: cannot import name 'Y' from 'torchrec.x'")
+    kind, message = raised(code, theirs)  # TorchRec's own import: said as it is
+    assert (kind, message) == ("import", "ImportError: cannot import name 'Y' from 'torchrec.x'")
+    # a48cef79 (2025-10) over 1.2.0's environment, measured: TorchRec imports a name fbgemm-gpu 1.2.0 lacks.
+    code = "raise ImportError(\"cannot import name 'BackendType' from 'fbgemm_gpu.x'\", name='fbgemm_gpu.x')"
+    assert raised(code, theirs) == ("import", "this torchrec imports from fbgemm_gpu.x what the environment's "
+                                              "fbgemm-gpu lacks: ImportError: cannot import name 'BackendType' from "
+                                              "'fbgemm_gpu.x'")
+    # An fbgemm Python attribute TorchRec reads (#3099's skew) and anything else stay the release's.
+    code = "raise AttributeError(\"'SplitTableBatchedEmbeddingBagsCodegen' object has no attribute 'get_learning_rate'\")"
+    assert raised(code, theirs)[0] == "torchrec"
+
+
 def test_the_warm_interpreter_refuses_a_request_that_is_not_a_warm_spawn():
     """warm.py reads each request strictly (contract.WarmSpawn): not JSON, an unknown field, or
     another schema version is answered with a WarmMessage of kind "refused" saying why, and

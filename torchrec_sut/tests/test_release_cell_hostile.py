@@ -187,3 +187,49 @@ def test_a_ready_marker_that_names_other_versions_never_names_the_reports_enviro
     p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r2"), env={"DMPCHECK_TORCHREC_ENVS": str(root)})
     report = json.load(open(tmp_path / "r2" / "marker" / "torchrec__1.9.2.json"))
     assert report["environment"]["libtorch_version"].startswith("torch 2.14"), report["environment"]
+
+
+INIT_FROM = """version: 1
+name: init-from-misfit
+world_size: 2
+steps: 1
+batch_size: 4
+init: {mode: seeded, seed: 1, from: weights.pt}
+tables:
+  - {name: dp_table, rows: 12, dim: 4, features: [f_dp], sharding: {types: [data_parallel]}}
+  - {name: tw_table, rows: 16, dim: 4, features: [f_tw], sharding: {types: [table_wise]}}
+dense: {layers: [1]}
+optimizers:
+  sparse: {type: sgd, lr: 0.1}
+  dense: {type: sgd, lr: 0.1}
+system: torchrec==1.9.2
+matrix:
+  init.load: [before_wrap, after_wrap]
+"""
+
+
+def test_init_from_weights_that_do_not_fit_the_model_are_refused_on_a_release(tmp_path):
+    """Item 8 on a release cell: a 20-row table loaded into a 16-row one took its first 16 rows, a
+    misspelt name was ignored and a missing one left the wrap's draw, whichever side of the wrap the
+    weights load; each is now the cell's error of kind invalid_input, in the reference's words."""
+    need("1.9.2")
+    from test_rank_program import python_of
+    scenario = tmp_path / "init-from.yaml"
+    scenario.write_text(INIT_FROM)
+    shapes = {"ebc.embedding_bags.dp_table.weight": (12, 4), "ebc.embedding_bags.tw_table.weight": (16, 4),
+              "dense.0.weight": (1, 8), "dense.0.bias": (1,)}
+    cases = [({"ebc.embedding_bags.tw_table.weight": (20, 4)},
+              "init.from: 'ebc.embedding_bags.tw_table.weight' is [20, 4] but the model's is [16, 4]"),
+             ({"ebc.embedding_bags.tw_tabel.weight": (16, 4)},
+              "init.from holds 'ebc.embedding_bags.tw_tabel.weight', which this model does not")]
+    for changed, said in cases:
+        weights = {k: v for k, v in shapes.items() if k not in ("ebc.embedding_bags.tw_table.weight",)}
+        weights.update(changed)
+        code = "import sys, torch; torch.save({k: torch.zeros(*v) for k, v in %r.items()}, sys.argv[1])" % weights
+        subprocess.run([python_of("1.9.2"), "-c", code, str(tmp_path / "weights.pt")], check=True)
+        p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"))
+        assert p.returncode == 3, p.stdout + p.stderr
+        verdicts = [line for line in p.stdout.splitlines() if line.startswith("VERDICT")]
+        assert len(verdicts) == 2 and all(said in v and "ERROR" in v for v in verdicts), p.stdout
+        reports = list((tmp_path / "r" / "init-from-misfit").glob("*.json"))
+        assert len(reports) == 2 and all('"kind": "invalid_input"' in r.read_text() for r in reports), p.stdout

@@ -1,5 +1,6 @@
 #include "dmp/checkpoint.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -190,6 +191,29 @@ TEST(Checkpoint, AShardedFieldOfAnotherKindIsRefusedNamingTheFileAndTheField) {
   save(1, 2);
   EXPECT_EQ(load_checkpoint(dir).tensors.at("ebc.embedding_bags.t0.weight").sizes(), at::IntArrayRef({4, 4}));
   std::filesystem::remove_all(dir);
+}
+
+// A flipped byte in a tensor loaded unseen (issue 46, item 8): libtorch's reader skips the zip's
+// CRC-32, which torch writes for every entry.  Checked before libtorch reads the file.
+TEST(Checkpoint, AByteChangedInATensorFailsItsEntrysChecksum) {
+  std::ifstream in(DMPCHECK_SOURCE_DIR "/fixtures/fuzz/checkpoint/state-dict.pt", std::ios::binary);
+  std::vector<char> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  EXPECT_FALSE(parse_checkpoint(bytes, "state-dict.pt").tensors.empty());
+  // The first tensor's data: the local header whose name ends in /data/0.
+  const std::string tensor_entry = "/data/0";
+  const auto name = std::search(bytes.begin(), bytes.end(), tensor_entry.begin(), tensor_entry.end());
+  ASSERT_NE(name, bytes.end());
+  auto header = static_cast<size_t>(name - bytes.begin());
+  while (header > 0 && std::string(bytes.data() + header, 4) != std::string("PK\x03\x04", 4)) --header;
+  const auto field = [&](size_t at) {
+    return static_cast<unsigned char>(bytes[at]) | static_cast<unsigned char>(bytes[at + 1]) << 8;
+  };
+  const size_t data = header + 30 + field(header + 26) + field(header + 28);
+  bytes[data] = static_cast<char>(bytes[data] ^ 0x01);
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput,
+                                   "state-dict.pt is not a torch-serialised file: zip entry 'state-dict/data/0' fails "
+                                   "its CRC-32 check",
+                                   [&] { parse_checkpoint(bytes, "state-dict.pt"); }));
 }
 
 TEST(Checkpoint, AFileOfAnotherKindIsACleanError) {
