@@ -50,8 +50,11 @@ void judge_tolerance(ExpectationResult& out, const scenario::Tolerance& tol, boo
         failures.push_back(fmt::format("{}{} differs from {} at step {} beyond its bound: max |diff| {:.3g} ({})",
                                        g.name, words.subject, words.other, g.step, g.max_abs_diff, g.note));
       } else {
-        failures.push_back(fmt::format("{}{} differs from {} at step {}: max |diff| {:.3g} exceeds rtol {} / atol {}",
-                                       g.name, words.subject, words.other, g.step, g.max_abs_diff, tol.rtol, tol.atol));
+        failures.push_back(
+            g.note.empty() ? fmt::format("{}{} differs from {} at step {}: max |diff| {:.3g} exceeds rtol {} / atol {}",
+                                         g.name, words.subject, words.other, g.step, g.max_abs_diff, tol.rtol, tol.atol)
+                           : fmt::format("{}{} differs from {} at step {}: {}", g.name, words.subject, words.other,
+                                         g.step, g.note));
       }
     }
   } else if (std::none_of(checks.begin(), checks.end(),

@@ -46,6 +46,11 @@ static GlobalModelCheck compare_tensor(const std::string& name, const at::Tensor
   check.max_abs_diff = diff.max().item<double>();
   check.max_allowed_excess = (diff - (tolerances.atol + tolerances.rtol * b.abs())).max().item<double>();
   check.within_tolerance = !(check.max_allowed_excess > 0.0) && !std::isnan(check.max_abs_diff);
+  if (std::isnan(check.max_abs_diff)) {  // said, not shown as a difference of "nan"
+    const auto non_finite = [](const at::Tensor& t) { return t.numel() - at::isfinite(t).sum().item<int64_t>(); };
+    check.note = fmt::format("NaN or Inf in {} of {} value(s) here, in {} of {}'s", non_finite(a), a.numel(),
+                             non_finite(b), expected_label);
+  }
   return check;
 }
 

@@ -19,10 +19,11 @@ struct TableDraw {
   std::string sharding = "table_wise";  // data_parallel, table_wise, row_wise, column_wise, table_row_wise
   bool shares_feature = false;          // reads the feature of the first table of its kind (pooled, sequence)
   bool variable_batch = false;          // its feature's batch varies per rank (stride_per_rank, VBE)
+  std::string data_type = "fp32";       // fp32, fp16 (the table's storage type)
 
   bool operator==(const TableDraw& o) const {
     return rows == o.rows && dim == o.dim && pooling == o.pooling && sharding == o.sharding &&
-           shares_feature == o.shares_feature && variable_batch == o.variable_batch;
+           shares_feature == o.shares_feature && variable_batch == o.variable_batch && data_type == o.data_type;
   }
 };
 
@@ -36,14 +37,16 @@ struct Config {
   bool weight_decay = false;   // rowwise_adagrad: weight_decay 0.05, mode l2
   std::string dense = "sgd";   // sgd, adagrad, adam
   std::string loop = "plain";  // plain, train_pipeline_sparse_dist
+  int epochs = 1;              // the steps in that many passes over fresh iterators (divides steps)
+  int eval_batches = 0;        // an eval pass of that many batches after every epoch
   std::vector<TableDraw> tables{TableDraw{}};
   uint64_t data_seed = 0;  // the ids' and weights' generator (not simplified: it is no setting)
 
   bool operator==(const Config& o) const {
     return world_size == o.world_size && steps == o.steps && batch_size == o.batch_size &&
            max_ids_per_bag == o.max_ids_per_bag && weighted == o.weighted && sparse == o.sparse &&
-           weight_decay == o.weight_decay && dense == o.dense && loop == o.loop && tables == o.tables &&
-           data_seed == o.data_seed;
+           weight_decay == o.weight_decay && dense == o.dense && loop == o.loop && epochs == o.epochs &&
+           eval_batches == o.eval_batches && tables == o.tables && data_seed == o.data_seed;
   }
 };
 

@@ -34,16 +34,32 @@ TEST(ExploreSpace, EveryDrawnConfigurationLoadsAsAScenarioAndTheSpaceIsCovered) 
       ASSERT_EQ(s.runs.size(), 1u);
       EXPECT_EQ(s.runs[0].world_size, c.world_size);
       EXPECT_EQ(s.runs[0].model.tables.size(), c.tables.size());
+      EXPECT_EQ(s.runs[0].torchrec_epochs, c.epochs);
     } catch (const std::exception& e) {
       FAIL() << "configuration " << i << " does not load: " << e.what() << "\n" << yaml;
     }
     for (const auto& a : axis_values(c)) covered.insert(a);
   }
-  for (const char* value :
-       {"sharding=data_parallel", "sharding=table_wise", "sharding=row_wise", "sharding=column_wise",
-        "sharding=table_row_wise", "pooling=sum", "pooling=mean", "pooling=none", "world_size=1", "world_size=4",
-        "sparse=rowwise_adagrad", "weight_decay=true", "weighted=true", "variable_batch=true", "shared_feature=true",
-        "loop=train_pipeline_sparse_dist", "dense=adam"}) {
+  for (const char* value : {"sharding=data_parallel",
+                            "sharding=table_wise",
+                            "sharding=row_wise",
+                            "sharding=column_wise",
+                            "sharding=table_row_wise",
+                            "pooling=sum",
+                            "pooling=mean",
+                            "pooling=none",
+                            "world_size=1",
+                            "world_size=4",
+                            "sparse=rowwise_adagrad",
+                            "weight_decay=true",
+                            "weighted=true",
+                            "variable_batch=true",
+                            "shared_feature=true",
+                            "loop=train_pipeline_sparse_dist",
+                            "dense=adam",
+                            "data_type=fp16",
+                            "epochs=3",
+                            "eval_batches=1"}) {
     EXPECT_TRUE(covered.count(value)) << value;
   }
 }

@@ -149,6 +149,17 @@ TEST(Expectations, IntegerStateIsComparedWithTheUnshardedModelExactly) {
   EXPECT_TRUE(testing::contains(results[0].note, "1 of 3 integers differ (held exactly)")) << results[0].note;
 }
 
+// A NaN on one side was shown as "max |diff| -nan exceeds rtol ..." (an fp16 table under Adagrad in
+// the release's unsharded model, found while widening explore's space): said as what it is.
+TEST(Expectations, ANonFiniteValueIsSaidNotShownAsADifferenceOfNan) {
+  std::vector<GlobalModelCheck> results;
+  const at::Tensor expected = at::tensor({1.0F, NAN, 2.0F});
+  compare_with_unsharded(results, {{"w", at::tensor({1.0F, 1.0F, 2.0F})}}, {{"w", expected}}, 1, {1e-5, 1e-6});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].within_tolerance);
+  EXPECT_EQ(results[0].note, "NaN or Inf in 0 of 3 value(s) here, in 1 of the unsharded model's");
+}
+
 // `match: false` met only by a tensor one side holds (no value differing) passed while the verdict
 // said "differs from the reference": it still meets it (a structural difference, as a sharded
 // model's optimizer state the unsharded one lacks), and the description the verdict shows says so.
