@@ -6,7 +6,6 @@
 
 #include "check/hook_values.h"
 #include "check/script_checks.h"
-#include "common/error.h"
 #include "dmp/embedding_config.h"
 
 namespace dmpcheck::check {

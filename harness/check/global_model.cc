@@ -7,7 +7,6 @@
 #include <ATen/ATen.h>
 
 #include "check/unsharded_model.h"
-#include "common/error.h"
 
 namespace dmpcheck::check {
 

@@ -1,10 +1,7 @@
 #include "check/script_checks.h"
 
 #include <algorithm>
-#include <cctype>
 #include <regex>
-
-#include "common/error.h"
 
 namespace dmpcheck::check {
 namespace {

@@ -5,7 +5,6 @@
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/rendezvous.h"
-#include "common/error.h"
 
 namespace dmpcheck::comm {
 

@@ -7,7 +7,6 @@
 #include <ATen/core/grad_mode.h>
 
 #include "comm/communicator.h"
-#include "common/error.h"
 
 namespace dmpcheck::comm {
 namespace {

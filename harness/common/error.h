@@ -25,8 +25,6 @@ enum class ErrorKind {
   kInjected,         // a fault the scenario asked for (`faults: {kind: throw}`)
 };
 
-std::string_view error_kind_name(ErrorKind kind);
-
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}

@@ -9,7 +9,6 @@
 #include <iterator>
 #include <sstream>
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -1,11 +1,13 @@
 #include "common/outcome.h"
 
-#include <utility>
+#include "common/names.h"
 
 namespace dmpcheck {
 namespace {
 
-constexpr std::pair<FailureKind, std::string_view> kFailureKinds[] = {
+constexpr Named<Verdict> kVerdicts[] = {
+    {Verdict::kPass, "pass"}, {Verdict::kFail, "fail"}, {Verdict::kError, "error"}, {Verdict::kSkipped, "skipped"}};
+constexpr Named<FailureKind> kFailureKinds[] = {
     {FailureKind::kInvalidScenario, "invalid_scenario"},
     {FailureKind::kInvalidInput, "invalid_input"},
     {FailureKind::kCommunication, "communication"},
@@ -25,40 +27,13 @@ constexpr std::pair<FailureKind, std::string_view> kFailureKinds[] = {
 
 }  // namespace
 
-std::string_view verdict_name(Verdict verdict) {
-  switch (verdict) {
-    case Verdict::kPass: return "pass";
-    case Verdict::kFail: return "fail";
-    case Verdict::kError: return "error";
-    case Verdict::kSkipped: return "skipped";
-  }
-  return "error";
-}
-
-std::optional<Verdict> parse_verdict(std::string_view name) {
-  for (Verdict v : {Verdict::kPass, Verdict::kFail, Verdict::kError, Verdict::kSkipped}) {
-    if (verdict_name(v) == name) return v;
-  }
-  return std::nullopt;
-}
-
-std::string_view failure_kind_name(FailureKind kind) {
-  for (const auto& [k, name] : kFailureKinds) {
-    if (k == kind) return name;
-  }
-  return "internal";
-}
-
-std::optional<FailureKind> parse_failure_kind(std::string_view name) {
-  for (const auto& [k, n] : kFailureKinds) {
-    if (n == name) return k;
-  }
-  return std::nullopt;
-}
-
+std::string_view verdict_name(Verdict verdict) { return name_in(kVerdicts, verdict); }
+std::optional<Verdict> parse_verdict(std::string_view name) { return value_in(kVerdicts, name); }
+std::string_view failure_kind_name(FailureKind kind) { return name_in(kFailureKinds, kind); }
+std::optional<FailureKind> parse_failure_kind(std::string_view name) { return value_in(kFailureKinds, name); }
 std::vector<std::string_view> failure_kind_names() {
   std::vector<std::string_view> out;
-  for (const auto& entry : kFailureKinds) out.push_back(entry.second);
+  for (const auto& entry : kFailureKinds) out.push_back(entry.name);
   return out;
 }
 

@@ -67,7 +67,6 @@ struct FusedOptimizerConfig {
 };
 
 const char* fused_optimizer_name(FusedOptimizerType type);
-std::vector<std::string> fused_optimizer_names();
 const char* weight_decay_mode_name(WeightDecayMode mode);
 
 // kRowWiseAdagrad: torchrec.optim.RowWiseAdagrad over the 2-D parameters (data-parallel tables,

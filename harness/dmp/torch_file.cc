@@ -19,7 +19,6 @@ constexpr uint32_t kZip64End = 0x06064b50, kZip64Locator = 0x07064b50;
 class Bytes {
  public:
   Bytes(const std::vector<char>& bytes, const std::string& path) : b_(bytes), path_(path) {}
-  uint64_t size() const { return b_.size(); }
   uint64_t read(uint64_t at, int width, const char* what) const {
     DMP_CHECK(at <= b_.size() && static_cast<uint64_t>(width) <= b_.size() - at, ErrorKind::kInvalidInput,
               "{} is not a torch-serialised file: its zip's {} lies past the end of the file", path_, what);

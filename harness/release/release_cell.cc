@@ -10,7 +10,6 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include "check/expectations.h"
 #include "common/error.h"
 #include "common/file_io.h"
 #include "common/settings.h"
@@ -19,7 +18,6 @@
 #include "release/release_inputs.h"
 #include "release/torchrec_systems.h"
 #include "report/json.h"
-#include "run/data_generator.h"
 #include "run/launcher.h"
 #include "run/rank_run.h"
 #include "run/reference_cell.h"

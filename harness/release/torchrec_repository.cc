@@ -2,19 +2,16 @@
 // once per command (settings().torchrec_repo: a path, a URL, a bundle), each commit's source
 // exported into a folder of its own beside the release environments.
 #include <algorithm>
-#include <cerrno>
 #include <filesystem>
 #include <fstream>
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "common/digest.h"
 #include "common/error.h"
-#include "common/file_io.h"
 #include "common/settings.h"
 #include "release/torchrec_systems.h"
 #include "run/subprocess.h"

@@ -1,7 +1,6 @@
 #include "report/console.h"
 
 #include <algorithm>
-#include <map>
 #include <sstream>
 
 #include <fmt/format.h>

@@ -1,8 +1,5 @@
 #include "report/explain.h"
 
-#include <algorithm>
-#include <set>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
@@ -31,8 +30,6 @@
 #include "run/handover.h"
 #include "run/release_contract.h"
 #include "run/warm_interpreter.h"
-
-extern char** environ;
 
 namespace dmpcheck::run {
 namespace {

@@ -2,9 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <csignal>
-#include <cstdlib>
-#include <limits>
 #include <thread>
 
 #include <sched.h>
@@ -13,7 +10,6 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <ATen/core/grad_mode.h>
 #include <torch/version.h>
 
 #include "check/expectations.h"

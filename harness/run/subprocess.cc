@@ -16,8 +16,6 @@
 
 #include "common/error.h"
 
-extern char** environ;
-
 namespace dmpcheck::run {
 namespace {
 

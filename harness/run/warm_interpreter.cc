@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <set>
 
 #include <fcntl.h>
 #include <poll.h>

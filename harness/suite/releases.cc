@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -144,8 +143,6 @@ class Bisection {
   size_t lo() const { return lo_; }
   size_t hi() const { return hi_; }
   bool same_at_both_ends() const { return hi_behaves_ && seen_[lo_].obs == seen_[hi_].obs; }
-  const Seen& seen(size_t i) const { return seen_[i]; }
-  const std::vector<std::string>& labels() const { return labels_; }
   size_t visited() const {
     return static_cast<size_t>(std::count_if(seen_.begin(), seen_.end(), [](const Seen& s) { return s.visited; }));
   }

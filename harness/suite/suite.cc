@@ -14,8 +14,6 @@
 #include "common/error.h"
 #include "common/file_io.h"
 
-#include "release/torchrec_systems.h"
-#include "report/console.h"
 #include "report/json.h"
 #include "report/suite_reports.h"
 #include "run/launcher.h"

@@ -37,7 +37,6 @@ from dmpcheck_torchrec.state import dmpcheck_name
 if TYPE_CHECKING:
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-    from dmpcheck_torchrec import contract
     from dmpcheck_torchrec.dump import TensorPiece
     from dmpcheck_torchrec.models import Model
 

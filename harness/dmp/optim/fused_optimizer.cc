@@ -13,7 +13,6 @@
 namespace dmpcheck::dmp {
 
 const char* fused_optimizer_name(FusedOptimizerType type) { return name_in(kFusedOptimizerNames, type); }
-std::vector<std::string> fused_optimizer_names() { return names_in(kFusedOptimizerNames); }
 const char* weight_decay_mode_name(WeightDecayMode mode) { return name_in(kWeightDecayModeNames, mode); }
 
 std::vector<StateSpec> FusedOptimizer::state_specs(const FusedOptimizerConfig& config, int64_t rows, int64_t cols) {

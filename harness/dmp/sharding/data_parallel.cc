@@ -9,7 +9,6 @@
 #include <ATen/ATen.h>
 
 #include "comm/communicator.h"
-#include "common/error.h"
 
 namespace dmpcheck::dmp {
 

@@ -6,9 +6,9 @@
 #include "bench/sweep.h"
 #include "check/broadcast_probe.h"
 #include "comm/communicator.h"
-#include "comm/loopback/loopback_communicator.h"
 #include "common/error.h"
 #include "test_util.h"
+#include "unit/loopback_communicator.h"
 
 namespace dmpcheck {
 namespace {

@@ -7,9 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "comm/communicator.h"
-#include "comm/loopback/loopback_communicator.h"
 #include "dmp/model_parallel.h"
 #include "dmp/planner.h"
+#include "unit/loopback_communicator.h"
 
 namespace dmpcheck::check {
 namespace {

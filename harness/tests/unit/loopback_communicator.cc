@@ -1,4 +1,4 @@
-#include "comm/loopback/loopback_communicator.h"
+#include "unit/loopback_communicator.h"
 
 #include <ATen/ATen.h>
 
