@@ -216,6 +216,12 @@ FullState load_sharded_checkpoint(const std::string& directory) {
       } else if (sharding == "dense" || sharding == "data_parallel") {
         continue;  // replicated: rank 0's copy is the one kept
       }
+      // libtorch's narrow takes a negative offset from the end: such a piece would land unseen.
+      for (const int64_t v : {placement.row_offset, placement.rows, placement.col_offset, placement.cols}) {
+        DMP_CHECK(v >= 0 && v <= stored_bytes, ErrorKind::kInvalidInput,
+                  "{}: the piece of '{}' is placed at rows {}+{}, columns {}+{}: each must be 0 to {}", path, name,
+                  placement.row_offset, placement.rows, placement.col_offset, placement.cols, stored_bytes);
+      }
       at::Tensor target;
       try {
         target = sharding == "dense" ? it->second : piece_of(it->second, placement, tensor.dim() != 2);

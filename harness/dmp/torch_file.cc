@@ -146,9 +146,10 @@ void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
   }
   // libtorch builds miniz without its CRC check (MINIZ_DISABLE_ZIP_READER_CRC32_CHECKS), so a
   // flipped byte in a tensor loaded unseen (issue 46, item 8); torch writes every entry's CRC.
-  // Checked once every entry is known to lie within the file.
+  // Checked once every entry is known to lie within the file.  A CRC of 0 is none recorded:
+  // torch.save writes 0 under torch.serialization.set_crc32_options(False), and torch.load reads it.
   for (const auto& entry : checksums) {
-    if (crc32_checked && crc32_of(raw.data() + entry.data, entry.size) != entry.crc)
+    if (crc32_checked && entry.crc != 0 && crc32_of(raw.data() + entry.data, entry.size) != entry.crc)
       bad(fmt::format("zip entry '{}' fails its CRC-32 check (the file was changed or damaged after it was written)",
                       entry.name));
   }

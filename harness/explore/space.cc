@@ -60,11 +60,11 @@ Config normalised(Config c) {
   const bool all_sum =
       std::all_of(c.tables.begin(), c.tables.end(), [](const TableDraw& t) { return t.pooling == "sum"; });
   if (!all_sum) c.weighted = false;
-  if (c.sparse != "rowwise_adagrad") c.weight_decay = false;
   // The oracle holds fp16 tables in fp16 under torch.optim's optimizers, whose eps (1e-10) is 0 in
   // fp16: Adagrad's and Adam's rows no batch touched become 0/0 = NaN (measured, 1.9.2).  So an fp16
   // table trains with SGD, which both sides can hold.
   if (has_fp16(c)) c.sparse = "sgd";
+  if (c.sparse != "rowwise_adagrad") c.weight_decay = false;
   if (c.steps % c.epochs != 0) c.epochs = 1;
   c.eval_batches = std::min(c.eval_batches, c.steps / c.epochs);
   return c;

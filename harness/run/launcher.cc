@@ -31,6 +31,8 @@
 #include "run/release_contract.h"
 #include "run/warm_interpreter.h"
 
+extern char** environ;
+
 namespace dmpcheck::run {
 namespace {
 

@@ -16,6 +16,8 @@
 
 #include "common/error.h"
 
+extern char** environ;
+
 namespace dmpcheck::run {
 namespace {
 

@@ -131,8 +131,9 @@ def local_tensors(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
 
 def check_fits(model: torch.nn.Module, full: Dict[str, torch.Tensor], source: str) -> None:
     """contract.InputRefused unless `full` (the user's weights, under dmpcheck's names) holds every
-    weight of `model` at its full shape and nothing the model does not hold (a 50-row table loaded
-    into 37 rows its first 37; a misspelt name was ignored), in the words of the reference's check."""
+    weight of the scenario's tables and dense layers at its full shape, and nothing the model does not
+    hold (a 50-row table loaded into 37 rows its first 37; a misspelt name was ignored); names and
+    shapes said in the words of the reference's check.  What hook_build_model adds may be absent."""
     shapes = {dmpcheck_name(k): tuple(v.size()) for k, v in model.state_dict().items()}
     for name, tensor in sorted(full.items()):
         if name not in shapes:
@@ -140,7 +141,7 @@ def check_fits(model: torch.nn.Module, full: Dict[str, torch.Tensor], source: st
         if tuple(tensor.shape) != shapes[name]:
             raise InputRefused(f"{source}: '{name}' is {list(tensor.shape)} but the model's is {list(shapes[name])}")
     for name in sorted(set(shapes) - set(full)):
-        if name.endswith((".weight", ".bias")):
+        if name.startswith(("ebc.", "dense.")) and name.endswith((".weight", ".bias")):
             raise InputRefused(f"{source} has no '{name}', which the model holds ({list(shapes[name])})")
 
 

@@ -188,6 +188,11 @@ TEST(Checkpoint, AShardedFieldOfAnotherKindIsRefusedNamingTheFileAndTheField) {
                                    "rank0.pt: the piece of 'ebc.embedding_bags.t0.weight' at rows 3+2, columns 0+4 "
                                    "lies outside its full sizes 4x4",
                                    [&] { load_checkpoint(dir); }));
+  save(1, -2);  // narrow would take it from the end
+  EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput,
+                                   "rank0.pt: the piece of 'ebc.embedding_bags.t0.weight' is placed at rows -2+2, "
+                                   "columns 0+4: each must be 0 to",
+                                   [&] { load_checkpoint(dir); }));
   save(1, 2);
   EXPECT_EQ(load_checkpoint(dir).tensors.at("ebc.embedding_bags.t0.weight").sizes(), at::IntArrayRef({4, 4}));
   std::filesystem::remove_all(dir);
@@ -214,6 +219,13 @@ TEST(Checkpoint, AByteChangedInATensorFailsItsEntrysChecksum) {
                                    "state-dict.pt is not a torch-serialised file: zip entry 'state-dict/data/0' fails "
                                    "its CRC-32 check",
                                    [&] { parse_checkpoint(bytes, "state-dict.pt"); }));
+  // A CRC of 0 is none recorded (torch.serialization.set_crc32_options(False)): read as torch.load does.
+  const auto in_directory = std::search(name + 1, bytes.end(), tensor_entry.begin(), tensor_entry.end());
+  ASSERT_NE(in_directory, bytes.end());
+  auto entry = static_cast<size_t>(in_directory - bytes.begin());
+  while (entry > 0 && std::string(bytes.data() + entry, 4) != std::string("PK\x01\x02", 4)) --entry;
+  std::fill_n(bytes.begin() + static_cast<std::ptrdiff_t>(entry + 16), 4, '\0');
+  EXPECT_FALSE(parse_checkpoint(bytes, "state-dict.pt").tensors.empty());
 }
 
 TEST(Checkpoint, AFileOfAnotherKindIsACleanError) {

@@ -35,6 +35,7 @@ TEST(ExploreSpace, EveryDrawnConfigurationLoadsAsAScenarioAndTheSpaceIsCovered) 
       EXPECT_EQ(s.runs[0].world_size, c.world_size);
       EXPECT_EQ(s.runs[0].model.tables.size(), c.tables.size());
       EXPECT_EQ(s.runs[0].torchrec_epochs, c.epochs);
+      EXPECT_TRUE(!c.weight_decay || c.sparse == "rowwise_adagrad") << i;  // as drawn, not only as written
     } catch (const std::exception& e) {
       FAIL() << "configuration " << i << " does not load: " << e.what() << "\n" << yaml;
     }
