@@ -76,26 +76,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     if (g.IsMap() && g["profile"]) {
       std::vector<std::string> profiles = dmp::behaviour_profile_names();
       profiles.push_back(dmp::kReleaseProfile);  // the profile modelling the cell's release
-      const YAML::Node profile = g["profile"];
-      const std::string field = path + ".reference.profile";
-      if (!profile.IsMap()) {
-        e.reference_profile = r.choice(profile, field, profiles);
-      } else {
-        // A profile with switches turned, as at the top: {base: torchrec-0.6, plan_on_every_rank: true}.
-        std::vector<std::string> keys = dmp::behaviour_switch_names();
-        keys.insert(keys.begin(), "base");
-        r.check_keys(profile, field, keys);
-        e.reference_profile = r.choice(r.required(profile, field, "base"), field + ".base", profiles);
-        dmp::BehaviourProfile scratch = *dmp::find_behaviour_profile("current");
-        for (const auto& kv : profile) {
-          const std::string key = kv.first.Scalar();
-          if (key == "base") continue;
-          if (!kv.second.IsScalar()) r.expected(kv.second, field + "." + key, "a value");
-          if (auto what = dmp::set_behaviour_switch(scratch, key, kv.second.Scalar()))
-            r.expected(kv.second, field + "." + key, *what);
-          e.reference_switches.emplace_back(key, kv.second.Scalar());
-        }
-      }
+      e.reference_profile = parse_profile(r, g["profile"], path + ".reference.profile", profiles, e.reference_switches);
     }
     if (g.IsMap() && g["start"]) {
       e.reference_draws_own_init = r.choice(g["start"], path + ".reference.start", {"reference", "seed"}) == "seed";
@@ -146,10 +127,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     if (YAML::Node batches = loop["batches"]) {
       // One count for every epoch, or one per epoch.
       if (batches.IsSequence()) {
-        for (size_t i = 0; i < batches.size(); ++i) {
-          e.loop_batches_per_epoch.push_back(
-              r.integer(batches[i], fmt::format("{}.loop.batches[{}]", path, i), 0, 1000000));
-        }
+        e.loop_batches_per_epoch = r.integer_list(batches, path + ".loop.batches", "", 0, 1000000);
       } else {
         e.loop_batches = r.integer(batches, path + ".loop.batches", 0, 1000000);
       }

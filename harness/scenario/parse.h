@@ -45,6 +45,12 @@ struct Matrix {
 // (`root` by value: a non-const node answers a missing key with a null node, a const one throws.)
 Matrix read_matrix(const Reader& r, YAML::Node root);
 
+// A behaviour profile: a name from `names`, or {base: <name>, <switch>: value, ...} (run_fields.cc).
+// Returns the base's name; each switch turned is checked and appended to `switches` in the file's order.
+std::string parse_profile(const Reader& r, const YAML::Node& node, const std::string& path,
+                          const std::vector<std::string>& names,
+                          std::vector<std::pair<std::string, std::string>>& switches);
+
 // One run's fields (the file with one matrix cell assigned).
 RunSpec parse_run(const Reader& r, const YAML::Node& root);
 // The longest time a scenario may give (timeout_s): a week.

@@ -169,6 +169,15 @@ class Reader {
     return out;
   }
 
+  // A list of integers in [min, max], at least `least` of them; `what` says what the list is.
+  std::vector<int64_t> integer_list(const YAML::Node& node, const std::string& path, const std::string& what,
+                                    int64_t min, int64_t max, size_t least = 0) const {
+    if (!node.IsSequence() || node.size() < least) expected(node, path, what);
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < node.size(); ++i) out.push_back(integer(node[i], fmt::format("{}[{}]", path, i), min, max));
+    return out;
+  }
+
   static std::string join(const std::string& path, const std::string& key) {
     return path.empty() ? key : path + "." + key;
   }

@@ -1,6 +1,7 @@
 // One run's fields, read from the file with one matrix cell assigned.
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include <filesystem>
 
@@ -29,11 +30,9 @@ dmp::ShardingConstraints parse_constraints(const Reader& r, const YAML::Node& no
     }
   }
   if (node["ranks"]) {
-    const YAML::Node ranks = node["ranks"];
-    if (!ranks.IsSequence() || ranks.size() == 0) r.expected(ranks, path + ".ranks", "a non-empty list of ranks");
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      c.ranks.push_back(static_cast<int>(r.integer(ranks[i], fmt::format("{}.ranks[{}]", path, i), 0, world_size - 1)));
-    }
+    for (int64_t rank :
+         r.integer_list(node["ranks"], path + ".ranks", "a non-empty list of ranks", 0, world_size - 1, 1))
+      c.ranks.push_back(static_cast<int>(rank));
   }
   if (node["column_shards"])
     c.column_shards = static_cast<int>(r.integer(node["column_shards"], path + ".column_shards", 1, 1 << 20));
@@ -113,15 +112,9 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
           const YAML::Node lengths = r.required(v, path, "lengths");
           if (!ids.IsSequence()) r.expected(ids, path + ".ids", "a list of ids");
           if (!lengths.IsSequence()) r.expected(lengths, path + ".lengths", "a list of bag lengths");
-          for (size_t i = 0; i < ids.size(); ++i) {
-            bags.ids.push_back(
-                r.integer(ids[i], fmt::format("{}.ids[{}]", path, i), 0, run.id_range(*table->second) - 1));
-          }
-          int64_t total = 0;
-          for (size_t i = 0; i < lengths.size(); ++i) {
-            bags.lengths.push_back(r.integer(lengths[i], fmt::format("{}.lengths[{}]", path, i), 0, 1 << 24));
-            total += bags.lengths.back();
-          }
+          bags.ids = r.integer_list(ids, path + ".ids", "a list of ids", 0, run.id_range(*table->second) - 1);
+          bags.lengths = r.integer_list(lengths, path + ".lengths", "a list of bag lengths", 0, 1 << 24);
+          const int64_t total = std::accumulate(bags.lengths.begin(), bags.lengths.end(), int64_t{0});
           if (total != static_cast<int64_t>(bags.ids.size())) {
             r.fail(lengths, path + ".lengths",
                    fmt::format("add up to {} but there are {} ids", total, bags.ids.size()));
@@ -184,6 +177,27 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
 
 }  // namespace
 
+std::string parse_profile(const Reader& r, const YAML::Node& node, const std::string& path,
+                          const std::vector<std::string>& names,
+                          std::vector<std::pair<std::string, std::string>>& switches) {
+  if (!node.IsMap()) return r.choice(node, path, names);
+  // A named profile with switches turned: {base: torchrec-0.6, plan_on_every_rank: true}.
+  std::vector<std::string> keys = dmp::behaviour_switch_names();
+  keys.insert(keys.begin(), "base");
+  r.check_keys(node, path, keys);
+  std::string base = r.choice(r.required(node, path, "base"), path + ".base", names);
+  dmp::BehaviourProfile scratch = *dmp::find_behaviour_profile("current");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.Scalar();
+    if (key == "base") continue;
+    if (!kv.second.IsScalar()) r.expected(kv.second, path + "." + key, "a value");
+    if (auto what = dmp::set_behaviour_switch(scratch, key, kv.second.Scalar()))
+      r.expected(kv.second, path + "." + key, *what);
+    switches.emplace_back(key, kv.second.Scalar());
+  }
+  return base;
+}
+
 void parse_process_fields(const Reader& r, const YAML::Node& root, RunSpec& run) {
   using Node = const YAML::Node&;
   auto field = [&](const char* key, auto&& read) {
@@ -237,23 +251,14 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
     if (YAML::Node eval = torchrec["eval_batches"]) {
       // One count for every rank, or one per rank.
-      if (eval.IsScalar()) {
-        run.torchrec_eval_batches.push_back(r.integer(eval, "torchrec.eval_batches", 0, 1000000));
-      } else {
-        if (!eval.IsSequence())
-          r.expected(eval, "torchrec.eval_batches", "a batch count, or a list of them, one per rank");
-        for (size_t i = 0; i < eval.size(); ++i) {
-          run.torchrec_eval_batches.push_back(
-              r.integer(eval[i], fmt::format("torchrec.eval_batches[{}]", i), 0, 1000000));
-        }
-      }
+      run.torchrec_eval_batches = eval.IsScalar()
+                                      ? std::vector<int64_t>{r.integer(eval, "torchrec.eval_batches", 0, 1000000)}
+                                      : r.integer_list(eval, "torchrec.eval_batches",
+                                                       "a batch count, or a list of them, one per rank", 0, 1000000);
     }
     if (YAML::Node counts = torchrec["batches_per_rank"]) {
-      if (!counts.IsSequence()) r.expected(counts, "torchrec.batches_per_rank", "a list of batch counts, one per rank");
-      for (size_t i = 0; i < counts.size(); ++i) {
-        run.torchrec_batches_per_rank.push_back(
-            r.integer(counts[i], fmt::format("torchrec.batches_per_rank[{}]", i), 0, 1000000));
-      }
+      run.torchrec_batches_per_rank =
+          r.integer_list(counts, "torchrec.batches_per_rank", "a list of batch counts, one per rank", 0, 1000000);
     }
     if (torchrec["sharder"])
       run.torchrec_sharder = r.choice(torchrec["sharder"], "torchrec.sharder", {"extended", "stock"});
@@ -313,27 +318,13 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
 
   run.profile = *dmp::find_behaviour_profile("current");
   field("profile", [&](Node profile) {
-    if (!profile.IsMap()) {
-      run.profile = *dmp::find_behaviour_profile(r.choice(profile, "profile", dmp::behaviour_profile_names()));
-      return;
+    std::vector<std::pair<std::string, std::string>> turned;
+    run.profile =
+        *dmp::find_behaviour_profile(parse_profile(r, profile, "profile", dmp::behaviour_profile_names(), turned));
+    for (const auto& [key, value] : turned) {
+      dmp::set_behaviour_switch(run.profile, key, value);
+      run.profile.name += fmt::format("+{}={}", key, value);
     }
-    // A named profile with switches turned: {base: torchrec-0.6, plan_on_every_rank: true}.
-    std::vector<std::string> keys = dmp::behaviour_switch_names();
-    keys.insert(keys.begin(), "base");
-    r.check_keys(profile, "profile", keys);
-    run.profile = *dmp::find_behaviour_profile(
-        r.choice(r.required(profile, "profile", "base"), "profile.base", dmp::behaviour_profile_names()));
-    std::vector<std::string> turned;
-    for (const auto& kv : profile) {
-      const std::string key = kv.first.Scalar();
-      if (key == "base") continue;
-      const std::string path = "profile." + key;
-      if (!kv.second.IsScalar()) r.expected(kv.second, path, "a value");
-      if (auto what = dmp::set_behaviour_switch(run.profile, key, kv.second.Scalar()))
-        r.expected(kv.second, path, *what);
-      turned.push_back(key + "=" + kv.second.Scalar());
-    }
-    if (!turned.empty()) run.profile.name += fmt::format("+{}", fmt::join(turned, "+"));
   });
 
   const YAML::Node tables = root["tables"];
@@ -446,13 +437,8 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   run.model.dense_layers = {1};
   field("dense", [&](Node dense) {
     r.check_keys(dense, "dense", {"layers"});
-    const YAML::Node layers = r.required(dense, "dense", "layers");
-    if (!layers.IsSequence() || layers.size() == 0)
-      r.expected(layers, "dense.layers", "a non-empty list of layer sizes");
-    run.model.dense_layers.clear();
-    for (size_t i = 0; i < layers.size(); ++i) {
-      run.model.dense_layers.push_back(r.integer(layers[i], fmt::format("dense.layers[{}]", i), 1, 1 << 20));
-    }
+    run.model.dense_layers = r.integer_list(r.required(dense, "dense", "layers"), "dense.layers",
+                                            "a non-empty list of layer sizes", 1, 1 << 20, 1);
   });
 
   field("optimizers", [&](Node opts) {
