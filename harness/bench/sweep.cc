@@ -120,49 +120,19 @@ class Case {
 
 std::string us(double seconds) { return fmt::format("{:.1f}", seconds * 1e6); }
 
-// Latencies are written in microseconds, as the table prints them.
-nlohmann::json microseconds(const check::LatencyStats& s) {
-  return nlohmann::json{{"mean", s.mean_s * 1e6},
-                        {"min", s.min_s * 1e6},
-                        {"p50", s.p50_s * 1e6},
-                        {"p99", s.p99_s * 1e6},
-                        {"max", s.max_s * 1e6}};
-}
-
-check::LatencyStats from_microseconds(const nlohmann::json& j) {
-  return check::LatencyStats{j.at("min").get<double>() / 1e6, j.at("p50").get<double>() / 1e6,
-                             j.at("p99").get<double>() / 1e6, j.at("max").get<double>() / 1e6,
-                             j.at("mean").get<double>() / 1e6};
-}
-
 }  // namespace
 
-void to_json(nlohmann::json& j, const BenchRow& r) {
-  j = nlohmann::json{{"collective", r.collective},
-                     {"size_bytes", r.size_bytes},
-                     {"count", r.count},
-                     {"type", r.type},
-                     {"redop", r.redop},
-                     {"root", r.root},
-                     {"time_us", microseconds(r.time)},
-                     {"algbw_gbps", r.algbw_gbps},
-                     {"busbw_gbps", r.busbw_gbps},
-                     {"wrong", r.wrong},
-                     {"device_time_us", r.device ? microseconds(*r.device) : nlohmann::json(nullptr)}};
+void to_json(nlohmann::json& j, const Microseconds& s) {
+  j = nlohmann::json{{"mean", s.mean_s * 1e6},
+                     {"min", s.min_s * 1e6},
+                     {"p50", s.p50_s * 1e6},
+                     {"p99", s.p99_s * 1e6},
+                     {"max", s.max_s * 1e6}};
 }
 
-void from_json(const nlohmann::json& j, BenchRow& r) {
-  j.at("collective").get_to(r.collective);
-  j.at("size_bytes").get_to(r.size_bytes);
-  j.at("count").get_to(r.count);
-  j.at("type").get_to(r.type);
-  j.at("redop").get_to(r.redop);
-  j.at("root").get_to(r.root);
-  j.at("wrong").get_to(r.wrong);
-  j.at("algbw_gbps").get_to(r.algbw_gbps);
-  j.at("busbw_gbps").get_to(r.busbw_gbps);
-  r.time = from_microseconds(j.at("time_us"));
-  if (!j.at("device_time_us").is_null()) r.device = from_microseconds(j.at("device_time_us"));
+void from_json(const nlohmann::json& j, Microseconds& s) {
+  s = Microseconds{{j.at("min").get<double>() / 1e6, j.at("p50").get<double>() / 1e6, j.at("p99").get<double>() / 1e6,
+                    j.at("max").get<double>() / 1e6, j.at("mean").get<double>() / 1e6}};
 }
 
 int64_t parse_size(const std::string& text) {
@@ -207,11 +177,11 @@ static std::string bench_table_header(bool device_column) {
 }
 
 static std::string bench_table_row(const BenchRow& r, bool device_column) {
-  std::string out =
-      fmt::format(" {:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8.3f} {:>8.3f} {:>7} {:>10} {:>10} {:>10} {:>10}",
-                  r.collective, r.size_bytes, r.count, r.type, r.redop, r.root, us(r.time.mean_s), r.algbw_gbps,
-                  r.busbw_gbps, r.wrong, us(r.time.min_s), us(r.time.p50_s), us(r.time.p99_s), us(r.time.max_s));
-  if (device_column) out += fmt::format(" {:>10}", r.device ? us(r.device->mean_s) : std::string("-"));
+  std::string out = fmt::format(
+      " {:>15} {:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>8.3f} {:>8.3f} {:>7} {:>10} {:>10} {:>10} {:>10}",
+      r.collective, r.size_bytes, r.count, r.type, r.redop, r.root, us(r.time_us.mean_s), r.algbw_gbps, r.busbw_gbps,
+      r.wrong, us(r.time_us.min_s), us(r.time_us.p50_s), us(r.time_us.p99_s), us(r.time_us.max_s));
+  if (device_column) out += fmt::format(" {:>10}", r.device_time_us ? us(r.device_time_us->mean_s) : std::string("-"));
   return out;
 }
 
@@ -255,11 +225,11 @@ std::vector<BenchRow> bench_on_rank(comm::Communicator& comm, const BenchSpec& s
         host.push_back(seconds);
         if (auto d = comm.last_device_seconds()) device.push_back(*d);
       }
-      row.time = check::latency_stats(check::max_over_ranks(comm, host));
+      row.time_us = Microseconds{check::latency_stats(check::max_over_ranks(comm, host))};
       if (!device.empty() && device.size() == host.size()) {
-        row.device = check::latency_stats(check::max_over_ranks(comm, device));
+        row.device_time_us = Microseconds{check::latency_stats(check::max_over_ranks(comm, device))};
       }
-      row.algbw_gbps = row.time.mean_s > 0 ? static_cast<double>(row.size_bytes) / row.time.mean_s / 1e9 : 0.0;
+      row.algbw_gbps = row.time_us.mean_s > 0 ? static_cast<double>(row.size_bytes) / row.time_us.mean_s / 1e9 : 0.0;
       row.busbw_gbps = row.algbw_gbps * bus_factor(collective, world);
       if (line) line(bench_table_row(row, device_column));
       rows.push_back(row);

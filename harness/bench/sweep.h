@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check/broadcast_probe.h"
+#include "common/json.h"
 #include "run/handover.h"
 
 namespace dmpcheck::comm {
@@ -53,22 +54,26 @@ struct BenchSpec {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BenchSpec, collectives, min_bytes, max_bytes, factor, warmup, iterations, root,
                                    timeout_s, threads_per_rank)
 
+// Latency statistics, written out in microseconds as the table prints them.
+struct Microseconds : check::LatencyStats {};
+void to_json(nlohmann::json& j, const Microseconds& s);
+void from_json(const nlohmann::json& j, Microseconds& s);
+
 struct BenchRow {
   std::string collective;
   int64_t size_bytes = 0;  // S of nccl-tests: the whole buffer
   int64_t count = 0;       // elements of that buffer
   std::string type = "float";
-  std::string redop;         // "sum" for reductions, "none" otherwise
-  int root = -1;             // broadcast only
-  int64_t wrong = 0;         // elements that differed from the seeded expectation, over all ranks
-  check::LatencyStats time;  // end to end (staging included on NCCL), max over ranks
+  std::string redop;     // "sum" for reductions, "none" otherwise
+  int root = -1;         // broadcast only
+  int64_t wrong = 0;     // elements that differed from the seeded expectation, over all ranks
+  Microseconds time_us;  // end to end (staging included on NCCL), max over ranks
   double algbw_gbps = 0.0;
   double busbw_gbps = 0.0;
-  std::optional<check::LatencyStats> device;  // NCCL: CUDA-event time of the collective alone
+  std::optional<Microseconds> device_time_us;  // NCCL: CUDA-event time of the collective alone
 };
-// Written out: latencies are in microseconds, as the table prints them.
-void to_json(nlohmann::json& j, const BenchRow& r);
-void from_json(const nlohmann::json& j, BenchRow& r);
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BenchRow, collective, size_bytes, count, type, redop, root, wrong, algbw_gbps,
+                                   busbw_gbps, time_us, device_time_us)
 
 struct BenchGroup {
   std::string backend;

@@ -89,10 +89,10 @@ TEST(BenchSweep, CountsEveryWrongElementAndNothingWhenRight) {
   for (const auto& row : good) {
     EXPECT_EQ(row.wrong, 0) << row.collective << " " << row.size_bytes;
     EXPECT_EQ(row.size_bytes, row.count * 4);
-    EXPECT_GT(row.time.mean_s, 0.0);
-    EXPECT_LE(row.time.min_s, row.time.p50_s);
-    EXPECT_LE(row.time.p50_s, row.time.max_s);
-    EXPECT_NEAR(row.algbw_gbps, static_cast<double>(row.size_bytes) / row.time.mean_s / 1e9, 1e-9);
+    EXPECT_GT(row.time_us.mean_s, 0.0);
+    EXPECT_LE(row.time_us.min_s, row.time_us.p50_s);
+    EXPECT_LE(row.time_us.p50_s, row.time_us.max_s);
+    EXPECT_NEAR(row.algbw_gbps, static_cast<double>(row.size_bytes) / row.time_us.mean_s / 1e9, 1e-9);
   }
   ASSERT_FALSE(lines.empty());
   EXPECT_TRUE(testing::contains(lines[0], "#wrong"));
