@@ -28,6 +28,7 @@ Comparer: audit_compare.py (`python -m dmpcheck_torchrec.audit compare DIR` runs
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -50,6 +51,23 @@ Digest = Dict[str, Any]  # {"sha256": str, "dtype": str, "shape": [int]}
 
 # ----------------------------------------------------------------------------------------------
 # recorder
+
+
+class _Noted:
+    """`with _Noted(report, where):` an Exception raised in the block goes to report(where), which
+    reads it from sys.exc_info(), and no further.  (A class, not contextlib.contextmanager: a
+    generator's frame would stand in the traceback the audit file keeps.)"""
+
+    def __init__(self, report: Callable[[str], None], where: str) -> None:
+        self.report, self.where = report, where
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> bool:
+        if isinstance(value, Exception):
+            self.report(self.where)
+        return isinstance(value, Exception)
 
 
 def _plain(torch: Any, value: Any) -> bool:
@@ -107,35 +125,25 @@ class Recorder:
 
     def error(self, where: str) -> None:
         """Note the exception being handled; never raises."""
-        try:
+        with contextlib.suppress(Exception):
             text = "%s: %s" % (where, traceback.format_exc(limit=8).rstrip())
             with self.lock:
                 self.errors.append(text)
             self.write()
-        except Exception:
-            pass
 
     def depth(self) -> int:
         return int(getattr(self.local, "depth", 0))
-
-    def set_depth(self, value: int) -> None:
-        self.local.depth = value
 
     def rank(self) -> Tuple[int, Optional[int]]:
         rank = os.environ.get("RANK")
         world = os.environ.get("WORLD_SIZE")
         if rank is None:
             dist = sys.modules.get("torch.distributed")
-            try:
+            with contextlib.suppress(Exception):
                 if dist is not None and dist.is_available() and dist.is_initialized():
                     return int(dist.get_rank()), int(dist.get_world_size())
-            except Exception:
-                pass
             return 0, int(world) if world else None
         return int(rank), int(world) if world else None
-
-    def path(self) -> str:
-        return os.path.join(self.directory, "rank%d.json" % self.rank()[0])
 
     def write(self) -> None:
         """The rank's file, atomically; only by the process that installed the audit."""
@@ -179,39 +187,29 @@ class Recorder:
         with torch.no_grad():
             for i, dmp in enumerate(dmps):
                 prefix = "" if i == 0 else "dmp%d/" % i
-                try:
+                with _Noted(self.error, "state_dict of dmp%d" % i):
                     for key, value in dmp.state_dict().items():
                         if _plain(torch, value):
                             tensors[prefix + key] = digest(torch, value)
-                except Exception:
-                    self.error("state_dict of dmp%d" % i)
-                try:
+                with _Noted(self.error, "named_parameters of dmp%d" % i):
                     for key, param in dmp.named_parameters():
                         names.setdefault(id(param), prefix + key)
-                except Exception:
-                    self.error("named_parameters of dmp%d" % i)
             for i, dmp in enumerate(dmps):
                 label = "fused_optimizer" if i == 0 else "dmp%d.fused_optimizer" % i
-                try:
+                with _Noted(self.error, "state of %s" % label):
                     fused = getattr(dmp, "fused_optimizer", None)
                     if fused is not None:
                         self.optimizer_state(torch, label, fused, names, seen, tensors)
-                except Exception:
-                    self.error("state of %s" % label)
             for k, opt in enumerate(self.live(self.optimizers)):
-                try:
+                with _Noted(self.error, "state of optimizer%d" % k):
                     self.optimizer_state(torch, "optimizer%d" % k, opt, names, seen, tensors)
-                except Exception:
-                    self.error("state of optimizer%d" % k)
             for i, dmp in enumerate(dmps):
-                try:
+                with _Noted(self.error, "in-backward optimizers of dmp%d" % i):
                     for param in dmp.parameters():
                         for opt in getattr(param, "_in_backward_optimizers", None) or []:
                             if self.keyed_base is not None and isinstance(opt, self.keyed_base):
                                 continue  # fused: its state is the DMP's fused_optimizer's
                             self.optimizer_state(torch, "in_backward", opt, names, seen, tensors, only=param)
-                except Exception:
-                    self.error("in-backward optimizers of dmp%d" % i)
         return tensors
 
     def optimizer_state(self, torch: Any, label: str, opt: Any, names: Dict[int, str],
@@ -242,15 +240,13 @@ class Recorder:
         """One phase: the digests of every live DMP's replicated tensors, then the file."""
         if os.getpid() != self.pid:
             return
-        try:
+        with _Noted(self.error, "recording phase %s" % phase):
             with self.lock:
                 start = time.perf_counter()
                 tensors = self.collect()
                 self.phases.append({"phase": phase, "via": via, "tensors": tensors,
                                     "seconds": round(time.perf_counter() - start, 6)})
             self.write()
-        except Exception:
-            self.error("recording phase %s" % phase)
 
     # -- the events ---------------------------------------------------------------------------
 
@@ -269,10 +265,8 @@ class Recorder:
         state from now on (not for the per-parameter in-backward ones, found on the params)."""
         with self.lock:
             if keep and not any(o is opt for o in self.live(self.optimizers)):
-                try:
+                with contextlib.suppress(TypeError):
                     self.optimizers.append(weakref.ref(opt))
-                except TypeError:
-                    pass
             if not self.live(self.dmps):
                 return
             self.steps += 1
@@ -281,7 +275,7 @@ class Recorder:
 
     def on_torch_step(self, opt: Any, _args: Any, _kwargs: Any) -> None:
         """torch's global step post hook: a plain torch optimizer stepped."""
-        try:
+        with _Noted(self.error, "torch optimizer step post hook"):
             if self.depth() > 0 or (self.keyed_base is not None and isinstance(opt, self.keyed_base)):
                 return  # inside a KeyedOptimizer's step, or one (its own wrapper records)
             import torch
@@ -301,25 +295,19 @@ class Recorder:
             def done() -> None:
                 with self.lock:
                     self.pending_backward.discard(task)
-                try:
+                with _Noted(self.error, "in-backward step"):
                     self.on_step(opt, "end of backward (in-backward %s)" % type(opt).__name__, keep=False)
-                except Exception:
-                    self.error("in-backward step")
 
             torch.autograd.Variable._execution_engine.queue_callback(done)
-        except Exception:
-            self.error("torch optimizer step post hook")
 
     def on_exit(self) -> None:
-        try:
+        with _Noted(self.error, "exit"):
             if self.status == "running":
                 self.status = "exited"
             if self.live(self.dmps):
                 self.record("exit", "atexit")
             else:
                 self.write()
-        except Exception:
-            self.error("exit")
 
     # -- patches ------------------------------------------------------------------------------
 
@@ -332,16 +320,14 @@ class Recorder:
 
         @functools.wraps(orig)
         def step(opt: Any, *args: Any, **kwargs: Any) -> Any:
-            rec.set_depth(rec.depth() + 1)
+            rec.local.depth = rec.depth() + 1
             try:
                 result = orig(opt, *args, **kwargs)
             finally:
-                rec.set_depth(rec.depth() - 1)
+                rec.local.depth = rec.depth() - 1
             if rec.depth() == 0:
-                try:
+                with _Noted(rec.error, "after %s" % via):
                     rec.on_step(opt, via)
-                except Exception:
-                    rec.error("after %s" % via)
             return result
 
         setattr(step, _MARK, True)
@@ -360,10 +346,8 @@ class Recorder:
             if id(cls) in done:
                 continue
             done.add(id(cls))
-            try:
+            with _Noted(self.error, "patching %r" % (cls,)):
                 self.wrap_step(cls)
-            except Exception:
-                self.error("patching %r" % (cls,))
             todo.extend(cls.__subclasses__())
 
     def patch(self, module: Any) -> None:
@@ -373,17 +357,13 @@ class Recorder:
         if multiprocessing.parent_process() is not None:
             return  # a worker the script started: not a rank
         self.active = True
-        try:
+        with contextlib.suppress(Exception):
             import importlib.metadata as metadata
 
             for dist in ("torch", "torchrec", "fbgemm_gpu"):
-                try:
+                with contextlib.suppress(Exception):
                     self.versions[dist] = metadata.version(dist)
-                except Exception:
-                    pass
-        except Exception:
-            pass
-        try:
+        with _Noted(self.error, "patching DistributedModelParallel"):
             dmp_cls = module.DistributedModelParallel
             orig_init = dmp_cls.__init__
             rec = self
@@ -391,24 +371,18 @@ class Recorder:
             @functools.wraps(orig_init)
             def __init__(dmp: Any, *args: Any, **kwargs: Any) -> None:
                 orig_init(dmp, *args, **kwargs)
-                try:
+                with _Noted(rec.error, "after DistributedModelParallel.__init__"):
                     rec.on_wrap(dmp)
-                except Exception:
-                    rec.error("after DistributedModelParallel.__init__")
 
             setattr(__init__, _MARK, True)
             dmp_cls.__init__ = __init__
             self.hooks.append(TARGET + ".DistributedModelParallel.__init__")
-        except Exception:
-            self.error("patching DistributedModelParallel")
-        try:
+        with _Noted(self.error, "patching KeyedOptimizer"):
             from torchrec.optim.keyed import KeyedOptimizer
 
             self.keyed_base = KeyedOptimizer
             self.patch_keyed_subclasses()
-        except Exception:
-            self.error("patching KeyedOptimizer")
-        try:
+        with _Noted(self.error, "registering the torch optimizer step post hook"):
             import torch.optim.optimizer as optimizer
 
             register = getattr(optimizer, "register_optimizer_step_post_hook", None)
@@ -417,8 +391,6 @@ class Recorder:
             else:
                 register(self.on_torch_step)
                 self.hooks.append("torch.optim.optimizer.register_optimizer_step_post_hook")
-        except Exception:
-            self.error("registering the torch optimizer step post hook")
         self.write()
 
 
@@ -454,17 +426,13 @@ class Finder:
 
         def exec_and_patch(module: Any) -> None:
             exec_module(module)
-            try:
+            with _Noted(finder_self.failed, "after importing " + finder_self.name):
                 if finder_self in sys.meta_path:
                     sys.meta_path.remove(finder_self)
                 then(module)
-            except Exception:
-                finder_self.failed("after importing " + finder_self.name)
 
-        try:
+        with contextlib.suppress(Exception):
             setattr(loader, "exec_module", exec_and_patch)
-        except Exception:
-            return spec
         return spec
 
 
@@ -486,11 +454,9 @@ def install_lazy() -> None:
             rec.error("patching")
 
     def excepthook(kind: Any, value: Any, tb: Any) -> None:
-        try:
+        with contextlib.suppress(Exception):
             rec.status = "raised"
             rec.exception = "".join(traceback.format_exception_only(kind, value)).strip()
-        except Exception:
-            pass
         previous(kind, value, tb)
 
     previous = sys.excepthook

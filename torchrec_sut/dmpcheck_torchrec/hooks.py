@@ -129,16 +129,6 @@ def _encode(name: str, value: Any, where: str) -> Dict[str, str]:
                      % (where, name, value, type(value).__name__))
 
 
-def batch_returned(ctx: Context, where: str) -> Any:
-    """What hook_batch left in ctx.batch, if it is a batch the model can take."""
-    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-    if not isinstance(ctx.batch, KeyedJaggedTensor):
-        raise HookFailed("%s left ctx.batch = %s at step %d; it must be a KeyedJaggedTensor"
-                         % (where, type(ctx.batch).__name__, ctx.step))
-    return ctx.batch
-
-
 class Hooks:
     """The hook file, imported once per rank, and what its hooks returned (`observed`)."""
 
@@ -177,9 +167,25 @@ class Hooks:
         for name, value in returned.items():
             if not isinstance(name, str) or not name:
                 raise HookFailed("%s returned a value named %r; names are non-empty strings" % (where, name))
-            entry: Dict[str, Any] = {"rank": self.rank, "point": point, "step": ctx.step, "name": name}
+            # The oracle's values (ctx.unsharded) are shown beside the ranks' as rank UNSHARDED.
+            rank = UNSHARDED if ctx.unsharded else self.rank
+            entry: Dict[str, Any] = {"rank": rank, "point": point, "step": ctx.step, "name": name}
             entry.update(_encode(name, value, where))
             self.observed.append(entry)
+
+
+def batch(user: Optional[Hooks], ctx: Context, step: int, kjt: Any, where: str = "") -> Any:
+    """The batch of `step`: `kjt`, or what hook_batch left in ctx.batch, if the model can take it."""
+    if user is None or not user.has("batch"):
+        return kjt
+    ctx.step, ctx.batch = step, kjt
+    user.call("batch", ctx)
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    if not isinstance(ctx.batch, KeyedJaggedTensor):
+        raise HookFailed("hook_batch (%s)%s left ctx.batch = %s at step %d; it must be a KeyedJaggedTensor"
+                         % (user.path, where, type(ctx.batch).__name__, ctx.step))
+    return ctx.batch
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -115,26 +115,15 @@ def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: 
     ctx = hooks.Context(0, 1, dict(tables_seen or {}))
     ctx.unsharded = True
 
-    def called(point: str) -> None:
-        if user is not None:
-            kept = len(user.observed)
-            user.call(point, ctx)
-            for entry in user.observed[kept:]:
-                entry["rank"] = hooks.UNSHARDED  # the oracle's values, shown beside the ranks'
-
     def batch_for(step: int) -> KeyedJaggedTensor:
         kjt = dump.load_global_batch(exchange, step, world)
-        if user is None or not user.has("batch"):
-            return kjt
-        ctx.step, ctx.batch = step, kjt
-        called("batch")
-        return hooks.batch_returned(ctx, "hook_batch (%s), for the unsharded model" % user.path)
+        return hooks.batch(user, ctx, step, kjt, ", for the unsharded model")
 
     with torch.random.fork_rng():  # its own draw is overwritten; the sharded ranks' generators stay put
         model = build_model(spec, "cpu")
         if user is not None and user.has("build_model"):
             ctx.model, ctx.device = model, "cpu"
-            called("build_model")
+            user.call("build_model", ctx)
             model = ctx.model
     ctx.model = model
     initial = dump.read_assembled(out_dir, world, contract.phase_init())

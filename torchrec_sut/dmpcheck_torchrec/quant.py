@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from dmpcheck_torchrec import contract, dump
-from dmpcheck_torchrec.models import build_model, output_keys
+from dmpcheck_torchrec.models import build_model, output_keys, select_features, sum_bags
 from dmpcheck_torchrec.optim import Unsupported
 from dmpcheck_torchrec.state import dmpcheck_name
 
@@ -58,46 +58,32 @@ def _row_bounds(weight: torch.Tensor, quant: str) -> torch.Tensor:
     return scale * (1 + 2 * _FP16_ULP) / 2 + (hi - lo + lo.abs()) * _FP16_ULP + 2.0 ** -24
 
 
-def _bags(rows: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Per bag, the sum of its ids' rows."""
-    bag = torch.repeat_interleave(torch.arange(lengths.numel()), lengths)
-    return torch.zeros(lengths.numel(), rows.shape[1], dtype=rows.dtype).index_add_(0, bag, rows)
-
-
 def _keys(tables: Sequence[contract.Table]) -> Dict[Tuple[str, str], str]:
     """Each (table, feature) of `tables` to its output key (models.output_keys)."""
     readings = [(t.name, f) for t in tables for f in t.features]
     return dict(zip(readings, output_keys(readings)))
 
 
-def _sequence_bounds(spec: contract.RunSpec, ec: torch.nn.Module, kjt: KeyedJaggedTensor) -> Dict[str, torch.Tensor]:
-    """Per output key of the EmbeddingCollection, each id's row bound (its own row's, no sum)."""
-    tables = [t for t in spec.tables if t.pooling == "none"]
-    keys, ids_of, out = _keys(tables), kjt.to_dict(), {}
+def _bounds(spec: contract.RunSpec, collection: torch.nn.Module, kjt: KeyedJaggedTensor,
+            pooled: bool = True) -> Dict[str, torch.Tensor]:
+    """Per output key of the collection, the bound of each element (see the module's text); of an
+    EmbeddingCollection (not pooled), each id's row bound (its own row's, no sum)."""
+    tables = [t for t in spec.tables if (t.pooling != "none") == pooled]
+    keys, bags, out = _keys(tables), kjt.to_dict(), {}
     for t in tables:
-        weight = ec.embeddings[t.name].weight.detach().double()
-        per_row = _row_bounds(weight, t.quant)
-        for f in t.features:
-            ids = ids_of[f].values().long()
-            bound = per_row[ids].unsqueeze(1).expand(-1, t.dim) + weight[ids].abs() * 2.0 ** -20
-            out[keys[(t.name, f)]] = bound.float()
-    return out
-
-
-def _bounds(spec: contract.RunSpec, ebc: torch.nn.Module, kjt: KeyedJaggedTensor) -> Dict[str, torch.Tensor]:
-    """Per output key of the collection, the bound of each element (see the module's text)."""
-    keys = _keys([t for t in spec.tables if t.pooling != "none"])
-    bags = kjt.to_dict()
-    out: Dict[str, torch.Tensor] = {}
-    for t in [t for t in spec.tables if t.pooling != "none"]:
-        weight = ebc.embedding_bags[t.name].weight.detach().double()
+        weight = getattr(collection, "embedding_bags" if pooled else "embeddings")[t.name].weight.detach().double()
         per_row = _row_bounds(weight, t.quant)
         for f in t.features:
             jt = bags[f]
             ids, lengths = jt.values().long(), jt.lengths().long()
-            scale = jt.weights().double().abs() if ebc.is_weighted() else torch.ones(ids.numel(), dtype=torch.double)
-            error = _bags((per_row[ids] * scale).unsqueeze(1).expand(-1, t.dim), lengths)
-            magnitude = _bags(weight[ids].abs() * scale.unsqueeze(1), lengths)
+            if not pooled:
+                out[keys[(t.name, f)]] = (per_row[ids].unsqueeze(1).expand(-1, t.dim) +
+                                          weight[ids].abs() * 2.0 ** -20).float()
+                continue
+            scale = (jt.weights().double().abs() if collection.is_weighted() else
+                     torch.ones(ids.numel(), dtype=torch.double))
+            error = sum_bags((per_row[ids] * scale).unsqueeze(1).expand(-1, t.dim), lengths)
+            magnitude = sum_bags(weight[ids].abs() * scale.unsqueeze(1), lengths)
             bound = error + magnitude * 2.0 ** -20
             if t.pooling == "mean":
                 bound = bound / lengths.clamp(min=1).double().unsqueeze(1)
@@ -132,8 +118,6 @@ class _Collections(torch.nn.Module):
     def lookups(self, model: Model,
                 kjt: KeyedJaggedTensor) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
         """(pooled, rows): the EBC's pooled embeddings and the EC's rows per id, by output key."""
-        from dmpcheck_torchrec.models import select_features
-
         pooled: Dict[str, torch.Tensor] = {}
         rows: Dict[str, torch.Tensor] = {}
         ebc, ec = getattr(self, "ebc", None), getattr(self, "ec", None)
@@ -272,13 +256,11 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, world: int, final_p
     local = _long(dump.load_batch(exchange, 1, 0))
     vbe = getattr(local, "variable_stride_per_key", lambda: False)()
     given = local if vbe else batch
-    from dmpcheck_torchrec.models import select_features
-
     with torch.no_grad():
         floats, float_rows = collections.lookups(model, given)
         pooled, rows = quantized.lookups(model, given)
         bounds = _bounds(spec, model.ebc, select_features(batch, model.bag_features)) if model.ebc is not None else {}
-        row_bounds = (_sequence_bounds(spec, model.ec, select_features(batch, model.sequence_features))
+        row_bounds = (_bounds(spec, model.ec, select_features(batch, model.sequence_features), pooled=False)
                       if model.ec is not None else {})
         if vbe:
             bounds = {k: v[:spec.batch_size] for k, v in bounds.items()}

@@ -146,12 +146,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
     t1 = time.perf_counter()
     def batch_of(step: int) -> KeyedJaggedTensor:
         """The rank's batch of `step`: dmpcheck's, or what hook_batch made of it."""
-        kjt = dump.load_batch(exchange, step, rank)
-        if user is None or not user.has("batch"):
-            return kjt
-        ctx.step, ctx.batch = step, kjt
-        user.call("batch", ctx)
-        return hooks.batch_returned(ctx, "hook_batch (%s)" % spec.hooks)
+        return hooks.batch(user, ctx, step, dump.load_batch(exchange, step, rank))
 
     if spec.outputs and spec.steps == 0:  # the forward alone: the outputs at step 0
         with torch.no_grad():

@@ -62,17 +62,18 @@ def state_pieces(model: torch.nn.Module, dense_opt: KeyedOptimizer, types: Dict[
 
     pieces: List[TensorPiece] = []
 
-    def add_sharded(name: str, sharding: str, st: ShardedTensor, table: Optional[str]) -> None:
-        full = list(st.size())
-        for sh in st.local_shards():
-            offs = list(sh.metadata.shard_offsets)
-            t = sh.tensor
-            row_off = offs[0]
-            col_off = offs[1] if len(offs) > 1 else 0
+    def add(name: str, sharding: str, v: torch.Tensor) -> None:
+        """A whole tensor, replicated; a ShardedTensor's local shards, each where it sits."""
+        if not isinstance(v, ShardedTensor):
+            pieces.append({"name": name, "sharding": sharding, "replicated": True, "full_sizes": list(v.shape),
+                           "tensor": v})
+            return
+        for sh in v.local_shards():
+            offs = list(sh.metadata.shard_offsets) + [0]
             # (A row-wise optimizer state of a column-sharded table is [shards * rows] here and in
             # dmpcheck alike: column shard k's block at k * rows.)
-            pieces.append({"name": name, "sharding": sharding, "replicated": False, "full_sizes": full,
-                           "row_offset": row_off, "col_offset": col_off, "tensor": t})
+            pieces.append({"name": name, "sharding": sharding, "replicated": False, "full_sizes": list(v.size()),
+                           "row_offset": offs[0], "col_offset": offs[1], "tensor": sh.tensor})
 
     table: Optional[str]
     for key, v in model.state_dict().items():
@@ -83,19 +84,14 @@ def state_pieces(model: torch.nn.Module, dense_opt: KeyedOptimizer, types: Dict[
             if name is None or name.split(".")[1] not in types:
                 continue
             table = name.split(".")[1]
-            if isinstance(v, ShardedTensor):
-                add_sharded(name, types[table], v, table)
-            elif isinstance(v, torch.Tensor):
-                pieces.append({"name": name, "sharding": types[table], "replicated": True,
-                               "full_sizes": list(v.shape), "tensor": v})
+            if isinstance(v, (ShardedTensor, torch.Tensor)):
+                add(name, types[table], v)
             continue
         table = table_of(key, types)
         if isinstance(v, ShardedTensor):  # (always a table's: `table` is not None)
-            add_sharded(dmpcheck_name(key), types[table], v, table)  # type: ignore[index]
+            add(dmpcheck_name(key), types[table], v)  # type: ignore[index]
         elif torch.is_floating_point(v):
-            sharding = types[table] if table else "dense"
-            pieces.append({"name": dmpcheck_name(key), "sharding": sharding, "replicated": True, "full_sizes": list(v.shape),
-                           "tensor": v})
+            add(dmpcheck_name(key), types[table] if table else "dense", v)
     # The fused (in-backward) optimizer of the model-parallel tables.
     for key, states in model.fused_optimizer.state_dict()["state"].items():
         table = table_of(key, types)
@@ -103,7 +99,7 @@ def state_pieces(model: torch.nn.Module, dense_opt: KeyedOptimizer, types: Dict[
             short = sname.split(".")[-1]
             name = f"ebc.embedding_bags.{table}.{short}"
             if isinstance(v, ShardedTensor):  # (the fused optimizer's state is a table's)
-                add_sharded(name, types[table], v, table)  # type: ignore[index]
+                add(name, types[table], v)  # type: ignore[index]
     # Whatever optimizer covers the rest (dense layers, and data-parallel tables in TorchRec).
     for key, states in dense_opt.state_dict()["state"].items():
         table = table_of(key, types)

@@ -26,6 +26,7 @@ thread: a fork copies only the calling thread, and a lock another thread held wo
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -151,25 +152,21 @@ def serve(sock: socket.socket) -> None:
                 _become_rank(sock, request, fds[0], parent)
             os.close(fds[0])
             group = request.group or pid
-            try:
-                os.setpgid(pid, group)  # also here: no race with a kill of the group
-            except OSError:
-                pass  # the child already exec-ed its way out or ended: its own call decided
+            # Also here: no race with a kill of the group.  (OSError: the child already exec-ed its
+            # way out or ended: its own call decided.)
+            with contextlib.suppress(OSError):
+                os.setpgid(pid, group)
             children[pid] = group
             _send(sock, contract.WarmMessage(kind="pid", pid=pid))
     except (BrokenPipeError, ConnectionResetError):
         return
     finally:
         for group in set(children.values()):
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(group, signal.SIGKILL)
-            except OSError:
-                pass
         for pid in list(children):
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
 
 
 def main(argv: List[str]) -> int:
