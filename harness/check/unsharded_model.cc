@@ -180,27 +180,22 @@ void UnshardedModel::dense_step(Parameter& p) {
       }
       w.sub_(lr * grad);
       break;
+    case dmp::DenseOptimizerType::kRowWiseAdagrad:
+      if (w.dim() == 2) {  // torchrec.optim.RowWiseAdagrad: one accumulator per row (a bias: Adagrad, below)
+        auto it = p.state.find("sum");
+        at::Tensor sum = it == p.state.end() ? at::zeros({w.size(0), 1}, w.options()) : it->second;
+        const at::Tensor step = dense_.rowwise_mean_gradient ? grad.mean(1).view({-1, 1}) : grad;
+        sum = sum + (dense_.rowwise_mean_gradient ? step * step : grad.pow(2).mean(1).view({-1, 1}));
+        p.state["sum"] = sum;
+        w.sub_(lr * step / (sum.sqrt() + eps));
+        break;
+      }
+      [[fallthrough]];
     case dmp::DenseOptimizerType::kAdagrad: {
       auto it = p.state.find("sum");
       at::Tensor sum = (it == p.state.end() ? at::zeros_like(w) : it->second) + grad * grad;
       p.state["sum"] = sum;
       w.sub_(lr * grad / (sum.sqrt() + eps));
-      break;
-    }
-    case dmp::DenseOptimizerType::kRowWiseAdagrad: {
-      auto it = p.state.find("sum");
-      if (w.dim() != 2) {  // a bias: torch.optim.Adagrad
-        at::Tensor sum = (it == p.state.end() ? at::zeros_like(w) : it->second) + grad * grad;
-        p.state["sum"] = sum;
-        w.sub_(lr * grad / (sum.sqrt() + eps));
-        break;
-      }
-      // torchrec.optim.RowWiseAdagrad: one accumulator per row.
-      at::Tensor sum = it == p.state.end() ? at::zeros({w.size(0), 1}, w.options()) : it->second;
-      const at::Tensor step = dense_.rowwise_mean_gradient ? grad.mean(1).view({-1, 1}) : grad;
-      sum = sum + (dense_.rowwise_mean_gradient ? step * step : grad.pow(2).mean(1).view({-1, 1}));
-      p.state["sum"] = sum;
-      w.sub_(lr * step / (sum.sqrt() + eps));
       break;
     }
     case dmp::DenseOptimizerType::kAdam: {
