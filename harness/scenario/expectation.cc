@@ -127,7 +127,7 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
     if (YAML::Node batches = loop["batches"]) {
       // One count for every epoch, or one per epoch.
       if (batches.IsSequence()) {
-        e.loop_batches_per_epoch = r.integer_list(batches, path + ".loop.batches", "", 0, 1000000);
+        r.integer_list(batches, path + ".loop.batches", "", 0, 1000000, e.loop_batches_per_epoch);
       } else {
         e.loop_batches = r.integer(batches, path + ".loop.batches", 0, 1000000);
       }

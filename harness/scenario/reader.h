@@ -169,13 +169,15 @@ class Reader {
     return out;
   }
 
-  // A list of integers in [min, max], at least `least` of them; `what` says what the list is.
-  std::vector<int64_t> integer_list(const YAML::Node& node, const std::string& path, const std::string& what,
-                                    int64_t min, int64_t max, size_t least = 0) const {
+  // A list of integers in [min, max], at least `least` of them (`what` says what the list is),
+  // appended to `out` as they are read: what was read before an error stays, as the checks after
+  // this section see it.
+  template <typename T>
+  void integer_list(const YAML::Node& node, const std::string& path, const std::string& what, int64_t min, int64_t max,
+                    std::vector<T>& out, size_t least = 0) const {
     if (!node.IsSequence() || node.size() < least) expected(node, path, what);
-    std::vector<int64_t> out;
-    for (size_t i = 0; i < node.size(); ++i) out.push_back(integer(node[i], fmt::format("{}[{}]", path, i), min, max));
-    return out;
+    for (size_t i = 0; i < node.size(); ++i)
+      out.push_back(static_cast<T>(integer(node[i], fmt::format("{}[{}]", path, i), min, max)));
   }
 
   static std::string join(const std::string& path, const std::string& key) {

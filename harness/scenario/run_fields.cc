@@ -30,9 +30,7 @@ dmp::ShardingConstraints parse_constraints(const Reader& r, const YAML::Node& no
     }
   }
   if (node["ranks"]) {
-    for (int64_t rank :
-         r.integer_list(node["ranks"], path + ".ranks", "a non-empty list of ranks", 0, world_size - 1, 1))
-      c.ranks.push_back(static_cast<int>(rank));
+    r.integer_list(node["ranks"], path + ".ranks", "a non-empty list of ranks", 0, world_size - 1, c.ranks, 1);
   }
   if (node["column_shards"])
     c.column_shards = static_cast<int>(r.integer(node["column_shards"], path + ".column_shards", 1, 1 << 20));
@@ -112,8 +110,8 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
           const YAML::Node lengths = r.required(v, path, "lengths");
           if (!ids.IsSequence()) r.expected(ids, path + ".ids", "a list of ids");
           if (!lengths.IsSequence()) r.expected(lengths, path + ".lengths", "a list of bag lengths");
-          bags.ids = r.integer_list(ids, path + ".ids", "a list of ids", 0, run.id_range(*table->second) - 1);
-          bags.lengths = r.integer_list(lengths, path + ".lengths", "a list of bag lengths", 0, 1 << 24);
+          r.integer_list(ids, path + ".ids", "a list of ids", 0, run.id_range(*table->second) - 1, bags.ids);
+          r.integer_list(lengths, path + ".lengths", "a list of bag lengths", 0, 1 << 24, bags.lengths);
           const int64_t total = std::accumulate(bags.lengths.begin(), bags.lengths.end(), int64_t{0});
           if (total != static_cast<int64_t>(bags.ids.size())) {
             r.fail(lengths, path + ".lengths",
@@ -251,14 +249,16 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
     }
     if (YAML::Node eval = torchrec["eval_batches"]) {
       // One count for every rank, or one per rank.
-      run.torchrec_eval_batches = eval.IsScalar()
-                                      ? std::vector<int64_t>{r.integer(eval, "torchrec.eval_batches", 0, 1000000)}
-                                      : r.integer_list(eval, "torchrec.eval_batches",
-                                                       "a batch count, or a list of them, one per rank", 0, 1000000);
+      if (eval.IsScalar()) {
+        run.torchrec_eval_batches.push_back(r.integer(eval, "torchrec.eval_batches", 0, 1000000));
+      } else {
+        r.integer_list(eval, "torchrec.eval_batches", "a batch count, or a list of them, one per rank", 0, 1000000,
+                       run.torchrec_eval_batches);
+      }
     }
     if (YAML::Node counts = torchrec["batches_per_rank"]) {
-      run.torchrec_batches_per_rank =
-          r.integer_list(counts, "torchrec.batches_per_rank", "a list of batch counts, one per rank", 0, 1000000);
+      r.integer_list(counts, "torchrec.batches_per_rank", "a list of batch counts, one per rank", 0, 1000000,
+                     run.torchrec_batches_per_rank);
     }
     if (torchrec["sharder"])
       run.torchrec_sharder = r.choice(torchrec["sharder"], "torchrec.sharder", {"extended", "stock"});
@@ -437,8 +437,9 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   run.model.dense_layers = {1};
   field("dense", [&](Node dense) {
     r.check_keys(dense, "dense", {"layers"});
-    run.model.dense_layers = r.integer_list(r.required(dense, "dense", "layers"), "dense.layers",
-                                            "a non-empty list of layer sizes", 1, 1 << 20, 1);
+    run.model.dense_layers.clear();
+    r.integer_list(r.required(dense, "dense", "layers"), "dense.layers", "a non-empty list of layer sizes", 1, 1 << 20,
+                   run.model.dense_layers, 1);
   });
 
   field("optimizers", [&](Node opts) {

@@ -863,6 +863,17 @@ data:
   EXPECT_TRUE(fails_with(replace(text, "[2, 4]", "[2, 4, 1]"), "expected one count, or one per rank (2)"));
 }
 
+// A list's counts read before a bad one are what the run's later checks see, so the report names
+// what those checks find in them too (and no follow-on error an empty list would draw).
+TEST(ScenarioLoaderSystem, AListsCountsBeforeABadOneReachTheChecksAfterIt) {
+  const std::string release = std::string(kMinimal) + "steps: 2\nsystem: torchrec==1.9.2\n";
+  EXPECT_TRUE(fails_with(release + "torchrec: {batches_per_rank: [2, x]}\n", "torchrec.batches_per_rank[1]",
+                         "has 1 count(s) up to 2; expected one per rank (2)"));
+  const std::string persistent = error_of(release + "torchrec: {eval_batches: [1, x], data_iterator: persistent}\n");
+  EXPECT_TRUE(testing::contains(persistent, "torchrec.eval_batches[1]")) << persistent;
+  EXPECT_FALSE(testing::contains(persistent, "persistent re-arms one iterator")) << persistent;
+}
+
 TEST(ScenarioLoader, TheTorchrecAxesApplyToReleaseCellsOnly) {
   const Scenario s = load_scenario_text(std::string(kMinimal) + R"(matrix:
   system: [reference, torchrec==1.9.2]
