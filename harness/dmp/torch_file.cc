@@ -4,6 +4,10 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -52,6 +56,55 @@ uint32_t crc32_of(const char* data, uint64_t n) {
   uint32_t c = 0xFFFFFFFFu;
   for (uint64_t i = 0; i < n; ++i) c = table[(c ^ static_cast<unsigned char>(data[i])) & 0xFFu] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
+}
+
+// libtorch's unpickler sizes a string by the length its opcode declares before reading it: a
+// BINUNICODE claiming 4 GiB in a 287-byte data.pkl allocated and zeroed 4 GiB, seconds of work
+// (found by ci/fuzz.sh --runs).  Each declared length must fit in what follows it.  The walk knows
+// the binary opcodes torch.save writes and stops at any other one (libtorch judges the rest).
+std::optional<std::string> pickle_overrun(const char* p, uint64_t n) {
+  // The binary opcodes by what follows them: nothing, so many bytes, or a length of so many bytes
+  // and then that many bytes.
+  static constexpr std::array<std::pair<std::string_view, int>, 5> kFixed = {
+      {{"}])(teasuRbQN012ldo\x81\x85\x86\x87\x88\x89\x8f\x90\x91\x92\x93\x94\x97\x98", 0},
+       {"\x80qhK", 1},
+       {"M", 2},
+       {"rjJ", 4},
+       {"G\x95", 8}}};
+  static constexpr std::array<std::pair<std::string_view, int>, 3> kLength = {
+      {{"UC\x8a\x8c", 1}, {"TBX\x8b", 4}, {"\x8d\x8e\x96", 8}}};
+  const auto width_in = [](const auto& table, char op) {
+    for (const auto& [ops, width] : table)
+      if (ops.find(op) != std::string_view::npos) return width;
+    return -1;
+  };
+  uint64_t i = 0;
+  while (i < n) {
+    const char op = p[i++];
+    if (op == '.') return std::nullopt;  // STOP
+    if (op == 'c') {                     // GLOBAL: a module and a name, each ending in a newline
+      for (int line = 0; line < 2; ++line) {
+        const void* end = std::memchr(p + i, '\n', static_cast<size_t>(n - i));
+        if (end == nullptr) return std::nullopt;
+        i = static_cast<uint64_t>(static_cast<const char*>(end) - p) + 1;
+      }
+      continue;
+    }
+    const int fixed = width_in(kFixed, op);
+    if (fixed >= 0) {
+      i += static_cast<uint64_t>(fixed);
+      continue;
+    }
+    const int width = width_in(kLength, op);
+    if (width < 0 || static_cast<uint64_t>(width) > n - i) return std::nullopt;  // not read here, or truncated
+    uint64_t length = 0;
+    for (int k = width - 1; k >= 0; --k) length = (length << 8) | static_cast<unsigned char>(p[i + k]);
+    i += static_cast<uint64_t>(width);
+    if (length > n - i)
+      return fmt::format("declares {} bytes at byte {} where {} remain", length, i - width - 1, n - i);
+    i += length;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -141,6 +194,11 @@ void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
     if (data > raw.size() || size > raw.size() - data)
       bad(fmt::format("zip entry '{}' ({} bytes at {}) runs past the end of the file ({} bytes)", name, size, data,
                       raw.size()));
+    const std::string pickle = "data.pkl";
+    if (name.size() >= pickle.size() && name.compare(name.size() - pickle.size(), pickle.size(), pickle) == 0) {
+      if (auto overrun = pickle_overrun(raw.data() + data, size))
+        bad(fmt::format("zip entry '{}' (the pickle) {}", name, *overrun));
+    }
     checksums.push_back({name, data, size, b.read(at + 16, 4, "directory")});
     at += 46 + name_length + extra_length + comment_length;
   }
