@@ -96,6 +96,35 @@ int64_t parse_ms(const std::string& text) {
   } catch (const std::exception&) { return -1; }
 }
 
+void enable(int fd, int level, int option) {
+  const int one = 1;
+  setsockopt(fd, level, option, &one, sizeof one);
+}
+
+// Resolves host:port (getaddrinfo's error in *unresolved; then nothing is tried) and returns a socket for the first
+// address that `ready(fd, address)` binds or connects, else -1 with the errno of the last failure in *error.
+template <typename Ready>
+int first_socket(const std::string& host, uint16_t port, int* unresolved, int* error, Ready ready) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  *unresolved = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (*unresolved != 0) return -1;
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd >= 0 && !ready(fd, *a)) {
+      *error = errno;
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -120,38 +149,23 @@ class AuthStoreServer::Impl {
 
   Impl(const std::string& address, uint16_t port, std::string secret, RefusedCallback on_refused)
       : secret_(std::move(secret)), on_refused_(std::move(on_refused)) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const std::string service = std::to_string(port);
-    const int rc = getaddrinfo(address.c_str(), service.c_str(), &hints, &found);
-    DMP_CHECK(rc == 0, ErrorKind::kCommunication,
-              "cannot host the run's store on {}: the address does not resolve ({})", address, gai_strerror(rc));
-    std::string why;
-    for (addrinfo* a = found; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
-      const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd < 0) continue;
-      const int one = 1;
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 256) == 0) {
-        listen_fd_ = fd;
-        sockaddr_storage bound{};
-        socklen_t len = sizeof bound;
-        getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-        port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                                  : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-      } else {
-        why = std::strerror(errno);
-        close(fd);
-      }
-    }
-    freeaddrinfo(found);
+    int unresolved = 0, error = 0;
+    listen_fd_ = first_socket(address, port, &unresolved, &error, [](int fd, const addrinfo& a) {
+      enable(fd, SOL_SOCKET, SO_REUSEADDR);
+      return bind(fd, a.ai_addr, a.ai_addrlen) == 0 && listen(fd, 256) == 0;
+    });
+    DMP_CHECK(unresolved == 0, ErrorKind::kCommunication,
+              "cannot host the run's store on {}: the address does not resolve ({})", address,
+              gai_strerror(unresolved));
     DMP_CHECK(listen_fd_ >= 0, ErrorKind::kCommunication,
               "cannot host the run's store on {}:{}: {} (the address must be one of this host's; MASTER_ADDR names "
               "rank 0's host)",
-              address, port, why);
+              address, port, error == 0 ? "" : std::strerror(error));
+    sockaddr_storage bound{};
+    socklen_t len = sizeof bound;
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     fcntl(listen_fd_, F_SETFL, fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
     if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
       close(listen_fd_);
@@ -189,8 +203,7 @@ class AuthStoreServer::Impl {
       socklen_t len = sizeof addr;
       const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;
-      const int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      enable(fd, IPPROTO_TCP, TCP_NODELAY);
       Connection c;
       c.fd = fd;
       c.peer = peer_name(addr, len);
@@ -226,47 +239,37 @@ class AuthStoreServer::Impl {
   }
 
   void handle(Connection& c, uint8_t op, std::vector<std::string>& args) {
-    auto need = [&](size_t n) {
-      if (args.size() >= n) return true;
-      c.out += encode(kFailed, {fmt::format("request {} needs {} arguments, got {}", op, n, args.size())});
-      return false;
-    };
-    switch (op) {
+    static constexpr size_t kArgumentsNeeded[] = {0, 2, 2, 2, 0, 1, 0, 1, 3};  // by Op
+    if (op < kSet || op > kCompareSet) {
+      c.out += encode(kFailed, {fmt::format("unknown request {}", op)});
+      c.closing = true;
+      return;
+    }
+    if (args.size() < kArgumentsNeeded[op]) {
+      c.out += encode(kFailed,
+                      {fmt::format("request {} needs {} arguments, got {}", op, kArgumentsNeeded[op], args.size())});
+      return;
+    }
+    switch (op) {  // a request that sets a key breaks, to wake the waiters; the others return
       case kSet:
-        if (!need(2)) return;
         data_[args[0]] = std::move(args[1]);
         c.out += encode(kOk, {});
-        wake_waiters();
+        break;
+      case kGet: start_wait(c, kGet, {args[0]}, parse_ms(args[1])); return;
+      case kWait:
+        start_wait(c, kWait, std::vector<std::string>(args.begin() + 1, args.end()), parse_ms(args[0]));
         return;
-      case kGet:
-        if (!need(2)) return;
-        start_wait(c, kGet, {args[0]}, parse_ms(args[1]));
-        return;
-      case kWait: {
-        if (!need(1)) return;
-        const int64_t ms = parse_ms(args[0]);
-        start_wait(c, kWait, std::vector<std::string>(args.begin() + 1, args.end()), ms);
-        return;
-      }
       case kAdd: {
-        if (!need(2)) return;
-        int64_t value = 0;
-        auto it = data_.find(args[0]);
-        if (it != data_.end()) value = parse_ms(it->second);
-        value += parse_ms(args[1]);
+        const auto it = data_.find(args[0]);
+        const int64_t value = (it == data_.end() ? 0 : parse_ms(it->second)) + parse_ms(args[1]);
         data_[args[0]] = std::to_string(value);
         c.out += encode(kOk, {std::to_string(value)});
-        wake_waiters();
-        return;
+        break;
       }
       case kCheck: c.out += encode(kOk, {keys_present(args) ? "1" : "0"}); return;
-      case kDelete:
-        if (!need(1)) return;
-        c.out += encode(kOk, {data_.erase(args[0]) > 0 ? "1" : "0"});
-        return;
+      case kDelete: c.out += encode(kOk, {data_.erase(args[0]) > 0 ? "1" : "0"}); return;
       case kNumKeys: c.out += encode(kOk, {std::to_string(data_.size())}); return;
       case kCompareSet: {  // c10d's: set when the value is the expected one (a missing key is "")
-        if (!need(3)) return;
         const auto it = data_.find(args[0]);
         if (it == data_.end() ? !args[1].empty() : it->second != args[1]) {
           c.out += encode(kOk, {it == data_.end() ? args[1] : it->second});
@@ -274,11 +277,10 @@ class AuthStoreServer::Impl {
         }
         data_[args[0]] = args[2];
         c.out += encode(kOk, {args[2]});
-        wake_waiters();
-        return;
+        break;
       }
-      default: c.out += encode(kFailed, {fmt::format("unknown request {}", op)}); c.closing = true;
     }
+    wake_waiters();  // a key was set
   }
 
   void consume(Connection& c) {
@@ -431,29 +433,12 @@ void write_all(int fd, const std::string& data, const std::string& where) {
 }
 
 int connect_once(const std::string& host, uint16_t port, int* error) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-  DMP_CHECK(rc == 0, ErrorKind::kCommunication, "cannot reach the run's store: {} does not resolve ({})", host,
-            gai_strerror(rc));
-  int fd = -1;
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      *error = errno;
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(found);
-  if (fd >= 0) {
-    const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  }
+  int unresolved = 0;
+  const int fd = first_socket(host, port, &unresolved, error,
+                              [](int fd, const addrinfo& a) { return connect(fd, a.ai_addr, a.ai_addrlen) == 0; });
+  DMP_CHECK(unresolved == 0, ErrorKind::kCommunication, "cannot reach the run's store: {} does not resolve ({})", host,
+            gai_strerror(unresolved));
+  if (fd >= 0) enable(fd, IPPROTO_TCP, TCP_NODELAY);
   return fd;
 }
 

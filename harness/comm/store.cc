@@ -24,13 +24,12 @@ Store& Store::operator=(Store&&) noexcept = default;
 
 Store Store::host(const std::string& address, const std::string& secret, std::chrono::milliseconds timeout,
                   uint16_t port) {
-  auto impl = std::make_unique<StoreImpl>();
-  impl->server = std::make_shared<AuthStoreServer>(address, port, secret, [](const std::string& message) {
+  auto server = std::make_shared<AuthStoreServer>(address, port, secret, [](const std::string& message) {
     std::fprintf(stderr, "dmpcheck: %s\n", message.c_str());
   });
-  impl->port = impl->server->port();
-  impl->store = c10::make_intrusive<AuthStoreClient>(address, impl->port, secret, timeout);
-  return Store(std::move(impl));
+  Store store = connect(address, server->port(), secret, timeout);
+  store.impl_->server = std::move(server);
+  return store;
 }
 
 Store Store::host_file(const std::string& directory, std::chrono::milliseconds timeout) {
@@ -102,10 +101,7 @@ std::optional<std::string> Store::try_get(const std::string& key) {
 }
 
 Store Store::with_prefix(const std::string& prefix) const {
-  auto impl = std::make_unique<StoreImpl>();
-  impl->port = impl_->port;
-  impl->path = impl_->path;
-  impl->server = impl_->server;
+  auto impl = std::make_unique<StoreImpl>(*impl_);  // the same port, path and server
   impl->store = c10::make_intrusive<c10d::PrefixStore>(prefix, impl_->store);
   return Store(std::move(impl));
 }
