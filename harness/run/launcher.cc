@@ -29,6 +29,7 @@
 #include "common/settings.h"
 #include "run/handover.h"
 #include "run/release_contract.h"
+#include "run/subprocess.h"
 #include "run/warm_interpreter.h"
 
 extern char** environ;
@@ -103,10 +104,8 @@ ChildImage make_image(const LaunchRequest& request, int rank, const std::string&
   ours.insert(request.environment.begin(), request.environment.end());  // the rank's own names are ours
   for (const auto& [name, value] : request.launch_environment) ours[name] = value;
   image.env_storage = child_environment(ours);
-  for (auto& s : image.argv_storage) image.argv.push_back(s.data());
-  image.argv.push_back(nullptr);
-  for (auto& s : image.env_storage) image.envp.push_back(s.data());
-  image.envp.push_back(nullptr);
+  image.argv = c_argv(image.argv_storage);
+  image.envp = c_argv(image.env_storage);
   return image;
 }
 
@@ -242,21 +241,14 @@ LaunchOutcome launch(const LaunchRequest& request) {
       }
       throw_error(ErrorKind::kRankFailed, why);
     };
+    pid_t pid = -1;
     if (warm) {
-      pid_t pid = -1;
       try {
         pid = warm->spawn(request.arguments, image.env_storage, request.threads_per_rank, group, fds[1]);
       } catch (const Error& e) { abandon(fmt::format("rank {}: {}", r, e.what())); }
-      if (group == 0) group = pid;
-      ::close(fds[1]);
-      ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-      ranks[static_cast<size_t>(r)] = {r, pid, fds[0], true, 0, {}, {}};
-      outcome.pids.push_back(pid);
-      continue;
-    }
-    const pid_t pid = ::fork();
-    if (pid < 0) abandon(fmt::format("fork for rank {} failed: {}", r, std::strerror(errno)));
-    if (pid == 0) {
+    } else if ((pid = ::fork()) < 0) {
+      abandon(fmt::format("fork for rank {} failed: {}", r, std::strerror(errno)));
+    } else if (pid == 0) {
       ::setpgid(0, group);                      // rank 0 leads the run's process group
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);       // die with the launcher
       if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl
@@ -295,7 +287,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
       (void)!::write(STDERR_FILENO, message, sizeof(message) - 1);
       ::_exit(127);
     }
-    ::setpgid(pid, group == 0 ? pid : group);  // also from the parent: no race with the kill below
+    if (!warm) ::setpgid(pid, group == 0 ? pid : group);  // also from the parent: no race with the kill below
     if (group == 0) group = pid;
     ::close(fds[1]);
     ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
@@ -349,6 +341,11 @@ LaunchOutcome launch(const LaunchRequest& request) {
     }
     return f;
   };
+  // A rank that ended other than with status 0: what it said, else how it ended.
+  auto ended_failure = [&](Rank& r) {
+    return make_failure(r, WIFSIGNALED(r.status) ? check::FailureKind::kCrashed : check::FailureKind::kRankFailed,
+                        describe_wait_status(r.status));
+  };
   auto rank_of_cause = [](const check::RankFailure& f) {
     using check::FailureKind;
     switch (f.kind) {
@@ -359,10 +356,9 @@ LaunchOutcome launch(const LaunchRequest& request) {
       default: return 1;                     // the rank's own error
     }
   };
-  auto fail = [&](Rank& r, check::FailureKind kind, const std::string& cause) {
-    check::RankFailure first = make_failure(r, kind, cause);
+  auto fail = [&](Rank& r) {
+    std::vector<check::RankFailure> seen = {ended_failure(r)};
     const auto grace_end = Clock::now() + std::chrono::milliseconds(500);
-    std::vector<check::RankFailure> seen = {first};
     while (Clock::now() < grace_end) {
       bool any = false;
       for (auto& other : ranks) {
@@ -371,11 +367,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
         if (reaped(other, WNOHANG)) {
           other.running = false;
           drain(other, request);
-          if (!(WIFEXITED(other.status) && WEXITSTATUS(other.status) == 0)) {
-            seen.push_back(make_failure(
-                other, WIFSIGNALED(other.status) ? check::FailureKind::kCrashed : check::FailureKind::kRankFailed,
-                describe_wait_status(other.status)));
-          }
+          if (!(WIFEXITED(other.status) && WEXITSTATUS(other.status) == 0)) seen.push_back(ended_failure(other));
         }
       }
       if (!any) break;
@@ -413,8 +405,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
         const bool clean = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
         if (!clean && !outcome.failure) {
           drain(r, request);
-          fail(r, WIFSIGNALED(r.status) ? check::FailureKind::kCrashed : check::FailureKind::kRankFailed,
-               describe_wait_status(r.status));
+          fail(r);
         }
       } else {
         any_running = true;

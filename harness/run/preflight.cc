@@ -23,16 +23,7 @@ int64_t host_available_memory() {
                   fmt::format("DMPCHECK_MEMORY_AVAILABLE='{}': expected a number of bytes", v));
     }
   }
-  std::ifstream in("/proc/meminfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream fields(line.substr(13));
-    int64_t kib = 0;
-    fields >> kib;
-    return kib * 1024;
-  }
-  return 0;  // unknown: no memory check
+  return meminfo_available_bytes();
 }
 
 int64_t state_bytes(const dmp::FusedOptimizerConfig& o, int64_t rows, int64_t cols) {
@@ -46,6 +37,19 @@ int64_t state_bytes(const dmp::FusedOptimizerConfig& o, int64_t rows, int64_t co
 }
 
 }  // namespace
+
+int64_t meminfo_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    int64_t kib = 0;
+    fields >> kib;
+    return kib * 1024;
+  }
+  return 0;  // unknown: no memory check
+}
 
 std::string human_bytes(double bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

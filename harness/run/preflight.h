@@ -27,6 +27,9 @@ RunMemory estimate_run_memory(const scenario::RunSpec& spec);
 // $DMPCHECK_MEMORY_AVAILABLE, bytes, to plan for another host).
 void preflight(const scenario::Scenario& scenario, int64_t available = 0);
 
+// MemAvailable from /proc/meminfo, in bytes; 0 where it does not say.
+int64_t meminfo_available_bytes();
+
 // "1.5 GiB", "3.6 PiB".
 std::string human_bytes(double bytes);
 

@@ -21,15 +21,41 @@ extern char** environ;
 namespace dmpcheck::run {
 namespace {
 
-// argv as execve wants it: pointers into `storage`, which must outlive them, then a null.
+// Starts argv (looked up on PATH) with `envp`, its stdin /dev/null when `null_stdin`; with `output`,
+// its stdout and stderr go to a pipe whose read end is put there.  Error(kInvalidInput) when it
+// cannot be started.
+pid_t spawn_child(const std::vector<std::string>& argv, char* const* envp, bool null_stdin, int* output) {
+  std::vector<std::string> argv_copy = argv;
+  std::vector<char*> args = c_argv(argv_copy);
+  int fds[2] = {-1, -1};
+  DMP_CHECK(output == nullptr || ::pipe2(fds, O_CLOEXEC) == 0, ErrorKind::kInternal, "pipe2: {}", std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (null_stdin) posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (output != nullptr) {
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  }
+  pid_t pid = 0;
+  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp);
+  posix_spawn_file_actions_destroy(&actions);
+  if (output != nullptr) ::close(fds[1]);
+  if (spawned != 0) {
+    if (output != nullptr) ::close(fds[0]);
+    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot start {}: {}", argv[0], std::strerror(spawned)));
+  }
+  if (output != nullptr) *output = fds[0];
+  return pid;
+}
+
+}  // namespace
+
 std::vector<char*> c_argv(std::vector<std::string>& storage) {
   std::vector<char*> out;
   for (auto& s : storage) out.push_back(s.data());
   out.push_back(nullptr);
   return out;
 }
-
-}  // namespace
 
 Captured capture(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
                  std::chrono::seconds deadline) {
@@ -43,24 +69,9 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
     env_strings.push_back(entry);
   }
   for (const auto& [k, v] : environment) env_strings.push_back(k + "=" + v);
-  std::vector<std::string> argv_copy = argv;
-  std::vector<char*> envp = c_argv(env_strings), args = c_argv(argv_copy);
-
-  int fds[2];
-  DMP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, ErrorKind::kInternal, "pipe2: {}", std::strerror(errno));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  pid_t pid = 0;
-  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (spawned != 0) {
-    ::close(fds[0]);
-    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot start {}: {}", argv[0], std::strerror(spawned)));
-  }
+  std::vector<char*> envp = c_argv(env_strings);
+  int output = -1;
+  const pid_t pid = spawn_child(argv, envp.data(), true, &output);
   Captured out;
   const auto until = std::chrono::steady_clock::now() + deadline;
   char buffer[4096];
@@ -72,16 +83,16 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
       ::kill(pid, SIGKILL);
       break;
     }
-    pollfd p{fds[0], POLLIN, 0};
+    pollfd p{output, POLLIN, 0};
     const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) continue;
-    const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
+    const ssize_t n = ::read(output, buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // end of output: the child (and anything it left running) closed it
     out.output.append(buffer, static_cast<size_t>(n));
   }
-  ::close(fds[0]);
+  ::close(output);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   out.exit_code = WIFEXITED(status) && !out.timed_out ? WEXITSTATUS(status) : -1;
@@ -90,29 +101,13 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
 
 int run_visible(const std::vector<std::string>& argv, std::string* tail, size_t keep) {
   DMP_CHECK(!argv.empty(), ErrorKind::kInternal, "run_visible: no program");
-  std::vector<std::string> argv_copy = argv;
-  std::vector<char*> args = c_argv(argv_copy);
   std::fflush(nullptr);
-  int fds[2] = {-1, -1};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (tail != nullptr) {
-    DMP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, ErrorKind::kInternal, "pipe2: {}", std::strerror(errno));
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
-  }
-  pid_t pid = 0;
-  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (tail != nullptr) ::close(fds[1]);
-  if (spawned != 0) {
-    if (tail != nullptr) ::close(fds[0]);
-    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot start {}: {}", argv[0], std::strerror(spawned)));
-  }
+  int output = -1;
+  const pid_t pid = spawn_child(argv, environ, false, tail != nullptr ? &output : nullptr);
   if (tail != nullptr) {
     char buffer[4096];
     for (;;) {
-      const ssize_t n = ::read(fds[0], buffer, sizeof(buffer));
+      const ssize_t n = ::read(output, buffer, sizeof(buffer));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;  // end of output: the child (and anything it left running) closed it
       for (ssize_t done = 0; done < n;) {
@@ -124,7 +119,7 @@ int run_visible(const std::vector<std::string>& argv, std::string* tail, size_t 
       tail->append(buffer, static_cast<size_t>(n));
       if (tail->size() > 2 * keep) tail->erase(0, tail->size() - keep);
     }
-    ::close(fds[0]);
+    ::close(output);
     if (tail->size() > keep) tail->erase(0, tail->size() - keep);
   }
   int status = 0;

@@ -28,6 +28,10 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
 // the import's own words).  Throws Error(kInvalidInput) when it cannot be started.
 int run_visible(const std::vector<std::string>& argv, std::string* tail = nullptr, size_t keep = 4096);
 
+// argv (or an environment) as execve wants it: pointers into `storage`, which must outlive them,
+// then a null.
+std::vector<char*> c_argv(std::vector<std::string>& storage);
+
 // A captured output without its trailing newlines and spaces (a git hash, a one-line answer).
 std::string trim(std::string s);
 // Its last `n` non-empty lines, each as "\n  | line": where Python puts the exception.

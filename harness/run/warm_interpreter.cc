@@ -23,7 +23,9 @@
 #include "common/file_io.h"
 #include "common/settings.h"
 #include "run/launcher.h"
+#include "run/preflight.h"
 #include "run/rank_run.h"
+#include "run/subprocess.h"
 
 namespace dmpcheck::run {
 namespace {
@@ -74,25 +76,12 @@ std::string key_of(const WarmInterpreter::Wanted& w) {
   return key;
 }
 
-// MemAvailable in GiB (0 where /proc/meminfo does not say).
-double available_memory_gib() {
-  std::ifstream in("/proc/meminfo");
-  for (std::string name; in >> name;) {
-    long long kib = 0;
-    in >> kib;
-    if (name == "MemAvailable:") return static_cast<double>(kib) / (1024.0 * 1024.0);
-    in.ignore(1 << 10, '\n');
-  }
-  return 0;
-}
-
 // The interpreters started and still importing (they have not spoken yet).
 size_t importing(Registry& reg) {
-  size_t n = 0;
-  for (auto& [key, e] : reg.entries) {
-    if (e.warm && !e.warm->ready() && !e.warm->answered()) ++n;
-  }
-  return n;
+  return std::count_if(reg.entries.begin(), reg.entries.end(), [](auto& entry) {
+    const auto& warm = entry.second.warm;
+    return warm && !warm->ready() && !warm->answered();
+  });
 }
 
 // Why ranks start cold when the interpreter of `python` fails to start or to import its stack.
@@ -101,9 +90,8 @@ std::string cold_reason(const std::string& python, const std::exception& e) {
 }
 
 size_t live(Registry& reg) {
-  size_t n = 0;
-  for (auto& [key, e] : reg.entries) n += e.warm != nullptr;
-  return n;
+  return std::count_if(reg.entries.begin(), reg.entries.end(),
+                       [](auto& entry) { return entry.second.warm != nullptr; });
 }
 
 // Starts queued interpreters while fewer than `at_once` import and fewer than `kept` live.
@@ -132,7 +120,7 @@ size_t WarmInterpreter::kept() {
   // a suite over every installed release keeps all of them (7 here) rather than importing one
   // again each time it comes back to it.
   static const auto by_memory =
-      static_cast<size_t>(std::clamp(static_cast<long>(available_memory_gib() / 2.0), 4L, 12L));
+      static_cast<size_t>(std::clamp(static_cast<long>(meminfo_available_bytes() / (int64_t{2} << 30)), 4L, 12L));
   return by_memory;
 }
 
@@ -241,11 +229,7 @@ std::shared_ptr<WarmInterpreter> WarmInterpreter::start(const Wanted& wanted) {
   ours["TMPDIR"] = warm->dir_->path() + "/tmp";
   std::filesystem::create_directory(ours["TMPDIR"]);
   std::vector<std::string> env = child_environment(ours);
-  std::vector<char*> argv, envp;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  std::vector<char*> argv = c_argv(args), envp = c_argv(env);
   const pid_t pid = ::fork();
   if (pid == 0) {
     // A process group of its own: Ctrl-C at a terminal is dmpcheck's to handle.
@@ -397,24 +381,24 @@ pid_t WarmInterpreter::spawn(const std::vector<std::string>& arguments, const st
 }
 
 bool WarmInterpreter::reap(pid_t pid, int* status, bool block) {
+  // Whether the interpreter said `pid` ended (its status then in *status).
+  const auto take = [&] {
+    const auto it = ended_.find(pid);
+    if (it == ended_.end()) return false;
+    *status = it->second;
+    ended_.erase(it);
+    return true;
+  };
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (auto it = ended_.find(pid); it != ended_.end()) {
-        *status = it->second;
-        ended_.erase(it);
-        return true;
-      }
+      if (take()) return true;
       if (!alive_) {  // its ranks died with it (PR_SET_PDEATHSIG)
         *status = SIGKILL;
         return true;
       }
       read_messages(block ? 20 : 0);
-      if (auto it = ended_.find(pid); it != ended_.end()) {
-        *status = it->second;
-        ended_.erase(it);
-        return true;
-      }
+      if (take()) return true;
     }
     if (!block) return false;
   }
