@@ -21,20 +21,21 @@ std::string system_label(const check::RunResult& r) {
 
 namespace {
 
-// One comparison's line: how many tensors are within tolerance of `other`, and the worst: the one
-// furthest out of it, or where all are within it, the largest difference.
+// One comparison's line: how many tensors are within tolerance (of `other`, where named), and the
+// worst: the one furthest out of it, or where all are within it and `other` is named, the largest
+// difference (the unsharded model's line, naming none, always gives the one furthest out).
 std::string comparison_line(const std::string& what, const std::vector<check::GlobalModelCheck>& checks,
                             const std::string& other) {
   int ok = 0;
   for (const auto& g : checks) ok += g.within_tolerance ? 1 : 0;
+  const bool by_abs = !other.empty() && ok == static_cast<int>(checks.size());
   const check::GlobalModelCheck* worst = &checks.front();
   for (const auto& g : checks) {
-    const bool worse = ok == static_cast<int>(checks.size()) ? g.max_abs_diff > worst->max_abs_diff
-                                                             : g.max_allowed_excess > worst->max_allowed_excess;
+    const bool worse = by_abs ? g.max_abs_diff > worst->max_abs_diff : g.max_allowed_excess > worst->max_allowed_excess;
     if (worse) worst = &g;
   }
-  return fmt::format("   {}: {}/{} tensors within tolerance of {}; worst {} at step {}, max |diff| {:.3g}{}\n", what,
-                     ok, checks.size(), other, worst->name, worst->step, worst->max_abs_diff,
+  return fmt::format("   {}: {}/{} tensors within tolerance{}; worst {} at step {}, max |diff| {:.3g}{}\n", what, ok,
+                     checks.size(), other.empty() ? "" : " of " + other, worst->name, worst->step, worst->max_abs_diff,
                      worst->note.empty() ? "" : " (" + worst->note + ")");
 }
 
@@ -77,17 +78,7 @@ std::string render_run_table(const check::RunResult& r) {
     out += fmt::format("   rank {} {}{}\n", rank.rank, rank.ended,
                        rank.exception.empty() ? "" : "; its last traceback: " + rank.exception);
   }
-  if (r.global_model_checked && !r.global_model.empty()) {
-    int ok = 0;
-    const check::GlobalModelCheck* worst = &r.global_model.front();
-    for (const auto& g : r.global_model) {
-      ok += g.within_tolerance ? 1 : 0;
-      if (g.max_allowed_excess > worst->max_allowed_excess) worst = &g;
-    }
-    out += fmt::format("   unsharded model: {}/{} tensors within tolerance; worst {} at step {}, max |diff| {:.3g}{}\n",
-                       ok, r.global_model.size(), worst->name, worst->step, worst->max_abs_diff,
-                       worst->note.empty() ? "" : " (" + worst->note + ")");
-  }
+  if (r.global_model_checked && !r.global_model.empty()) out += comparison_line("unsharded model", r.global_model, "");
   if (r.resumed_compared && !r.resumed.empty()) {
     out +=
         comparison_line(fmt::format("resumed on {} rank(s)", r.resumed_world_size), r.resumed, "the uninterrupted run");

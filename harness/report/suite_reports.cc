@@ -33,16 +33,6 @@ std::string xml_escape(const std::string& text) {
   return out;
 }
 
-std::string md_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
-  }
-  return out;
-}
-
 struct Counts {
   int pass = 0, fail = 0, error = 0, skipped = 0;
   double seconds = 0.0;
@@ -77,6 +67,16 @@ std::string diverged_summary(const check::RunResult& r) {
 }
 
 }  // namespace
+
+std::string md_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += ' ';
+    else out += c;
+  }
+  return out;
+}
 
 std::string failure_text(const check::RunResult& r) {
   if (r.verdict == check::Verdict::kSkipped) return fmt::format("skipped: {}", r.skip_reason);

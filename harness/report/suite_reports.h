@@ -27,6 +27,9 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js);
 // Chart.js from Debian's libjs-chart.js (DMPCHECK_CHARTJS, or its install path); empty if absent.
 std::string load_chart_js();
 
+// `text` for a Markdown table's cell: '|' escaped, a newline as a space.
+std::string md_escape(const std::string& text);
+
 // One line naming what went wrong in a run (tensors, ranks, or the rank failure).
 std::string failure_text(const check::RunResult& r);
 

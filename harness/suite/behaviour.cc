@@ -27,12 +27,6 @@ Cell without_system(const Cell& cell) {
   return out;
 }
 
-std::string label_of(const Cell& cell) {
-  std::vector<std::string> parts;
-  for (const auto& [k, v] : cell) parts.push_back(k + "=" + v);
-  return parts.empty() ? std::string("default") : fmt::format("{}", fmt::join(parts, " "));
-}
-
 // Whether every assignment of `part` is in `whole` (a reference cell lacks the torchrec.* axes).
 bool within(const Cell& part, const Cell& whole) {
   return std::all_of(part.begin(), part.end(),
@@ -71,6 +65,12 @@ bool healthy(const scenario::Expectation& e) {
 
 }  // namespace
 
+std::string cell_label(const Cell& cell) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : without_system(cell)) parts.push_back(k + "=" + v);
+  return parts.empty() ? std::string("default") : fmt::format("{}", fmt::join(parts, " "));
+}
+
 std::string observation(const check::RunResult& r) {
   if (r.verdict == check::Verdict::kSkipped) return "skipped: " + r.skip_reason;
   if (r.failure && !r.script_ranks.empty() && r.failure->rank >= 0) {
@@ -92,19 +92,15 @@ bool meets(const scenario::Expectation& expect, const check::RunResult& r, std::
   // A script's ranks that ran and failed are an outcome its expectations judge (exit, exception,
   // hang), not an error of the cell's: each named release's expectation is asked of it.
   const bool script_outcome = r.failure && !r.script_ranks.empty() && r.failure->kind != FailureKind::kInterrupted;
-  if (script_outcome) {
-    const check::ExpectationResult e = check::evaluate_expectation(expect, r);
-    held = e.held;
-    if (!held) why = e.failures.empty() ? e.description : e.failures.front();
-  } else if (r.failure) {
+  if (r.failure && !script_outcome) {
     held = expect.error && expect.error->matches(r.failure->kind, r.failure->message);
     if (!held) {
       why = expect.error ? fmt::format("expected {}, got a {} error", expect.error->describe(), r.failure->kind)
                          : fmt::format("a {} error", r.failure->kind);
     }
-  } else if (expect.error) {
+  } else if (!r.failure && expect.error) {
     why = fmt::format("expected {}, and it ran without one", expect.error->describe());
-  } else {
+  } else {  // a script's outcome, or a run without a failure that expects none
     const check::ExpectationResult e = check::evaluate_expectation(expect, r);
     held = e.held;
     if (!held) why = e.failures.empty() ? e.description : e.failures.front();
@@ -126,7 +122,7 @@ std::vector<CellOnSystem> cells_on_system(const scenario::Scenario& original, co
   for (size_t i = 0; i < replaced.runs.size(); ++i) {
     const Cell cell = without_system(replaced.runs[i].cell);
     CellOnSystem c;
-    c.label = label_of(cell);
+    c.label = cell_label(cell);
     if (!seen.insert(c.label).second) continue;
     c.run = i;
     // The behaviours the scenario names for this cell, newest release first.

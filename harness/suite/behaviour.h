@@ -48,6 +48,9 @@ struct CellOnSystem {
 // asks for the comparisons that release's expectations judge.
 std::vector<CellOnSystem> cells_on_system(const scenario::Scenario& original, const scenario::Scenario& replaced);
 
+// A matrix cell's label without `system` and `profile`, as CellOnSystem::label: "init.mode=unseeded", or "default".
+std::string cell_label(const std::vector<std::pair<std::string, std::string>>& cell);
+
 struct Behaviour {
   // Compared between points: "bug", "fixed", "absent", "not runnable", "not reproduced", "as written",
   // "control" (a control cell that ran as every release named expects),

@@ -44,17 +44,19 @@ check::RunResult run_cell(const scenario::Scenario& scenario, size_t i, const Sc
   return result;
 }
 
+std::regex filter_regex(const std::string& filter) {
+  try {
+    return std::regex(filter, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {  // bad input, exit 2
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("--filter '{}' is not a regular expression: {}", filter, e.what()));
+  }
+}
+
 ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioRunOptions& options) {
   ScenarioOutcome outcome;
   std::optional<std::regex> filter;
-  if (!options.filter.empty()) {
-    try {
-      filter.emplace(options.filter, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("--filter '{}' is not a regular expression: {}", options.filter, e.what()));
-    }
-  }
+  if (!options.filter.empty()) filter = filter_regex(options.filter);
   auto selected = [&](const scenario::RunSpec& spec) {
     return !filter || std::regex_search(fmt::format("{} [{}]", scenario.name, spec.name), *filter);
   };

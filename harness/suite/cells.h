@@ -2,6 +2,8 @@
 // (run, suite, bisect, releases, fidelity, the Python module) runs them through run_cell.
 #pragma once
 
+#include <regex>
+#include <string>
 #include <vector>
 
 #include "run/cell.h"
@@ -21,6 +23,10 @@ void before_cells(const std::vector<const scenario::RunSpec*>& specs, const Scen
 // One cell, by its kind; its JSON report written when options.write_reports.  Thread-safe; prints
 // nothing itself unless options.echo_rank_output and options.out are set.
 check::RunResult run_cell(const scenario::Scenario& scenario, size_t run_index, const ScenarioRunOptions& options);
+
+// `filter` (`--filter`, searched in "<scenario> [<run>]") as an ECMAScript regular expression;
+// Error(kInvalidInput) where it is not one.
+std::regex filter_regex(const std::string& filter);
 
 struct ScenarioOutcome {
   std::vector<check::RunResult> results;

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "release/torchrec_systems.h"
 #include "report/json.h"
+#include "report/suite_reports.h"
 #include "run/launcher.h"
 #include "scenario/scenario.h"
 #include "suite/behaviour.h"
@@ -192,12 +193,11 @@ Measured measure(const scenario::Scenario& original, const std::string& release,
   o.echo_rank_output = false;
   for (const auto& cell : cells_on_system(original, replaced)) {
     if (interrupt_requested()) break;
-    const Behaviour b = judge_cell(cell, [&](size_t run) {
+    Behaviour judged = judge_cell(cell, [&](size_t run) {
       check::RunResult r = run_cell(replaced, run, o);
       if (m.torch.empty() && !r.system.torch.empty()) m.torch = r.system.torch;
       return r;
     });
-    Behaviour judged = b;
     // A release the scenario names without a cell of its own ("not runnable: <why>"): failing there
     // is what it says.
     const std::string self = scenario::System::release(release).name();
@@ -217,12 +217,6 @@ Measured measure(const scenario::Scenario& original, const std::string& release,
   }
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;
-}
-
-std::string escape_cell(std::string s) {
-  for (size_t at = s.find('|'); at != std::string::npos; at = s.find('|', at + 2)) s.replace(at, 1, "\\|");
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  return s;
 }
 
 // A scenario's row: its word on each release ("-" where not measured) and where the word changes.
@@ -398,9 +392,9 @@ int release_table(const ReleaseOptions& options) {
       std::string commit;
       const json* found = store.commit(commit_key(s.name, c));
       if (found && found->at("digest") == digest_of(s.source_text) && found->contains("hash")) {
-        commit =
-            fmt::format(", commit {} \"{}\" ({})", found->at("hash").get<std::string>().substr(0, 8),
-                        escape_cell(found->at("subject").get<std::string>()), found->at("date").get<std::string>());
+        commit = fmt::format(", commit {} \"{}\" ({})", found->at("hash").get<std::string>().substr(0, 8),
+                             report::md_escape(found->at("subject").get<std::string>()),
+                             found->at("date").get<std::string>());
       } else if (found && found->at("digest") == digest_of(s.source_text)) {
         commit = found->at("status") == 1 ? ", not a commit: its ends behave alike over one environment, so the change "
                                             "comes with the environment (torch, fbgemm)"
@@ -413,7 +407,7 @@ int release_table(const ReleaseOptions& options) {
     if (!row.detail.empty()) {
       notes += fmt::format("- `{}`:\n", s.name);
       for (const auto& [text, rs] : row.detail)
-        notes += fmt::format("  - {}: {}\n", fmt::join(rs, ", "), escape_cell(text));
+        notes += fmt::format("  - {}: {}\n", fmt::join(rs, ", "), report::md_escape(text));
     }
   }
   md += fmt::format("\n{} of {} (scenario, release) pairs measured. Releases and the torch each ran with: {}.\n",

@@ -41,11 +41,7 @@ std::vector<size_t> distinct_cells(const scenario::Scenario& s, std::vector<std:
   std::vector<size_t> out;
   std::set<std::string> seen;
   for (size_t i = 0; i < s.runs.size(); ++i) {
-    std::vector<std::string> parts;
-    for (const auto& [k, v] : s.runs[i].cell) {
-      if (k != "system" && k != "profile") parts.push_back(k + "=" + v);
-    }
-    const std::string label = parts.empty() ? std::string("default") : fmt::format("{}", fmt::join(parts, " "));
+    const std::string label = cell_label(s.runs[i].cell);
     if (!seen.insert(label).second) continue;
     out.push_back(i);
     labels->push_back(label);
@@ -128,41 +124,37 @@ class Bisection {
   // not import, the commits that do not are taken to be the newest ones, and the search looks for
   // the first commit that runs and behaves differently, or else for the first that does not import.
   bool run() {
-    const SearchResult r = bisect_search(
+    result_ = bisect_search(
         points_.size(), commits_, [this](size_t i) -> const SearchSeen& { return visit(i); },
         [] { return interrupt_requested(); });
-    lo_ = r.lo;
-    hi_ = r.hi;
-    hi_behaves_ = r.hi_behaves;
-    untested_ = r.untested;
-    return r.ran;
+    return result_.ran;
   }
 
   // Whether `hi` ran and showed a behaviour (else it is the first commit that did not import).
-  bool hi_behaves() const { return hi_behaves_; }
-  size_t lo() const { return lo_; }
-  size_t hi() const { return hi_; }
-  bool same_at_both_ends() const { return hi_behaves_ && seen_[lo_].obs == seen_[hi_].obs; }
+  bool hi_behaves() const { return result_.hi_behaves; }
+  size_t lo() const { return result_.lo; }
+  size_t hi() const { return result_.hi; }
+  bool same_at_both_ends() const { return hi_behaves() && seen_[lo()].obs == seen_[hi()].obs; }
   size_t visited() const {
     return static_cast<size_t>(std::count_if(seen_.begin(), seen_.end(), [](const Seen& s) { return s.visited; }));
   }
   // The points strictly between lo and hi that were tried and could not decide.
   std::vector<size_t> untested_between() const {
     std::vector<size_t> out;
-    for (size_t i : untested_)
-      if (i > lo_ && i < hi_) out.push_back(i);
+    for (size_t i : result_.untested)
+      if (i > lo() && i < hi()) out.push_back(i);
     std::sort(out.begin(), out.end());
     return out;
   }
-  std::vector<size_t> untested() const { return untested_; }
+  std::vector<size_t> untested() const { return result_.untested; }
   const Point& point(size_t i) const { return points_[i]; }
 
   // The cells whose observation differs between lo and hi, one line each.
   void print_difference(std::ostream& out) const {
-    for (size_t c = 0; c < labels_.size() && c < seen_[lo_].obs.size() && c < seen_[hi_].obs.size(); ++c) {
-      if (seen_[lo_].obs[c] == seen_[hi_].obs[c]) continue;
-      out << fmt::format("  [{}] {}: {}  ->  {}: {}\n", labels_[c], points_[lo_].name, seen_[lo_].texts[c],
-                         points_[hi_].name, seen_[hi_].texts[c]);
+    for (size_t c = 0; c < labels_.size() && c < seen_[lo()].obs.size() && c < seen_[hi()].obs.size(); ++c) {
+      if (seen_[lo()].obs[c] == seen_[hi()].obs[c]) continue;
+      out << fmt::format("  [{}] {}: {}  ->  {}: {}\n", labels_[c], points_[lo()].name, seen_[lo()].texts[c],
+                         points_[hi()].name, seen_[hi()].texts[c]);
     }
   }
 
@@ -174,9 +166,7 @@ class Bisection {
   std::string sub_;
   bool commits_;
   std::vector<std::string> labels_;
-  std::vector<size_t> untested_;
-  size_t lo_ = 0, hi_ = 0;
-  bool hi_behaves_ = true;
+  SearchResult result_;  // where the search ended
 };
 
 std::string steps_for(size_t n) {
@@ -394,7 +384,6 @@ int measure_fidelity(const ReleaseOptions& options) {
     std::string release, scenario, cell, tensor;
     double max_abs = 0, max_rel = 0;
     int64_t differing = 0;
-    int ulp_steps = 0;
     std::string note;
     bool error = false;
   };
@@ -417,21 +406,19 @@ int measure_fidelity(const ReleaseOptions& options) {
                            : r.verdict == check::Verdict::kSkipped ? "skipped"
                                                                    : "measured")
             << std::flush;
-        if (r.verdict == check::Verdict::kSkipped) {
-          rows.push_back({release, s.name, labels[c], "-", 0, 0, 0, 0, r.skip_reason, true});
-          continue;
-        }
-        if (r.failure) {
-          rows.push_back({release, s.name, labels[c], "-", 0, 0, 0, 0,
-                          fmt::format("rank {} failed: {}", r.failure->rank, r.failure->message.substr(0, 200)), true});
+        if (r.verdict == check::Verdict::kSkipped || r.failure) {
+          rows.push_back({release, s.name, labels[c], "-", 0, 0, 0,
+                          r.verdict == check::Verdict::kSkipped
+                              ? r.skip_reason
+                              : fmt::format("rank {} failed: {}", r.failure->rank, r.failure->message.substr(0, 200)),
+                          true});
           continue;
         }
         version_line = report::system_label(r);
         // Per tensor, the worst over steps.
         std::map<std::string, Row> worst;
         for (const auto& d : r.reference) {
-          Row& w =
-              worst.try_emplace(d.name, Row{release, s.name, labels[c], d.name, 0, 0, 0, 0, {}, false}).first->second;
+          Row& w = worst.try_emplace(d.name, Row{release, s.name, labels[c], d.name, 0, 0, 0, {}, false}).first->second;
           w.max_abs = std::max(w.max_abs, d.max_abs_diff);
           w.max_rel = std::max(w.max_rel, d.max_rel_diff);
           w.differing = std::max(w.differing, d.elements_differing);
@@ -442,7 +429,7 @@ int measure_fidelity(const ReleaseOptions& options) {
         // release's trained weights and the first batch.
         for (const auto& d : r.quantized_reference) {
           rows.push_back({release, s.name, labels[c], "quantized " + d.name, d.max_abs_diff, d.max_rel_diff,
-                          d.elements_differing, 0, d.note, false});
+                          d.elements_differing, d.note, false});
         }
       }
     }

@@ -75,14 +75,7 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
   SuiteOutcome outcome;
   const std::string started_at = utc_now("%Y-%m-%dT%H:%M:%SZ");
 
-  const std::regex filter = [&] {
-    try {
-      return std::regex(options.filter.empty() ? std::string(".*") : options.filter, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {  // as `run --filter` says it: bad input, exit 2
-      throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("--filter '{}' is not a regular expression: {}", options.filter, e.what()));
-    }
-  }();
+  const std::regex filter = filter_regex(options.filter.empty() ? std::string(".*") : options.filter);
   std::vector<scenario::Scenario> scenarios;
   for (const auto& file : collect_scenario_files(options.paths)) {
     try {
@@ -194,11 +187,7 @@ SuiteOutcome run_suite(const SuiteOptions& options) {
 
 void write_suite_reports(const std::string& directory, const std::string& title, const std::string& started_at,
                          double seconds, const std::vector<check::RunResult>& results) {
-  report::SuiteSummary summary;
-  summary.title = title;
-  summary.started_at = started_at;
-  summary.seconds = seconds;
-  summary.results = results;
+  const report::SuiteSummary summary{title, started_at, seconds, results};
   write_file_atomically(directory + "/junit.xml", report::render_junit(summary));
   write_file_atomically(directory + "/summary.md", report::render_markdown(summary));
   write_file_atomically(directory + "/report.html", report::render_html(summary, report::load_chart_js()));
