@@ -33,8 +33,6 @@ const std::vector<std::string>& bench_collectives() {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // The seeded input of `rank`: element i is ((13 i + 7 (rank + 1)) mod 31) - 15, small integers
 // so that sums over up to 64 ranks are exact in float and a wrong element cannot hide in
 // rounding.  Built by tiling one period, so a 1 GiB input costs 1 GiB.
@@ -214,21 +212,10 @@ std::vector<BenchRow> bench_on_rank(comm::Communicator& comm, const BenchSpec& s
       comm.all_reduce(wrong, comm::ReduceOp::kSum);
       row.wrong = wrong.item<int64_t>();
 
-      std::vector<double> host;
-      std::vector<double> device;
-      for (int i = 0; i < spec.warmup + spec.iterations; ++i) {
-        comm.barrier();
-        const auto start = Clock::now();
-        c.run();
-        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        if (i < spec.warmup) continue;
-        host.push_back(seconds);
-        if (auto d = comm.last_device_seconds()) device.push_back(*d);
-      }
-      row.time_us = Microseconds{check::latency_stats(check::max_over_ranks(comm, host))};
-      if (!device.empty() && device.size() == host.size()) {
-        row.device_time_us = Microseconds{check::latency_stats(check::max_over_ranks(comm, device))};
-      }
+      const auto [host, device] = check::time_iterations(
+          comm, spec.warmup, spec.iterations, [&] { c.run(); }, [&] { return comm.last_device_seconds(); });
+      row.time_us = Microseconds{host};
+      if (device) row.device_time_us = Microseconds{*device};
       row.algbw_gbps = row.time_us.mean_s > 0 ? static_cast<double>(row.size_bytes) / row.time_us.mean_s / 1e9 : 0.0;
       row.busbw_gbps = row.algbw_gbps * bus_factor(collective, world);
       if (line) line(bench_table_row(row, device_column));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -45,12 +46,12 @@ class DeviceTimeAccumulator final : public comm::Communicator {
   }
   void barrier() override { inner_.barrier(); }
 
-  void reset() {
+  // The device time added up since the last take, if a broadcast reported one; then starts anew.
+  std::optional<double> take_device_seconds() {
+    const auto seconds = timed_ ? std::optional<double>(device_seconds_) : std::nullopt;
     device_seconds_ = 0.0;
     timed_ = false;
-  }
-  std::optional<double> device_seconds() const {
-    return timed_ ? std::optional<double>(device_seconds_) : std::nullopt;
+    return seconds;
   }
 
  private:
@@ -91,6 +92,27 @@ std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<d
   at::Tensor t = at::tensor(samples, at::kDouble);
   comm.all_reduce(t, comm::ReduceOp::kMax);
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+std::pair<LatencyStats, std::optional<LatencyStats>> time_iterations(
+    comm::Communicator& comm, int warmup, int iterations, const std::function<void()>& op,
+    const std::function<std::optional<double>()>& device_seconds) {
+  std::vector<double> host;
+  std::vector<double> device;
+  for (int i = 0; i < warmup + iterations; ++i) {
+    comm.barrier();
+    const auto start = Clock::now();
+    op();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::optional<double> on_device = device_seconds();
+    if (i < warmup) continue;
+    host.push_back(seconds);
+    if (on_device) device.push_back(*on_device);
+  }
+  const LatencyStats times = latency_stats(max_over_ranks(comm, host));
+  // Every rank of a backend reports device time or none does, so this stays collective.
+  if (device.empty() || device.size() != host.size()) return {times, std::nullopt};
+  return {times, latency_stats(max_over_ranks(comm, device))};
 }
 
 LatencyStats latency_stats(std::vector<double> samples) {
@@ -138,28 +160,15 @@ BroadcastProbe probe_broadcast(comm::Communicator& comm, const std::vector<at::T
     BroadcastMethodCost cost;
     cost.method = method;
     cost.bucket_cap_bytes = cap;
-    std::vector<double> host;
-    std::vector<double> device;
-    for (int i = 0; i < options.warmup + options.iterations; ++i) {
-      comm.barrier();
-      timed.reset();
-      const auto start = Clock::now();
-      cost.collectives = op();
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (i < options.warmup) continue;
-      host.push_back(seconds);
-      if (auto d = timed.device_seconds()) device.push_back(*d);
-    }
-    cost.end_to_end = latency_stats(max_over_ranks(comm, host));
+    std::tie(cost.end_to_end, cost.device) = time_iterations(
+        comm, options.warmup, options.iterations, [&] { cost.collectives = op(); },
+        [&] { return timed.take_device_seconds(); });
     cost.algbw_gbps =
         cost.end_to_end.mean_s > 0 ? static_cast<double>(probe.bytes) / cost.end_to_end.mean_s / 1e9 : 0.0;
     cost.busbw_gbps = cost.algbw_gbps;  // broadcast: factor 1
-    // Every rank of a backend reports device time or none does, so this stays collective.
-    if (device.size() == host.size()) {
-      cost.device = latency_stats(max_over_ranks(comm, device));
+    if (cost.device)
       cost.device_algbw_gbps =
           cost.device->mean_s > 0 ? static_cast<double>(probe.bytes) / cost.device->mean_s / 1e9 : 0.0;
-    }
     if (progress) {
       progress(fmt::format("probe {}: {} broadcast(s), mean {:.1f} us, {:.3f} GB/s", caption(cost), cost.collectives,
                            cost.end_to_end.mean_s * 1e6, cost.algbw_gbps));

@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -33,6 +34,13 @@ LatencyStats latency_stats(std::vector<double> samples);
 // Collective: element i becomes the maximum over ranks of every rank's samples[i] (an
 // iteration is done when its slowest rank is).  Every rank passes as many samples.
 std::vector<double> max_over_ranks(comm::Communicator& comm, const std::vector<double>& samples);
+
+// Collective: runs `op` warmup + iterations times, each after a barrier, and asks `device_seconds`
+// after every one (warm-up too) for its device time, if any.  Returns the timed iterations' times,
+// each the maximum over ranks, and their device times where every one reported one.
+std::pair<LatencyStats, std::optional<LatencyStats>> time_iterations(
+    comm::Communicator& comm, int warmup, int iterations, const std::function<void()>& op,
+    const std::function<std::optional<double>()>& device_seconds);
 
 struct ProbeOptions {
   int warmup = 1;

@@ -143,28 +143,24 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
                      "expected the sharded quantized model to differ from the unsharded one"});
   }
   for (const auto& l : result.loops) {
-    if (expect.loop_batches) {
-      for (size_t e = 0; e < l.batches.size(); ++e) {
-        if (l.batches[e] != *expect.loop_batches) {
-          out.failures.push_back(fmt::format("rank {} executed {} batch(es) in epoch {}, expected {}", l.rank,
-                                             l.batches[e], e + 1, *expect.loop_batches));
+    // Every epoch's (or eval pass's) count of batches against the one expected of each.
+    auto each_epoch = [&](const std::vector<int64_t>& batches, const std::optional<int64_t>& expected,
+                          const char* where) {
+      for (size_t e = 0; expected && e < batches.size(); ++e) {
+        if (batches[e] != *expected) {
+          out.failures.push_back(fmt::format("rank {} executed {} batch(es) in {} {}, expected {}", l.rank, batches[e],
+                                             where, e + 1, *expected));
         }
       }
-    }
+    };
+    each_epoch(l.batches, expect.loop_batches, "epoch");
     if (!expect.loop_batches_per_epoch.empty() && l.batches != expect.loop_batches_per_epoch) {
       out.failures.push_back(fmt::format("rank {} executed [{}] batch(es) in its epochs, expected [{}]", l.rank,
                                          fmt::join(l.batches, ", "), fmt::join(expect.loop_batches_per_epoch, ", ")));
     }
-    if (expect.loop_eval_batches) {
-      for (size_t e = 0; e < l.eval_batches.size(); ++e) {
-        if (l.eval_batches[e] != *expect.loop_eval_batches) {
-          out.failures.push_back(
-              fmt::format("rank {} executed {} batch(es) in the eval pass after epoch {}, expected {}", l.rank,
-                          l.eval_batches[e], e + 1, *expect.loop_eval_batches));
-        }
-      }
-      if (l.eval_batches.empty()) out.failures.push_back(fmt::format("rank {} ran no eval pass", l.rank));
-    }
+    each_epoch(l.eval_batches, expect.loop_eval_batches, "the eval pass after epoch");
+    if (expect.loop_eval_batches && l.eval_batches.empty())
+      out.failures.push_back(fmt::format("rank {} ran no eval pass", l.rank));
     if (expect.next_after_exhausted && l.next_after_exhausted != *expect.next_after_exhausted) {
       out.failures.push_back(
           fmt::format("rank {} asked its exhausted data iterator for a batch {} time(s), expected {}", l.rank,

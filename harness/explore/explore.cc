@@ -343,10 +343,18 @@ class Search {
     j["signatures"] = nlohmann::json::array();
     for (const auto& signature : signatures) {
       nlohmann::json files = nlohmann::json::array();
+      std::string lines;
       for (const auto& f : findings_) {
-        if (f.signature == signature) files.push_back(f.file);
+        if (f.signature != signature) continue;
+        files.push_back(f.file);
+        lines += fmt::format("- `{}`: {} (needs: {}; {} configuration(s) failed so; minimised in {} runs; {}){}\n",
+                             f.file, f.text, fmt::join(f.traits, "; "), f.seen, f.minimise_runs,
+                             f.confirmed ? "the file meets its expectations when run"
+                                         : "**the file does NOT meet its expectations when run**",
+                             f.against.empty() ? "" : fmt::format("; on {}: {}", o_.against, f.against));
       }
       j["signatures"].push_back({{"signature", signature}, {"files", files}});
+      md += fmt::format("### {} ({} finding(s))\n\n{}\n", signature, files.size(), lines);
     }
     for (const auto& f : findings_) {
       j["findings"].push_back({{"file", f.file},
@@ -358,20 +366,6 @@ class Search {
                                {"observed", f.text},
                                {"against", f.against},
                                {"confirmed", f.confirmed}});
-    }
-    for (const auto& signature : signatures) {
-      const auto n =
-          std::count_if(findings_.begin(), findings_.end(), [&](const Finding& f) { return f.signature == signature; });
-      md += fmt::format("### {} ({} finding(s))\n\n", signature, n);
-      for (const auto& f : findings_) {
-        if (f.signature != signature) continue;
-        md += fmt::format("- `{}`: {} (needs: {}; {} configuration(s) failed so; minimised in {} runs; {}){}\n", f.file,
-                          f.text, fmt::join(f.traits, "; "), f.seen, f.minimise_runs,
-                          f.confirmed ? "the file meets its expectations when run"
-                                      : "**the file does NOT meet its expectations when run**",
-                          f.against.empty() ? "" : fmt::format("; on {}: {}", o_.against, f.against));
-      }
-      md += "\n";
     }
     if (findings_.empty()) md += "None.\n";
     md += "\n## What was drawn\n\n| axis=value | configurations |\n|---|--:|\n";
