@@ -50,9 +50,10 @@ std::string plain_pickle_save(const c10::IValue& value) {
   return out;
 }
 
-c10::impl::GenericList int_list(const std::vector<int64_t>& values) {
+template <typename T>
+c10::impl::GenericList generic_list(const std::vector<T>& values) {
   c10::impl::GenericList list(c10::AnyType::get());
-  for (int64_t v : values) list.push_back(v);
+  for (const T& v : values) list.push_back(v);
   return list;
 }
 
@@ -154,7 +155,7 @@ void save_sharded_checkpoint(const std::string& directory, const DistributedMode
     piece.insert("rows", s.placement.rows);
     piece.insert("col_offset", s.placement.col_offset);
     piece.insert("cols", s.placement.cols);
-    piece.insert("full_sizes", int_list(s.full_sizes));
+    piece.insert("full_sizes", generic_list(s.full_sizes));
     piece.insert("tensor", s.tensor.detach().clone());
     pieces.push_back(piece);
   }
@@ -289,9 +290,7 @@ FullState parse_checkpoint(const std::vector<char>& bytes, const std::string& pa
 
 void save_batch(const std::string& path, const KeyedJaggedTensor& batch) {
   GenericDict top(c10::StringType::get(), c10::AnyType::get());
-  c10::impl::GenericList keys(c10::AnyType::get());
-  for (const auto& k : batch.keys()) keys.push_back(k);
-  top.insert("keys", keys);
+  top.insert("keys", generic_list(batch.keys()));
   top.insert("values", batch.values());
   top.insert("lengths", batch.lengths());
   if (batch.weights()) top.insert("weights", *batch.weights());
@@ -320,12 +319,9 @@ KeyedJaggedTensor parse_batch(const std::vector<char>& bytes, const std::string&
   const c10::IValue key_list = field(top, "keys", path);
   DMP_CHECK(key_list.isList() || key_list.isTuple(), ErrorKind::kInvalidInput,
             "{}: 'keys' is not a list or tuple of feature names", path);
-  std::vector<c10::IValue> names;  // a tuple: how one feature's name is saved (see dict_of)
-  if (key_list.isList()) {
-    for (const auto& k : key_list.toListRef()) names.push_back(k);
-  } else {
-    for (const auto& k : key_list.toTupleRef().elements()) names.push_back(k);
-  }
+  // A list, or a tuple: how one feature's name is saved (see dict_of).
+  const c10::ArrayRef<c10::IValue> names =
+      key_list.isList() ? key_list.toListRef() : key_list.toTupleRef().elements().asArrayRef();
   std::vector<std::string> keys;
   for (const auto& k : names) {
     DMP_CHECK(k.isString(), ErrorKind::kInvalidInput, "{}: 'keys' holds a {}, not a feature name", path,

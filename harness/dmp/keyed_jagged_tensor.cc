@@ -7,6 +7,13 @@
 #include "common/error.h"
 
 namespace dmpcheck::dmp {
+namespace {
+
+at::Tensor cat_or_empty(const std::vector<at::Tensor>& parts, const at::TensorOptions& options) {
+  return parts.empty() ? at::empty({0}, options) : at::cat(parts);
+}
+
+}  // namespace
 
 KeyedJaggedTensor::KeyedJaggedTensor(std::vector<std::string> keys, at::Tensor values, at::Tensor lengths,
                                      std::optional<at::Tensor> weights)
@@ -82,26 +89,19 @@ std::optional<at::Tensor> KeyedJaggedTensor::weights_of(size_t key) const {
 }
 
 KeyedJaggedTensor KeyedJaggedTensor::select(const std::vector<std::string>& keys) const {
-  std::vector<at::Tensor> values, lengths, weights;
-  for (const auto& key : keys) {
-    const size_t k = key_index(key);
-    values.push_back(values_of(k));
-    lengths.push_back(lengths_of(k));
-    if (weights_) weights.push_back(*weights_of(k));
-  }
-  auto cat = [](const std::vector<at::Tensor>& parts, at::ScalarType type) {
-    return parts.empty() ? at::empty({0}, type) : at::cat(parts);
-  };
-  std::optional<at::Tensor> w;
-  if (weights_) w = cat(weights, weights_->scalar_type());
-  return KeyedJaggedTensor(keys, cat(values, at::kLong), cat(lengths, at::kLong), w);
+  return bags_of(keys, 0, stride_);
 }
 
 KeyedJaggedTensor KeyedJaggedTensor::slice_batch(int64_t begin, int64_t end) const {
   DMP_CHECK(0 <= begin && begin <= end && end <= stride_, ErrorKind::kInvalidInput,
             "KeyedJaggedTensor: batch slice [{}, {}) is outside the batch of {}", begin, end, stride_);
+  return bags_of(keys_, begin, end);
+}
+
+KeyedJaggedTensor KeyedJaggedTensor::bags_of(const std::vector<std::string>& keys, int64_t begin, int64_t end) const {
   std::vector<at::Tensor> values, lengths, weights;
-  for (size_t k = 0; k < keys_.size(); ++k) {
+  for (const auto& key : keys) {
+    const size_t k = key_index(key);
     const int64_t v0 = value_offset(k, begin);
     const int64_t v1 = value_offset(k, end);
     values.push_back(values_.narrow(0, v0, v1 - v0));
@@ -109,9 +109,8 @@ KeyedJaggedTensor KeyedJaggedTensor::slice_batch(int64_t begin, int64_t end) con
     if (weights_) weights.push_back(weights_->narrow(0, v0, v1 - v0));
   }
   std::optional<at::Tensor> w;
-  if (weights_) w = weights.empty() ? at::empty({0}, weights_->options()) : at::cat(weights);
-  return KeyedJaggedTensor(keys_, values.empty() ? at::empty({0}, at::kLong) : at::cat(values),
-                           lengths.empty() ? at::empty({0}, at::kLong) : at::cat(lengths), w);
+  if (weights_) w = cat_or_empty(weights, weights_->options());
+  return KeyedJaggedTensor(keys, cat_or_empty(values, at::kLong), cat_or_empty(lengths, at::kLong), w);
 }
 
 KeyedJaggedTensor KeyedJaggedTensor::concat_batches(const std::vector<KeyedJaggedTensor>& parts) {
@@ -129,8 +128,7 @@ KeyedJaggedTensor KeyedJaggedTensor::concat_batches(const std::vector<KeyedJagge
   }
   std::optional<at::Tensor> w;
   if (weighted) w = at::cat(weights);
-  return KeyedJaggedTensor(keys, values.empty() ? at::empty({0}, at::kLong) : at::cat(values),
-                           lengths.empty() ? at::empty({0}, at::kLong) : at::cat(lengths), w);
+  return KeyedJaggedTensor(keys, cat_or_empty(values, at::kLong), cat_or_empty(lengths, at::kLong), w);
 }
 
 }  // namespace dmpcheck::dmp

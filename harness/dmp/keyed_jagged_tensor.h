@@ -46,6 +46,8 @@ class KeyedJaggedTensor {
 
  private:
   int64_t value_offset(size_t key, int64_t bag) const;
+  // Bags [begin, end) of `keys`, in that order.
+  KeyedJaggedTensor bags_of(const std::vector<std::string>& keys, int64_t begin, int64_t end) const;
 
   std::vector<std::string> keys_;
   at::Tensor values_;

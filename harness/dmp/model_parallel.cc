@@ -297,10 +297,7 @@ std::vector<StateTensor> DistributedModelParallel::state() const {
     }
   }
   auto whole = [](const at::Tensor& t) {
-    Shard s;
-    s.rows = t.dim() > 0 ? t.size(0) : 1;
-    s.cols = t.dim() > 1 ? t.size(1) : 1;
-    return s;
+    return Shard{0, 0, t.dim() > 0 ? t.size(0) : 1, 0, t.dim() > 1 ? t.size(1) : 1, 0};
   };
   for (const auto& p : dense_->parameters()) {
     out.push_back({p.name, "dense", true, p.tensor.detach(), whole(p.tensor), p.tensor.sizes().vec()});

@@ -34,19 +34,19 @@ std::vector<Shard> row_blocks(const EmbeddingBagConfig& t, const std::vector<int
   return shards;
 }
 
-}  // namespace
-
-const char* sharding_type_name(ShardingType type) { return name_in(kShardingTypeNames, type); }
-std::optional<ShardingType> parse_sharding_type(const std::string& name) { return value_in(kShardingTypeNames, name); }
-std::vector<std::string> sharding_type_names() { return names_in(kShardingTypeNames); }
-
-int64_t torchrec_column_width(int64_t dim, int column_shards) {
-  const int64_t least = column_shards > 0 ? std::max<int64_t>(1, dim / column_shards) : 128;
-  for (int64_t w = least; w < dim; ++w) {
-    if (dim % w == 0 && w % 4 == 0) return w;
+// TorchRec's estimate of one table_wise or column_wise shard's time per step on CPU (ms, its
+// fused kernel, batch 512 per rank): what its partitioner balances across ranks.
+struct ShardPerf {
+  double fwd_compute = 0, fwd_comms = 0, bwd_compute = 0, bwd_comms = 0;
+  double total() const { return fwd_compute + bwd_compute + fwd_comms + bwd_comms; }  // in TorchRec's order
+  ShardPerf& operator+=(const ShardPerf& o) {
+    fwd_compute += o.fwd_compute;
+    fwd_comms += o.fwd_comms;
+    bwd_compute += o.bwd_compute;
+    bwd_comms += o.bwd_comms;
+    return *this;
   }
-  return dim;
-}
+};
 
 ShardPerf torchrec_shard_perf(int64_t cols, int world, int64_t element_bytes, bool weighted) {
   const double batch = kPlannerBatch * world;
@@ -61,11 +61,26 @@ ShardPerf torchrec_shard_perf(int64_t cols, int world, int64_t element_bytes, bo
   return p;
 }
 
+// TorchRec's storage estimate of such a shard (bytes): weights, optimizer state, input and
+// output buffers for a batch of 512 per rank.
 int64_t torchrec_shard_storage(int64_t rows, int64_t cols, int world, int64_t element_bytes, double state_multiplier) {
   const int64_t batch = static_cast<int64_t>(kPlannerBatch) * world;
   const int64_t weights = rows * cols * element_bytes;
   return weights + static_cast<int64_t>(std::ceil(static_cast<double>(weights) * state_multiplier)) + batch * 8 +
          batch * cols * element_bytes;
+}
+
+}  // namespace
+
+const char* sharding_type_name(ShardingType type) { return name_in(kShardingTypeNames, type); }
+std::optional<ShardingType> parse_sharding_type(const std::string& name) { return value_in(kShardingTypeNames, name); }
+
+int64_t torchrec_column_width(int64_t dim, int column_shards) {
+  const int64_t least = column_shards > 0 ? std::max<int64_t>(1, dim / column_shards) : 128;
+  for (int64_t w = least; w < dim; ++w) {
+    if (dim % w == 0 && w % 4 == 0) return w;
+  }
+  return dim;
 }
 
 std::vector<int> TablePlan::ranks() const {

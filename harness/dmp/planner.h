@@ -25,7 +25,6 @@ inline constexpr Named<ShardingType> kShardingTypeNames[] = {{ShardingType::kDat
 
 const char* sharding_type_name(ShardingType type);
 std::optional<ShardingType> parse_sharding_type(const std::string& name);
-std::vector<std::string> sharding_type_names();
 
 struct ShardingConstraints {
   // Allowed types in order of preference; empty means the planner's default (table_wise).
@@ -87,23 +86,6 @@ struct PlannerInput {
   int tie_break_rank = 0;
 };
 
-// TorchRec's estimate of one table_wise or column_wise shard's time per step on CPU (ms, its
-// fused kernel, batch 512 per rank): what its partitioner balances across ranks.
-struct ShardPerf {
-  double fwd_compute = 0, fwd_comms = 0, bwd_compute = 0, bwd_comms = 0;
-  double total() const { return fwd_compute + bwd_compute + fwd_comms + bwd_comms; }  // in TorchRec's order
-  ShardPerf& operator+=(const ShardPerf& o) {
-    fwd_compute += o.fwd_compute;
-    fwd_comms += o.fwd_comms;
-    bwd_compute += o.bwd_compute;
-    bwd_comms += o.bwd_comms;
-    return *this;
-  }
-};
-ShardPerf torchrec_shard_perf(int64_t cols, int world, int64_t element_bytes, bool weighted);
-// TorchRec's storage estimate of such a shard (bytes): weights, optimizer state, input and
-// output buffers for a batch of 512 per rank.
-int64_t torchrec_shard_storage(int64_t rows, int64_t cols, int world, int64_t element_bytes, double state_multiplier);
 // The width of TorchRec's column shards: the smallest multiple of 4 that divides dim and is at
 // least dim / column_shards (its min_partition; 128 when column_shards is 0), else dim.  So
 // TorchRec may make fewer shards than asked: dim 8 in 4 gives 2 shards of 4, dim 12 in 2 one.

@@ -13,6 +13,14 @@ namespace dmpcheck::scenario::detail {
 
 namespace {
 
+// One optional field, read in a section of its own: its error is recorded and reading goes on.
+template <typename Read>
+void optional_field(const Reader& r, const YAML::Node& root, const char* key, Read& read) {
+  r.section([&] {
+    if (const YAML::Node& node = root[key]) read(node);
+  });
+}
+
 dmp::ShardingConstraints parse_constraints(const Reader& r, const YAML::Node& node, const std::string& path,
                                            int world_size) {
   r.check_keys(node, path, {"types", "ranks", "column_shards"});
@@ -21,12 +29,8 @@ dmp::ShardingConstraints parse_constraints(const Reader& r, const YAML::Node& no
     const auto names = r.string_list(node["types"], path + ".types");
     if (names.empty()) r.expected(node["types"], path + ".types", "at least one sharding type");
     for (size_t i = 0; i < names.size(); ++i) {
-      auto type = dmp::parse_sharding_type(names[i]);
-      if (!type) {
-        r.expected(node["types"][i], fmt::format("{}.types[{}]", path, i),
-                   fmt::format("one of {}", fmt::join(dmp::sharding_type_names(), ", ")));
-      }
-      c.sharding_types.push_back(*type);
+      c.sharding_types.push_back(
+          r.choice_of(node["types"][i], fmt::format("{}.types[{}]", path, i), dmp::kShardingTypeNames));
     }
   }
   if (node["ranks"]) {
@@ -96,13 +100,9 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
         const YAML::Node v = kv.second;
         if (v.IsSequence()) {
           for (size_t b = 0; b < v.size(); ++b) {
-            const std::string bag_path = fmt::format("{}[{}]", path, b);
-            if (!v[b].IsSequence()) r.expected(v[b], bag_path, "a bag: a list of ids");
+            r.integer_list(v[b], fmt::format("{}[{}]", path, b), "a bag: a list of ids", 0,
+                           run.id_range(*table->second) - 1, bags.ids);
             bags.lengths.push_back(static_cast<int64_t>(v[b].size()));
-            for (size_t i = 0; i < v[b].size(); ++i) {
-              bags.ids.push_back(
-                  r.integer(v[b][i], fmt::format("{}[{}]", bag_path, i), 0, run.id_range(*table->second) - 1));
-            }
           }
         } else {
           r.check_keys(v, path, {"ids", "lengths", "weights", "inverse_indices"});
@@ -147,12 +147,9 @@ void parse_inline_batches(const Reader& r, const YAML::Node& node, RunSpec& run)
                    fmt::format("has {} distinct bags; with inverse_indices a rank holds 1 to batch_size = {}", distinct,
                                run.batch_size));
           }
+          r.integer_list(inverse, inverse_path, "", 0, distinct - 1, bags.inverse_indices);
           std::vector<bool> used(static_cast<size_t>(distinct), false);
-          for (size_t i = 0; i < inverse.size(); ++i) {
-            bags.inverse_indices.push_back(
-                r.integer(inverse[i], fmt::format("{}[{}]", inverse_path, i), 0, distinct - 1));
-            used[static_cast<size_t>(bags.inverse_indices.back())] = true;
-          }
+          for (const int64_t i : bags.inverse_indices) used[static_cast<size_t>(i)] = true;
           const auto unused = std::find(used.begin(), used.end(), false);
           if (unused != used.end()) {
             r.fail(inverse, inverse_path,
@@ -198,11 +195,7 @@ std::string parse_profile(const Reader& r, const YAML::Node& node, const std::st
 
 void parse_process_fields(const Reader& r, const YAML::Node& root, RunSpec& run) {
   using Node = const YAML::Node&;
-  auto field = [&](const char* key, auto&& read) {
-    r.section([&] {
-      if (Node node = root[key]) read(node);
-    });
-  };
+  auto field = [&](const char* key, auto&& read) { optional_field(r, root, key, read); };
   field("world_size", [&](Node n) { run.world_size = static_cast<int>(r.integer(n, "world_size", 1, 64)); });
   field("system", [&](Node n) {
     const auto system = System::parse(r.string(n, "system"));
@@ -219,13 +212,8 @@ void parse_process_fields(const Reader& r, const YAML::Node& root, RunSpec& run)
 RunSpec parse_run(const Reader& r, const YAML::Node& root) {
   if (root["script"]) return parse_script_run(r, root);
   RunSpec run;
-  // One optional field, read in a section of its own: its error is recorded and reading goes on.
   using Node = const YAML::Node&;
-  auto field = [&](const char* key, auto&& read) {
-    r.section([&] {
-      if (Node node = root[key]) read(node);
-    });
-  };
+  auto field = [&](const char* key, auto&& read) { optional_field(r, root, key, read); };
   parse_process_fields(r, root, run);
   field("backend", [&](Node n) { run.backend = r.choice_of(n, "backend", comm::kBackendNames); });
   field("steps", [&](Node n) { run.steps = static_cast<int>(r.integer(n, "steps", 0, 1000000)); });
@@ -534,8 +522,7 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
           if (n.IsSequence()) {
             if (static_cast<int>(n.size()) != run.world_size)
               r.expected(n, sp, fmt::format("one count, or one per rank ({})", run.world_size));
-            for (size_t i = 0; i < n.size(); ++i)
-              strides.push_back(r.integer(n[i], fmt::format("{}[{}]", sp, i), 1, run.batch_size));
+            r.integer_list(n, sp, "", 1, run.batch_size, strides);
           } else {
             strides.assign(static_cast<size_t>(run.world_size), r.integer(n, sp, 1, run.batch_size));
           }

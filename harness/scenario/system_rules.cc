@@ -156,6 +156,8 @@ void check_system_can_run(const Reader& r, const YAML::Node& root, const RunSpec
 }
 
 void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::string& path, const RunSpec& run) {
+  const bool counts_loop = run.expect.loop_batches || !run.expect.loop_batches_per_epoch.empty() ||
+                           run.expect.next_after_exhausted || run.expect.loop_eval_batches;
   if (!run.expect.observed.empty() && (!run.on_torchrec() || run.torchrec_hooks.empty())) {
     r.fail(node["observed"], path + ".observed",
            fmt::format("judges what a release cell's hooks return; run '{}' {}", run.name,
@@ -163,9 +165,7 @@ void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::
                                          : "runs on the reference, which runs no hooks (select release cells with "
                                            "'when: {system: torchrec==X.Y.Z}')"));
   }
-  if ((run.expect.loop_batches || !run.expect.loop_batches_per_epoch.empty() || run.expect.next_after_exhausted ||
-       run.expect.loop_eval_batches) &&
-      run.on_torchrec() && run.resume) {
+  if (counts_loop && run.on_torchrec() && run.resume) {
     r.fail(
         node["loop"], path + ".loop",
         fmt::format("counts the loop of one run; run '{}' resumes in a second one (judge it with resumed)", run.name));
@@ -186,9 +186,7 @@ void check_system_can_judge(const Reader& r, const YAML::Node& node, const std::
                "compares a release's resumed run with its uninterrupted one; run '{}' {}", run.name,
                run.on_torchrec() ? "has no resume" : "runs on the reference (its resume is judged by global_model)"));
   }
-  if ((run.expect.loop_batches || !run.expect.loop_batches_per_epoch.empty() || run.expect.next_after_exhausted ||
-       run.expect.loop_eval_batches) &&
-      !run.on_torchrec()) {
+  if (counts_loop && !run.on_torchrec()) {
     r.fail(node["loop"], path + ".loop",
            fmt::format("counts what a release's training loop asked of its data; run '{}' runs on the reference "
                        "(select release cells with 'when: {{system: torchrec==X.Y.Z}}')",
