@@ -151,19 +151,9 @@ class Recorder:
             return
         with self.lock:
             rank, world = self.rank()
-            doc = {
-                "schema": SCHEMA,
-                "rank": rank,
-                "world_size": world,
-                "pid": self.pid,
-                "argv": list(sys.argv),
-                "status": self.status,
-                "exception": self.exception,
-                "versions": self.versions,
-                "hooks": self.hooks,
-                "errors": self.errors,
-                "phases": self.phases,
-            }
+            # (Written with sorted keys: the recorder's fields of these names, and the rest.)
+            doc = {k: getattr(self, k) for k in ("pid", "status", "exception", "versions", "hooks", "errors", "phases")}
+            doc.update(schema=SCHEMA, rank=rank, world_size=world, argv=list(sys.argv))
             path = os.path.join(self.directory, "rank%d.json" % rank)
             os.makedirs(self.directory, exist_ok=True)
             tmp = "%s.tmp.%d" % (path, self.pid)

@@ -79,24 +79,16 @@ def compare(docs: Dict[int, Dict[str, Any]]) -> Dict[str, Any]:
     """Per phase (in the order recorded): the tensors equal on every rank, those that diverge
     (with each rank's digest, None where a rank lacks it), and the ranks lacking the phase."""
     ranks = sorted(docs)
-    by_rank: Dict[int, Dict[str, Dict[str, Any]]] = {}
-    order: List[str] = []
+    by_rank: Dict[int, Dict[str, Dict[str, Any]]] = {r: {} for r in ranks}
     for r in ranks:
-        by_rank[r] = {}
         for ph in docs[r]["phases"]:
-            if ph["phase"] not in by_rank[r]:
-                by_rank[r][ph["phase"]] = ph
-            if ph["phase"] not in order:
-                order.append(ph["phase"])
+            by_rank[r].setdefault(ph["phase"], ph)  # a phase recorded twice: its first
+    order = list(dict.fromkeys(ph["phase"] for r in ranks for ph in docs[r]["phases"]))
     phases: List[Dict[str, Any]] = []
     for name in order:
         present = [r for r in ranks if name in by_rank[r]]
         missing = [r for r in ranks if name not in by_rank[r]]
-        names: List[str] = []
-        for r in present:
-            for t in by_rank[r][name]["tensors"]:
-                if t not in names:
-                    names.append(t)
+        names = list(dict.fromkeys(t for r in present for t in by_rank[r][name]["tensors"]))
         equal: List[str] = []
         diverge: List[Dict[str, Any]] = []
         for t in names:

@@ -43,6 +43,12 @@ class InputRefused(ValueError):
 
 
 @dataclasses.dataclass
+class Document:
+    """What every document (not a part of one) carries first: the contract's SCHEMA_VERSION."""
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclasses.dataclass
 class Constraints:
     sharding_types: List[str] = field(default_factory=list)
     column_shards: int = 0
@@ -108,8 +114,7 @@ class Checkpoint:
 
 
 @dataclasses.dataclass
-class RunSpec:
-    schema_version: int = SCHEMA_VERSION
+class RunSpec(Document):
     world_size: int = 0
     local_world_size: int = 0
     memory_per_rank: int = 0  # bytes the planner may use on a rank (Topology's ddr_cap); 0: its default
@@ -197,8 +202,7 @@ class Observation:
 
 
 @dataclasses.dataclass
-class RunMeta:
-    schema_version: int = SCHEMA_VERSION
+class RunMeta(Document):
     versions: Versions = field(default_factory=Versions)
     plan: List[PlanRow] = field(default_factory=list)
     losses: List[float] = field(default_factory=list)
@@ -209,17 +213,15 @@ class RunMeta:
 
 
 @dataclasses.dataclass
-class PlanAnswer:
-    schema_version: int = SCHEMA_VERSION
+class PlanAnswer(Document):
     versions: Versions = field(default_factory=Versions)
     plan: List[PlanRow] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
 
 @dataclasses.dataclass
-class ProbeAnswer:
+class ProbeAnswer(Document):
     """`python -m dmpcheck_torchrec.probe`'s answer: what an interpreter of the user's imports."""
-    schema_version: int = SCHEMA_VERSION
     versions: Versions = field(default_factory=Versions)
     python: str = ""
 
@@ -238,25 +240,22 @@ class Piece:
 
 
 @dataclasses.dataclass
-class Phase:
-    schema_version: int = SCHEMA_VERSION
+class Phase(Document):
     phase: str = ""
     tensors: List[Piece] = field(default_factory=list)
 
 
 @dataclasses.dataclass
-class RankError:
+class RankError(Document):
     """Why this rank failed (out/rank<R>/error.json); kind: a failure kind's name."""
-    schema_version: int = SCHEMA_VERSION
     kind: str = ""
     message: str = ""
     traceback: str = ""
 
 
 @dataclasses.dataclass
-class WarmSpawn:
+class WarmSpawn(Document):
     """dmpcheck to the warm interpreter (warm.py): fork a rank that runs `python ARGV` in ENV."""
-    schema_version: int = SCHEMA_VERSION
     argv: List[str] = field(default_factory=list)
     env: List[str] = field(default_factory=list)  # the rank's whole environment, "NAME=value"
     cwd: str = ""
@@ -265,9 +264,8 @@ class WarmSpawn:
 
 
 @dataclasses.dataclass
-class WarmMessage:
+class WarmMessage(Document):
     """The warm interpreter to dmpcheck: ready / not_ready, then pid / refused per spawn, exit per rank."""
-    schema_version: int = SCHEMA_VERSION
     kind: str = ""
     import_s: float = 0.0
     threads: int = 0
@@ -277,9 +275,8 @@ class WarmMessage:
 
 
 @dataclasses.dataclass
-class Batch:
+class Batch(Document):
     """One rank's local batch of one step (batches/step<S>_rank<R>.json)."""
-    schema_version: int = SCHEMA_VERSION
     keys: List[str] = field(default_factory=list)
     lengths: List[int] = field(default_factory=list)
     values: List[int] = field(default_factory=list)

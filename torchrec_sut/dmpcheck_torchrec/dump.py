@@ -11,6 +11,7 @@ pieces are whole tensors.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -74,9 +75,7 @@ def _pieces(path_json: str) -> Iterator[Tuple[contract.Piece, torch.Tensor]]:
     for e in manifest.tensors:
         if e.dtype not in types:
             raise contract.ContractError(f"{path_json}: '{e.name}' has dtype '{e.dtype}'; the exchange holds float32 or int64")
-        n = 1
-        for s in e.sizes:
-            n *= s
+        n = math.prod(e.sizes)
         width = 8 if e.dtype == "int64" else 4
         if n == 0:  # (frombuffer refuses an empty buffer)
             yield e, torch.empty(e.sizes, dtype=types[e.dtype])
@@ -100,11 +99,14 @@ def read_assembled(out_dir: str, world: int, phase: str) -> Dict[str, torch.Tens
                 out.setdefault(e.name, t.clone())
                 continue
             full = out.setdefault(e.name, torch.zeros(e.full_sizes, dtype=t.dtype))
-            block = full[e.row_offset: e.row_offset + e.sizes[0]]
-            if len(e.sizes) > 1:
-                block = block[:, e.col_offset: e.col_offset + e.sizes[1]]
-            block.copy_(t)
+            block(full, [e.row_offset, e.col_offset], e.sizes).copy_(t)
     return out
+
+
+def block(full: torch.Tensor, offsets: Sequence[int], sizes: Sequence[int]) -> torch.Tensor:
+    """The piece of `full` of `sizes` at `offsets`: its rows, and of a 2-D piece its columns."""
+    rows = full[offsets[0]: offsets[0] + sizes[0]]
+    return rows[:, offsets[1]: offsets[1] + sizes[1]] if len(sizes) > 1 else rows
 
 
 def row_splits(out_dir: str, world: int, phase: str, name: str) -> List[Tuple[int, int]]:

@@ -74,6 +74,28 @@ def _embeddings(result: Any) -> Any:
     return result[0] if isinstance(result, tuple) else result
 
 
+def _linear_layers(width: int, layers: List[int]) -> nn.ModuleList:
+    """Linear layers of `layers`' widths, the first taking `width` inputs."""
+    return nn.ModuleList(nn.Linear(n_in, n_out) for n_in, n_out in zip([width] + layers, layers))
+
+
+def _dense_forward(model: nn.Module, x: torch.Tensor, outputs: Dict[str, torch.Tensor]) -> Any:
+    """`model.dense` over `x` (ReLU between) -> mean: the loss, and with the pooled (and sequence)
+    `outputs` what the forward produced kept in LAST_OUTPUTS."""
+    for i, layer in enumerate(model.dense):
+        x = layer(x)
+        if i + 1 < len(model.dense):
+            x = torch.relu(x)
+    # What the forward produced, for output comparisons: this rank's rows of every feature's
+    # pooled embedding and of the model's output (kept here, not returned: DMP's wrapper
+    # hands back the loss as the user's model does).
+    LAST_OUTPUTS.clear()
+    LAST_OUTPUTS.update({name: t.detach().clone() for name, t in outputs.items()})
+    LAST_OUTPUTS["model_output"] = x.detach().clone()
+    loss = x.mean()
+    return (loss, loss.detach()) if model.pipelined else loss
+
+
 class Model(nn.Module):
     """EmbeddingBagCollection (and an EmbeddingCollection for sequence tables, each bag's rows
     summed) -> Linear layers (ReLU between) -> mean, as dmpcheck's reference."""
@@ -96,10 +118,7 @@ class Model(nn.Module):
         # "<feature>@<table>", as TorchRec names it.
         self.sequence_keys = output_keys([(t.name, f) for t in sequence_tables for f in t.feature_names])
         width = sum(t.embedding_dim * len(t.feature_names) for t in list(tables) + list(sequence_tables))
-        self.dense = nn.ModuleList()
-        for out in layers:
-            self.dense.append(nn.Linear(width, out))
-            width = out
+        self.dense = _linear_layers(width, layers)
         self.features = features
         # As TorchRec's train pipelines expect: a torchrec.datasets.utils.Batch in, (loss, output) out.
         self.pipelined = False
@@ -107,11 +126,11 @@ class Model(nn.Module):
     def forward(self, batch: Union[KeyedJaggedTensor, Batch]) -> Any:
         kjt = batch.sparse_features if self.pipelined else batch
         pooled: Dict[str, torch.Tensor]
+        per_id: Dict[str, torch.Tensor] = {}
         if self.ec is None:
             pooled = _embeddings(self.ebc(kjt)).to_dict()
         else:
             pooled = {}
-            per_id: Dict[str, torch.Tensor] = {}
             if self.ebc is not None:
                 bags = _embeddings(self.ebc(select_features(kjt, self.bag_features))).to_dict()
                 # By key, not by iterating the dict: TorchRec's pipeline traces this (torch.fx).
@@ -127,20 +146,9 @@ class Model(nn.Module):
                 pooled[f] = sum_bags(rows, sequences[f].lengths())
         # By key, in the model's feature order: a sharded EBC may return its keys in sharding order.
         x = torch.cat([pooled[f] for f in self.features], dim=1)
-        for i, layer in enumerate(self.dense):
-            x = layer(x)
-            if i + 1 < len(self.dense):
-                x = torch.relu(x)
-        # What the forward produced, for output comparisons: this rank's rows of every feature's
-        # pooled embedding and of the model's output (kept here, not returned: DMP's wrapper
-        # hands back the loss as the user's model does).
-        LAST_OUTPUTS.clear()
-        LAST_OUTPUTS.update({"pooled_embeddings." + f: pooled[f].detach().clone() for f in self.features})
-        LAST_OUTPUTS["model_output"] = x.detach().clone()
-        if self.ec is not None:
-            LAST_OUTPUTS.update({"sequence_embeddings." + f: rows.detach().clone() for f, rows in per_id.items()})
-        loss = x.mean()
-        return (loss, loss.detach()) if self.pipelined else loss
+        outputs = {"pooled_embeddings." + f: pooled[f] for f in self.features}
+        outputs.update({"sequence_embeddings." + f: rows for f, rows in per_id.items()})
+        return _dense_forward(self, x, outputs)
 
 
 class BagModel(nn.Module):
@@ -157,27 +165,14 @@ class BagModel(nn.Module):
         self.table = table.name
         self.feature = table.features[0]
         self.pipelined = False
-        self.dense = nn.ModuleList()
-        width = table.dim
-        for out in layers:
-            self.dense.append(nn.Linear(width, out))
-            width = out
+        self.dense = _linear_layers(table.dim, layers)
 
     def forward(self, batch: Union[KeyedJaggedTensor, Batch]) -> Any:
         kjt = batch.sparse_features if self.pipelined else batch
         bags = kjt[self.feature]
         # nn.EmbeddingBag's offsets: where each bag starts (the KJT's offsets without the last).
         pooled = self.ebc.embedding_bags[self.table](bags.values(), bags.offsets()[:-1])
-        x = pooled
-        for i, layer in enumerate(self.dense):
-            x = layer(x)
-            if i + 1 < len(self.dense):
-                x = torch.relu(x)
-        LAST_OUTPUTS.clear()
-        LAST_OUTPUTS["pooled_embeddings." + self.feature] = pooled.detach().clone()
-        LAST_OUTPUTS["model_output"] = x.detach().clone()
-        loss = x.mean()
-        return (loss, loss.detach()) if self.pipelined else loss
+        return _dense_forward(self, pooled, {"pooled_embeddings." + self.feature: pooled})
 
 
 def is_embedding_bag(spec: contract.RunSpec) -> bool:
@@ -327,13 +322,15 @@ class BucketedMCH(nn.Module):
         return torch.cat(evicted) if evicted else None
 
 
+def _managed_collision_module_dicts(model: Model) -> List[Any]:
+    """The MCH modules' ModuleDict of each of `model`'s managed-collision collections (EBC, then EC)."""
+    return [collection._managed_collision_collection._managed_collision_modules for collection in (model.ebc, model.ec)
+            if collection is not None and hasattr(collection, "_managed_collision_collection")]
+
+
 def managed_collision_modules(model: Model) -> Dict[str, nn.Module]:
     """Every MCH module of `model`'s managed-collision collections, by table."""
-    out: Dict[str, nn.Module] = {}
-    for collection in (model.ebc, model.ec):
-        if collection is not None and hasattr(collection, "_managed_collision_collection"):
-            out.update(collection._managed_collision_collection._managed_collision_modules.items())
-    return out
+    return {table: module for modules in _managed_collision_module_dicts(model) for table, module in modules.items()}
 
 
 def table_weight(model: Model, table: str) -> torch.nn.Parameter:
@@ -350,10 +347,7 @@ def bucketed_managed_collision(model: Model, spec: contract.RunSpec,
                                splits_of: Callable[[str], List[Tuple[int, int]]]) -> None:
     """`model`'s MCH modules replaced by BucketedMCH over each table's row splits (`splits_of`:
     table -> [(row_offset, rows)] as the sharded model holds them)."""
-    for collection in (model.ebc, model.ec):
-        if collection is None or not hasattr(collection, "_managed_collision_collection"):
-            continue
-        modules = collection._managed_collision_collection._managed_collision_modules
+    for modules in _managed_collision_module_dicts(model):
         for t in spec.tables:
             if t.name in modules:
                 modules[t.name] = BucketedMCH(modules[t.name], splits_of(t.name), t.managed_collision.input_hash_size)
@@ -401,18 +395,17 @@ def build_model(spec: contract.RunSpec, device: str = "meta") -> Union[Model, Ba
                               f"{t.data_type.upper()})")
     from torchrec import EmbeddingConfig
 
+    bagged = [t for t in spec.tables if t.pooling != "none"]
+    sequenced = [t for t in spec.tables if t.pooling == "none"]
     tables = [EmbeddingBagConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
                                  feature_names=list(t.features), pooling=pooling[t.pooling],
                                  data_type=data_type[t.data_type])
-              for t in spec.tables if t.pooling != "none"]
-    for config, t in zip(tables, [t for t in spec.tables if t.pooling != "none"]):
-        if t.managed_collision.input_hash_size and config.init_fn is not None:
-            config.init_fn = EvictionDraws(t.name, config.init_fn)
+              for t in bagged]
     # Sequence tables (pooling: none) go into an EmbeddingCollection.
     sequence_tables = [EmbeddingConfig(name=t.name, embedding_dim=t.dim, num_embeddings=t.rows,
                                        feature_names=list(t.features), data_type=data_type[t.data_type])
-                       for t in spec.tables if t.pooling == "none"]
-    for config, t in zip(sequence_tables, [t for t in spec.tables if t.pooling == "none"]):
+                       for t in sequenced]
+    for config, t in zip(tables + sequence_tables, bagged + sequenced):
         if t.managed_collision.input_hash_size and config.init_fn is not None:
             config.init_fn = EvictionDraws(t.name, config.init_fn)
     # The EBC's output keys: a feature several tables read is "<feature>@<table>" (TorchRec's naming).
@@ -421,9 +414,9 @@ def build_model(spec: contract.RunSpec, device: str = "meta") -> Union[Model, Ba
     # weighted tables is the user who forgot it (their batches still carry the weights).
     is_weighted = {"tables": all(weighted) and bool(weighted), "true": True, "false": False}[spec.is_weighted]
     model = Model(tables, spec.dense_layers, features, is_weighted, device, sequence_tables)
-    if any(t.managed_collision.input_hash_size for t in spec.tables if t.pooling != "none"):
+    if any(t.managed_collision.input_hash_size for t in bagged):
         model.ebc = managed_collision(spec, model.ebc, tables, device)
-    if any(t.managed_collision.input_hash_size for t in spec.tables if t.pooling == "none"):
+    if any(t.managed_collision.input_hash_size for t in sequenced):
         model.ec = managed_collision(spec, model.ec, sequence_tables, device)
     opt_cls, opt_kwargs = optim.sparse_optimizer(spec.sparse_optimizer)
     for module in (model.ebc, model.ec):

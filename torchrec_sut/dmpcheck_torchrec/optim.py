@@ -74,13 +74,12 @@ def sparse_optimizer(cfg: contract.SparseOptimizer) -> Tuple[Any, Dict[str, Any]
     kwargs: Dict[str, Any] = {"lr": cfg.lr}
     if kind == "sgd":
         return torch.optim.SGD, kwargs
+    kwargs["eps"] = cfg.eps  # every other one's
     if kind == "adagrad":
-        kwargs["eps"] = cfg.eps
         return torch.optim.Adagrad, kwargs
     if kind == "rowwise_adagrad":
         from torchrec.optim import RowWiseAdagrad
 
-        kwargs["eps"] = cfg.eps
         if cfg.weight_decay:
             kwargs["weight_decay"] = cfg.weight_decay
         if cfg.weight_decay_mode != "none":
@@ -93,9 +92,7 @@ def sparse_optimizer(cfg: contract.SparseOptimizer) -> Tuple[Any, Dict[str, Any]
         # Codegen, measured on 1.9.2): TorchRec's own Adam class (optimizers.Adam) hands them to FBGEMM as given.
         from torchrec.optim import optimizers
 
-        kwargs["eps"] = cfg.eps
-        kwargs["beta1"] = cfg.beta1
-        kwargs["beta2"] = cfg.beta2
+        kwargs.update(beta1=cfg.beta1, beta2=cfg.beta2)
         return optimizers.Adam, kwargs
     raise Unsupported(f"sparse optimizer '{kind}'")
 
@@ -135,15 +132,11 @@ def dense_optimizer(named_parameters: Iterable[Tuple[str, torch.nn.Parameter]],
 
 
 def dense_optimizer_factory(cfg: contract.DenseOptimizer) -> Callable[[Any], torch.optim.Optimizer]:
-    kind = cfg.type
-    if kind == "sgd":
-        return lambda params: torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum,
-                                              weight_decay=cfg.weight_decay)
-    if kind == "adagrad":
-        return lambda params: torch.optim.Adagrad(params, lr=cfg.lr, eps=cfg.eps,
-                                                  weight_decay=cfg.weight_decay)
-    if kind == "adam":
-        return lambda params: torch.optim.Adam(params, lr=cfg.lr, eps=cfg.eps,
-                                               betas=(cfg.beta1, cfg.beta2),
-                                               weight_decay=cfg.weight_decay)
-    raise Unsupported(f"dense optimizer '{kind}'")
+    # Per type: the class, and its settings beside lr and weight_decay.
+    settings: Dict[str, Tuple[Any, Dict[str, Any]]] = {
+        "sgd": (torch.optim.SGD, {"momentum": cfg.momentum}), "adagrad": (torch.optim.Adagrad, {"eps": cfg.eps}),
+        "adam": (torch.optim.Adam, {"eps": cfg.eps, "betas": (cfg.beta1, cfg.beta2)})}
+    if cfg.type not in settings:
+        raise Unsupported(f"dense optimizer '{cfg.type}'")
+    cls, extra = settings[cfg.type]
+    return lambda params: cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **extra)

@@ -25,7 +25,7 @@ of the bag's summed magnitudes for the order the two sides accumulate in.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -149,18 +149,17 @@ def _shard_for_inference(spec: contract.RunSpec, quantized: _Collections, model:
                           "torchrec.distributed.global_settings.set_propogate_device before 0.8.0)") from None
     set_propogate_device(True)
 
+    # Per sharding type, how a table (by its index in the scenario) is sharded.
+    shard_by: Dict[str, Callable[[int], Any]] = {"table_wise": lambda i: table_wise(rank=i % world),
+                                                  "row_wise": lambda i: row_wise(),
+                                                  "column_wise": lambda i: column_wise(ranks=list(range(world)))}
     per_param: Dict[str, Any] = {}
     for t in spec.tables:
         kind = t.constraints.sharding_types[0] if t.constraints.sharding_types else "table_wise"
-        if kind == "table_wise":
-            per_param[t.name] = table_wise(rank=spec.tables.index(t) % world)
-        elif kind == "row_wise":
-            per_param[t.name] = row_wise()
-        elif kind == "column_wise":
-            per_param[t.name] = column_wise(ranks=list(range(world)))
-        else:
+        if kind not in shard_by:
             raise Unsupported(f"table {t.name}: inference sharding as {kind} is not offered here "
                               "(table_wise, row_wise, column_wise)")
+        per_param[t.name] = shard_by[kind](spec.tables.index(t))
 
     from torchrec.distributed.fused_params import FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS
     from torchrec.distributed.types import ShardingPlan

@@ -158,12 +158,7 @@ def load_initial(model: torch.nn.Module, path: str, source: str = "") -> List[st
             src = full[dmpcheck_name(key)]
             if isinstance(v, ShardedTensor):
                 for sh in v.local_shards():
-                    offs = list(sh.metadata.shard_offsets)
-                    sizes = list(sh.metadata.shard_sizes)
-                    block = src[offs[0]: offs[0] + sizes[0]]
-                    if len(offs) > 1:
-                        block = block[:, offs[1]: offs[1] + sizes[1]]
-                    sh.tensor.copy_(block)
+                    sh.tensor.copy_(dump.block(src, sh.metadata.shard_offsets, sh.metadata.shard_sizes))
             elif key in params:
                 params[key].copy_(src)
             else:
