@@ -49,12 +49,8 @@ Ended ReleaseCell::prepare() {
   if (!spec_.torchrec_hooks.empty()) {
     // A hook file that cannot run is said before any rank starts, with its lines.
     const auto errors = check_hook_file(*env_, fs::absolute(spec_.torchrec_hooks).string());
-    if (!errors.empty()) {
-      result_.verdict = check::Verdict::kError;
-      result_.failure = check::RankFailure{
-          -1, check::FailureKind::kHook, "no rank started", fmt::format("{}", fmt::join(errors, "\n")), {}};
-      return result_;
-    }
+    if (!errors.empty())
+      return error({-1, check::FailureKind::kHook, "no rank started", fmt::format("{}", fmt::join(errors, "\n")), {}});
   }
   if (auto note = spec_.data.variable_batch_note()) result_.system.notes.push_back(std::move(*note));
   const std::string sut = torchrec_sut_dir();
@@ -96,11 +92,9 @@ Ended ReleaseCell::reference_half(const std::string& plan) {
       half.profile.empty() ? spec_.profile.name : half.profile, spec_.expect.switches_text(),
       plan.empty() ? "" : ", on the release's own plan, each side drawing its initial weights from the seed"));
   if (!ref.failure) return std::nullopt;
-  check::RunResult failed = result_;
-  failed.verdict = check::Verdict::kError;
-  failed.failure = ref.failure;
-  failed.failure->message = "the reference half of the comparison failed: " + failed.failure->message;
-  return failed;
+  check::RankFailure failure = *ref.failure;
+  failure.message = "the reference half of the comparison failed: " + failure.message;
+  return error(failure);
 }
 
 // What the release starts from, and the run spec.  `start: reference` (the default): the reference
@@ -192,17 +186,13 @@ Ended ReleaseCell::read_results(const contract::RunMeta& meta) {
   }
   if (spec_.system.kind == scenario::System::Kind::kRelease && env_->source_dir.empty() &&
       meta.versions.torchrec != spec_.system.version) {
-    check::RunResult failed = result_;
-    failed.verdict = check::Verdict::kError;
-    failed.failure = check::RankFailure{
-        -1,
-        check::FailureKind::kEnvironment,
-        "the ranks imported another release",
-        fmt::format("{}'s environment {} imports torchrec {}, not {}: remove it and install it again (`bash "
-                    "ci/torchrec-env.sh`)",
-                    spec_.system.name(), env_->dir, meta.versions.torchrec, spec_.system.version),
-        {}};
-    return failed;
+    return error({-1,
+                  check::FailureKind::kEnvironment,
+                  "the ranks imported another release",
+                  fmt::format("{}'s environment {} imports torchrec {}, not {}: remove it and install it again (`bash "
+                              "ci/torchrec-env.sh`)",
+                              spec_.system.name(), env_->dir, meta.versions.torchrec, spec_.system.version),
+                  {}});
   }
   // What the ranks imported, not what the environment's marker says it holds.
   result_.environment.libtorch_version = "torch " + meta.versions.torch;
@@ -291,19 +281,17 @@ int ReleaseCell::judge_loop(const contract::RunMeta& meta) {
 // incomplete.  Any other kind is dmpcheck's own (an invariant of ours, a scenario it cannot judge),
 // said as such and never blamed on the release.
 check::RunResult ReleaseCell::judging_failed(const Error& e) {
-  result_.verdict = check::Verdict::kError;
-  result_.failure = e.kind() == ErrorKind::kRankFailed
-                        ? check::RankFailure{0,
-                                             check::FailureKind::kTorchRec,
-                                             "the ranks exited 0 but their output is incomplete",
-                                             e.what(),
-                                             {}}
-                        : check::RankFailure{-1,
-                                             check::failure_kind_of(e.kind()),
-                                             "dmpcheck failed while judging the release's output",
-                                             e.what(),
-                                             {}};
-  return result_;
+  return error(e.kind() == ErrorKind::kRankFailed
+                   ? check::RankFailure{0,
+                                        check::FailureKind::kTorchRec,
+                                        "the ranks exited 0 but their output is incomplete",
+                                        e.what(),
+                                        {}}
+                   : check::RankFailure{-1,
+                                        check::failure_kind_of(e.kind()),
+                                        "dmpcheck failed while judging the release's output",
+                                        e.what(),
+                                        {}});
 }
 
 }  // namespace release_stages

@@ -83,6 +83,12 @@ class ReleaseCell {
   void compare_quantized(int steps, const Tensors& final_state);
   void finish(int steps, const Tensors& final_state);
   check::RunResult judging_failed(const Error& e);
+  // The cell so far, ended as an error by `failure`.
+  check::RunResult error(check::RankFailure failure) {
+    result_.verdict = check::Verdict::kError;
+    result_.failure = std::move(failure);
+    return result_;
+  }
 
   // Where each phase's tensors are: the resumed run's from the step it resumed after on.
   std::vector<std::vector<ExchangePiece>> ranks_of(int step, const std::string& phase) const {

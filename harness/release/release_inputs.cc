@@ -27,15 +27,13 @@ std::optional<TorchRecEnvironment> cell_environment(const scenario::RunSpec& spe
   std::optional<TorchRecEnvironment> env;
   try {
     env = resolve_environment(spec.system, why_not);
-  } catch (const EnvironmentNotMade& e) {
-    result.verdict = check::Verdict::kError;
-    result.failure = check::RankFailure{-1, check::FailureKind::kEnvironment, "no rank started", e.what(), {}};
-    return std::nullopt;
   } catch (const Error& e) {
-    // An interpreter that cannot import TorchRec, a commit the repository lacks: this cell's error.
+    // An environment the installer failed to make; an interpreter that cannot import TorchRec, a
+    // commit the repository lacks: this cell's error.
     result.verdict = check::Verdict::kError;
-    const auto kind = spec.system.kind == scenario::System::Kind::kPython ? check::FailureKind::kImport
-                                                                          : check::FailureKind::kInvalidInput;
+    const auto kind = dynamic_cast<const EnvironmentNotMade*>(&e)           ? check::FailureKind::kEnvironment
+                      : spec.system.kind == scenario::System::Kind::kPython ? check::FailureKind::kImport
+                                                                            : check::FailureKind::kInvalidInput;
     result.failure = check::RankFailure{-1, kind, "no rank started", e.what(), {}};
     return std::nullopt;
   }
@@ -137,14 +135,10 @@ void write_batches(const scenario::RunSpec& spec, const std::string& dir, int fi
     const dmp::KeyedJaggedTensor global = make_global_batch(spec, step);
     for (int rank = 0; rank < world; ++rank) {
       const dmp::KeyedJaggedTensor local = global.slice_batch(rank * batch_size, (rank + 1) * batch_size);
-      auto as_vector = [](const at::Tensor& t) {
-        const at::Tensor c = t.contiguous().to(at::kLong);
-        return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-      };
       contract::Batch batch;
       batch.keys = local.keys();
-      batch.lengths = as_vector(local.lengths());
-      batch.values = as_vector(local.values());
+      batch.lengths = to_vector(local.lengths());
+      batch.values = to_vector(local.values());
       if (local.weights()) {
         const at::Tensor w = local.weights()->contiguous().to(at::kFloat);
         batch.weighted = true;

@@ -25,23 +25,18 @@ void ReleaseCell::compare(const std::vector<std::vector<ExchangePiece>>& per_ran
   const auto ours = assemble_full({read_exchange_phase(reference_dir_, phase)});
   // Each id's row of a sequence table: the reference models the table by its bag sums
   // (pooled_embeddings.<feature>, compared), so these are held against the unsharded model only.
-  for (auto it = theirs.begin(); it != theirs.end();) {
-    if (it->first.rfind(kSequenceOutputPrefix, 0) != 0) {
-      ++it;
-      continue;
-    }
-    if (!sequence_note_given_) {
-      result_.system.notes.push_back(
-          spec_.expect.global_model
-              ? "each id's row of a sequence table (sequence_embeddings.*) is compared with the release's own "
-                "unsharded model (global_model) only: the reference models a sequence table by its bag sums"
-              : "each id's row of a sequence table (sequence_embeddings.*) is not compared: the reference models "
-                "a sequence table by its bag sums (global_model compares them with the release's own unsharded "
-                "model)");
-      sequence_note_given_ = true;
-    }
-    it = theirs.erase(it);
+  const auto sequence = [](const auto& entry) { return entry.first.rfind(kSequenceOutputPrefix, 0) == 0; };
+  if (!sequence_note_given_ && std::any_of(theirs.begin(), theirs.end(), sequence)) {
+    result_.system.notes.push_back(
+        spec_.expect.global_model
+            ? "each id's row of a sequence table (sequence_embeddings.*) is compared with the release's own "
+              "unsharded model (global_model) only: the reference models a sequence table by its bag sums"
+            : "each id's row of a sequence table (sequence_embeddings.*) is not compared: the reference models "
+              "a sequence table by its bag sums (global_model compares them with the release's own unsharded "
+              "model)");
+    sequence_note_given_ = true;
   }
+  for (auto it = theirs.begin(); it != theirs.end();) it = sequence(*it) ? theirs.erase(it) : std::next(it);
   for (auto& d : compare_with_reference(theirs, ours, step, tol)) {
     if (!d.within_tolerance && (result_.reference_first_break_step < 0 || step < result_.reference_first_break_step))
       result_.reference_first_break_step = step;

@@ -167,10 +167,12 @@ std::optional<TorchRecEnvironment> release_environment(const scenario::System& s
   }
   const std::string missing = fmt::format("{} is not installed in {}: run `bash ci/torchrec-env.sh {}`", label(system),
                                           env.dir, installer_argument(system));
-  if (!fs::exists(ready) || !fs::exists(env.python)) {
-    why_not = missing;
+  // The cell is skipped, `why` saying why.
+  const auto skipped = [&why_not](std::string why) -> std::optional<TorchRecEnvironment> {
+    why_not = std::move(why);
     return std::nullopt;
-  }
+  };
+  if (!fs::exists(ready) || !fs::exists(env.python)) return skipped(missing);
   // Held while the cell runs, so the installer's eviction passes it by; taken after an eviction
   // that held it exclusively, the environment may be gone: then it is missing.
   const int fd = ::open((env.dir + "/dmpcheck-in-use.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -178,10 +180,7 @@ std::optional<TorchRecEnvironment> release_environment(const scenario::System& s
     while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {}
     env.in_use = std::shared_ptr<void>(nullptr, [fd](void*) { ::close(fd); });
   }
-  if (!fs::exists(ready)) {
-    why_not = missing;
-    return std::nullopt;
-  }
+  if (!fs::exists(ready)) return skipped(missing);
   // For the installer's least-recently-used eviction (ci/torchrec-env.sh).
   std::ofstream(env.dir + "/dmpcheck-last-used").put('\n');
   std::string stale;
@@ -199,15 +198,12 @@ std::optional<TorchRecEnvironment> release_environment(const scenario::System& s
   try {
     const contract::ProbeAnswer answer = probe(env.python, label(system) + "'s environment " + env.dir);
     take_versions(env, answer);
-    if (const std::string other = disagreement(system, env); !other.empty()) {
-      why_not = fmt::format("{} imports {}: remove it and run `bash ci/torchrec-env.sh {}`", env.dir, other,
-                            installer_argument(system));
-      return std::nullopt;
-    }
+    if (const std::string other = disagreement(system, env); !other.empty())
+      return skipped(fmt::format("{} imports {}: remove it and run `bash ci/torchrec-env.sh {}`", env.dir, other,
+                                 installer_argument(system)));
     write_file_atomically(ready, nlohmann::json(answer).dump());
   } catch (const Error& e) {
-    why_not = fmt::format("{}: run `bash ci/torchrec-env.sh {}` again", e.what(), installer_argument(system));
-    return std::nullopt;
+    return skipped(fmt::format("{}: run `bash ci/torchrec-env.sh {}` again", e.what(), installer_argument(system)));
   }
   return env;
 }

@@ -99,11 +99,6 @@ struct Bags {
   }
 };
 
-std::vector<int64_t> to_vector(const at::Tensor& t) {
-  const at::Tensor c = t.contiguous().to(at::kLong);
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
 // Generated VBE: per feature with stride_per_rank, per rank, batch_size inverse indices: the
 // distinct bags first, in order, then bags drawn among them.  Its own generator, so that the
 // ids of every feature are drawn as without variable batches.
@@ -159,6 +154,11 @@ dmp::KeyedJaggedTensor inline_batch(const scenario::RunSpec& spec, int step) {
 }
 
 }  // namespace
+
+std::vector<int64_t> to_vector(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous().to(at::kLong);
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
 
 dmp::KeyedJaggedTensor make_global_batch(const scenario::RunSpec& spec, int step) {
   if (!spec.data.from.empty()) return replayed_batch(spec, step);

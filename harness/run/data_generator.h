@@ -22,4 +22,7 @@ struct VariableBatch {
 };
 VariableBatch variable_batch(const scenario::RunSpec& spec, int step, int rank);
 
+// A tensor's elements as int64, in order (lengths and ids, as a batch file holds them).
+std::vector<int64_t> to_vector(const at::Tensor& t);
+
 }  // namespace dmpcheck::run

@@ -263,9 +263,7 @@ class RankRun {
                               s,
                               s > 0 ? static_cast<double>(dp.bytes) / s / 1e9 : 0.0};
     if (spec_.broadcast_probe.enabled) {
-      check::ProbeOptions probe;
-      probe.warmup = spec_.broadcast_probe.warmup;
-      probe.iterations = spec_.broadcast_probe.iterations;
+      const check::ProbeOptions probe{spec_.broadcast_probe.warmup, spec_.broadcast_probe.iterations};
       result_.broadcast_probe = check::probe_broadcast(comm_, replicated_parameters(*model_), probe);
     }
   }
