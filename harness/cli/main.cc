@@ -48,14 +48,10 @@ const CLI::Validator kSeconds(
 
 // "3 of 4 run(s) met their expectations" (", 1 skipped: no GPU" when a backend was unavailable).
 std::string tally(const std::vector<dmpcheck::check::RunResult>& results) {
-  int passed = 0;
-  int skipped = 0;
-  int unwritten = 0;
-  for (const auto& r : results) {
-    passed += r.verdict == dmpcheck::check::Verdict::kPass ? 1 : 0;
-    skipped += r.verdict == dmpcheck::check::Verdict::kSkipped ? 1 : 0;
-    unwritten += r.report_error.empty() ? 0 : 1;
-  }
+  auto count = [&](auto which) { return std::count_if(results.begin(), results.end(), which); };
+  const auto passed = count([](const auto& r) { return r.verdict == dmpcheck::check::Verdict::kPass; });
+  const auto skipped = count([](const auto& r) { return r.verdict == dmpcheck::check::Verdict::kSkipped; });
+  const auto unwritten = count([](const auto& r) { return !r.report_error.empty(); });
   return fmt::format("{} of {} run(s) met their expectations{}{}", passed, results.size() - skipped,
                      skipped > 0 ? fmt::format(", {} skipped (each report says why)", skipped) : std::string(),
                      unwritten > 0 ? fmt::format(", {} report(s) NOT written (said above)", unwritten) : std::string());

@@ -124,19 +124,17 @@ Expectation parse_expectation(const Reader& r, const YAML::Node& node, const std
   }
   if (YAML::Node loop = node["loop"]) {
     r.check_keys(loop, path + ".loop", {"batches", "next_after_exhausted", "eval_batches"});
-    if (YAML::Node batches = loop["batches"]) {
-      // One count for every epoch, or one per epoch.
-      if (batches.IsSequence()) {
-        r.integer_list(batches, path + ".loop.batches", "", 0, 1000000, e.loop_batches_per_epoch);
-      } else {
-        e.loop_batches = r.integer(batches, path + ".loop.batches", 0, 1000000);
-      }
+    auto count = [&](const char* key, std::optional<int64_t>& out) {
+      if (loop[key]) out = r.integer(loop[key], path + ".loop." + key, 0, 1000000);
+    };
+    // One count for every epoch, or one per epoch.
+    if (loop["batches"].IsSequence()) {
+      r.integer_list(loop["batches"], path + ".loop.batches", "", 0, 1000000, e.loop_batches_per_epoch);
+    } else {
+      count("batches", e.loop_batches);
     }
-    if (loop["eval_batches"])
-      e.loop_eval_batches = r.integer(loop["eval_batches"], path + ".loop.eval_batches", 0, 1000000);
-    if (loop["next_after_exhausted"]) {
-      e.next_after_exhausted = r.integer(loop["next_after_exhausted"], path + ".loop.next_after_exhausted", 0, 1000000);
-    }
+    count("eval_batches", e.loop_eval_batches);
+    count("next_after_exhausted", e.next_after_exhausted);
   }
   parse_script_expectation(r, node, path, e.script);
   if (YAML::Node observed = node["observed"]) {
@@ -172,32 +170,27 @@ std::string Expectation::describe() const {
       replicas == ReplicaExpectation::kEqual
           ? "replicas equal"
           : fmt::format("replicas diverge on {} at {}", fmt::join(diverged, ", "), fmt::join(phases, ", "));
-  if (global_model) {
-    text += fmt::format("; {} the unsharded model (rtol {}, atol {})", global_model->match ? "matches" : "differs from",
-                        global_model->rtol, global_model->atol);
-  }
-  if (resumed) {
-    text += fmt::format("; the resumed run {} the uninterrupted one (rtol {}, atol {})",
-                        resumed->match ? "matches" : "differs from", resumed->rtol, resumed->atol);
-  }
+  // "; <before>matches <after> (rtol R, atol A)", or "differs from" where the tolerance expects no match.
+  auto compared = [](const Tolerance& t, const std::string& before, const std::string& after) {
+    return fmt::format("; {}{} {} (rtol {}, atol {})", before, t.match ? "matches" : "differs from", after, t.rtol,
+                       t.atol);
+  };
+  if (global_model) text += compared(*global_model, "", "the unsharded model");
+  if (resumed) text += compared(*resumed, "the resumed run ", "the uninterrupted one");
   if (quantized) {
     text += fmt::format("; the quantized tables {} the float model within each row's quantization bound",
                         quantized->match ? "match" : "do not match");
   }
-  if (quantized_sharded) {
-    text += fmt::format("; sharded for inference, the quantized model {} the unsharded one (rtol {}, atol {})",
-                        quantized_sharded->match ? "matches" : "differs from", quantized_sharded->rtol,
-                        quantized_sharded->atol);
-  }
+  if (quantized_sharded)
+    text += compared(*quantized_sharded, "sharded for inference, the quantized model ", "the unsharded one");
   if (outputs) text += fmt::format("; outputs compared (rtol {}, atol {})", outputs->rtol, outputs->atol);
   if (initial_state)
     text += *initial_state ? "; the initial state is init.from's" : "; the initial state is not init.from's";
   if (reference) {
-    text += fmt::format(
-        "; {} the reference DMP{}{} (rtol {}, atol {})", reference->match ? "matches" : "differs from",
-        reference_profile.empty() ? std::string() : " under profile " + reference_profile + switches_text(),
-        reference_draws_own_init ? ", each drawing its own initial weights from the seed, on the release's plan" : "",
-        reference->rtol, reference->atol);
+    std::string dmp = "the reference DMP";
+    if (!reference_profile.empty()) dmp += " under profile " + reference_profile + switches_text();
+    if (reference_draws_own_init) dmp += ", each drawing its own initial weights from the seed, on the release's plan";
+    text += compared(*reference, "", dmp);
   }
   if (max_broadcast_seconds) text += fmt::format("; init broadcast <= {} s", *max_broadcast_seconds);
   if (loop_batches) text += fmt::format("; every rank executes {} batch(es) per epoch", *loop_batches);

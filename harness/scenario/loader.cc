@@ -303,23 +303,21 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
           r.require_map(expect[i], path);
           const YAML::Node when = expect[i]["when"];
           bool matches = true;
-          if (when) {
-            r.require_map(when, path + ".when");
-            for (const auto& kv : when) {
-              const std::string key = kv.first.as<std::string>();
-              auto it =
-                  std::find_if(assignments.begin(), assignments.end(), [&](const auto& p) { return p.first == key; });
-              if (!matrix.varies(key)) {
-                r.fail(kv.first, path + ".when." + key, "is not a matrix key; 'when' selects matrix cells");
-              }
-              // A list or mapping value matches the cell whose matrix value is the same list or mapping;
-              // a list on an axis of scalars, any cell whose value it holds.
-              bool hit = it != assignments.end() && it->second == cell_text(key, kv.second);
-              if (!hit && it != assignments.end() && kv.second.IsSequence() && axis_of_scalars(matrix.values_of(key))) {
-                for (const auto& v : kv.second) hit = hit || (v.IsScalar() && it->second == cell_text(key, v));
-              }
-              matches = matches && hit;
+          if (when) r.require_map(when, path + ".when");
+          for (const auto& kv : when) {  // (none where there is no `when`)
+            const std::string key = kv.first.as<std::string>();
+            auto it =
+                std::find_if(assignments.begin(), assignments.end(), [&](const auto& p) { return p.first == key; });
+            if (!matrix.varies(key)) {
+              r.fail(kv.first, path + ".when." + key, "is not a matrix key; 'when' selects matrix cells");
             }
+            // A list or mapping value matches the cell whose matrix value is the same list or mapping;
+            // a list on an axis of scalars, any cell whose value it holds.
+            bool hit = it != assignments.end() && it->second == cell_text(key, kv.second);
+            if (!hit && it != assignments.end() && kv.second.IsSequence() && axis_of_scalars(matrix.values_of(key))) {
+              for (const auto& v : kv.second) hit = hit || (v.IsScalar() && it->second == cell_text(key, v));
+            }
+            matches = matches && hit;
           }
           if (matches) {
             // A file that declares a script is judged as one even when its script is missing (that error
@@ -363,12 +361,6 @@ Scenario load_scenario_unchecked(const std::string& text, const std::string& fil
 }
 
 }  // namespace
-
-const char* fault_kind_name(FaultKind kind) { return name_in(kFaultKindNames, kind); }
-const char* init_mode_name(InitMode mode) { return name_in(kInitModeNames, mode); }
-const char* quant_type_name(QuantType type) { return name_in(kQuantTypeNames, type); }
-const char* mc_eviction_name(McEviction eviction) { return name_in(kMcEvictionNames, eviction); }
-const char* mc_module_name(McModule module) { return name_in(kMcModuleNames, module); }
 
 std::pair<int64_t, int64_t> DataSpec::ids_per_bag(const std::string& feature) const {
   auto it = per_feature.find(feature);

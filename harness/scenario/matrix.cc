@@ -123,13 +123,11 @@ MatrixAxis read_zip(const Reader& r, const YAML::Node& rows) {
     size_t named = 0;
     for (const auto& kv : row) {
       const std::string path = kv.first.as<std::string>();
-      if (i == 0) {
+      if (i == 0) {  // the first entry names the paths (each once: check_unique_keys)
         check_axis_path(r, kv.first, field + "." + path, path);
         axis.paths.push_back(path);
         axis.keys.push_back(kv.first);
-        values.push_back(kv.second);
-        ++named;
-        continue;
+        values.emplace_back();
       }
       const auto at = std::find(axis.paths.begin(), axis.paths.end(), path);
       if (at == axis.paths.end()) {

@@ -82,17 +82,12 @@ class Reader {
     for (const auto& kv : node) {
       const std::string key = kv.first.as<std::string>();
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-      std::string best;
-      size_t best_distance = 3;
-      for (const auto& a : allowed) {
-        const size_t d = edit_distance(key, a);
-        if (d < best_distance) {
-          best_distance = d;
-          best = a;
-        }
-      }
+      const auto best = std::min_element(allowed.begin(), allowed.end(), [&](const auto& a, const auto& b) {
+        return edit_distance(key, a) < edit_distance(key, b);
+      });
+      const bool close = best != allowed.end() && edit_distance(key, *best) < 3;  // within two edits
       fail(kv.first, join(path, key),
-           fmt::format("unknown key{}; allowed here: {}", best.empty() ? "" : " (did you mean '" + best + "'?)",
+           fmt::format("unknown key{}; allowed here: {}", close ? " (did you mean '" + *best + "'?)" : "",
                        fmt::join(allowed, ", ")));
     }
   }

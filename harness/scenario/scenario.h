@@ -29,7 +29,7 @@ enum class InitMode {
   kUnseeded,  // rank r seeds with init.seed + r: what happens when nobody seeds on purpose
 };
 inline constexpr Named<InitMode> kInitModeNames[] = {{InitMode::kSeeded, "seeded"}, {InitMode::kUnseeded, "unseeded"}};
-const char* init_mode_name(InitMode mode);
+inline const char* init_mode_name(InitMode mode) { return name_in(kInitModeNames, mode); }
 
 struct InitSpec {
   InitMode mode = InitMode::kSeeded;
@@ -101,7 +101,7 @@ enum class ReplicaExpectation { kEqual, kDiverge };
 enum class QuantType { kInt8, kInt4, kInt2, kFp16 };
 inline constexpr Named<QuantType> kQuantTypeNames[] = {
     {QuantType::kInt8, "int8"}, {QuantType::kInt4, "int4"}, {QuantType::kInt2, "int2"}, {QuantType::kFp16, "fp16"}};
-const char* quant_type_name(QuantType type);
+inline const char* quant_type_name(QuantType type) { return name_in(kQuantTypeNames, type); }
 
 // A table behind TorchRec's managed collision (`tables[i].managed_collision`): an MCH module
 // (MCHManagedCollisionModule) remaps raw ids in [0, input_hash_size) onto the table's rows
@@ -109,12 +109,12 @@ const char* quant_type_name(QuantType type);
 enum class McEviction { kLfu, kDistanceLfu, kLru };
 inline constexpr Named<McEviction> kMcEvictionNames[] = {
     {McEviction::kLfu, "lfu"}, {McEviction::kDistanceLfu, "distance_lfu"}, {McEviction::kLru, "lru"}};
-const char* mc_eviction_name(McEviction eviction);
+inline const char* mc_eviction_name(McEviction eviction) { return name_in(kMcEvictionNames, eviction); }
 // The remapper: TorchRec's MCHManagedCollisionModule, or the module that replaced it in 1.x,
 // HashZchManagedCollisionModule (multi-probe zero-collision hashing, its own eviction).
 enum class McModule { kMch, kHashZch };
 inline constexpr Named<McModule> kMcModuleNames[] = {{McModule::kMch, "mch"}, {McModule::kHashZch, "hash_zch"}};
-const char* mc_module_name(McModule module);
+inline const char* mc_module_name(McModule module) { return name_in(kMcModuleNames, module); }
 struct ManagedCollision {
   McModule module = McModule::kMch;
   int64_t input_hash_size = 0;
@@ -257,7 +257,7 @@ inline constexpr Named<FaultKind> kFaultKindNames[] = {
     {FaultKind::kCrash, "crash"},     {FaultKind::kAbort, "abort"}, {FaultKind::kKill, "kill"},
     {FaultKind::kExit, "exit"},       {FaultKind::kThrow, "throw"}, {FaultKind::kHang, "hang"},
     {FaultKind::kCorrupt, "corrupt"}, {FaultKind::kNan, "nan"},     {FaultKind::kDesync, "desync"}};
-const char* fault_kind_name(FaultKind kind);
+inline const char* fault_kind_name(FaultKind kind) { return name_in(kFaultKindNames, kind); }
 
 struct FaultSpec {
   FaultKind kind = FaultKind::kCrash;

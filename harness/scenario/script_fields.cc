@@ -85,11 +85,9 @@ void parse_script_expectation(const Reader& r, const YAML::Node& node, const std
     if (exit.IsMap()) r.check_keys(exit, at, {"status", "rank"});
     const YAML::Node status = exit.IsMap() ? r.required(exit, at, "status") : exit;
     if (exit.IsMap()) e.exit_rank = rank_of(exit, at);
-    if (status.IsScalar() && status.Scalar() == "nonzero") {
-      e.exit_status = ScriptExpectation::kNonzero;
-    } else {
-      e.exit_status = static_cast<int>(r.integer(status, exit.IsMap() ? at + ".status" : at, 0, 255));
-    }
+    e.exit_status = status.IsScalar() && status.Scalar() == "nonzero"
+                        ? ScriptExpectation::kNonzero
+                        : static_cast<int>(r.integer(status, exit.IsMap() ? at + ".status" : at, 0, 255));
   }
   if (YAML::Node output = node["output"]) {
     const std::string at = path + ".output";
