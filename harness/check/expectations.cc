@@ -105,8 +105,7 @@ ExpectationResult evaluate_expectation(const scenario::Expectation& expect, cons
     }
   }
   for (const auto& c : result.replicas) {
-    const bool phase_expects_divergence =
-        std::any_of(expect.at.begin(), expect.at.end(), [&](scenario::Phase p) { return c.phase == p; });
+    const bool phase_expects_divergence = std::find(expect.at.begin(), expect.at.end(), c.phase) != expect.at.end();
     const bool may_diverge =
         expect.replicas == scenario::ReplicaExpectation::kDiverge && expected_diverged.count(c.name);
     const bool should_diverge = may_diverge && phase_expects_divergence;

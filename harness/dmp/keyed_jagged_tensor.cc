@@ -7,13 +7,10 @@
 #include "common/error.h"
 
 namespace dmpcheck::dmp {
-namespace {
 
 at::Tensor cat_or_empty(const std::vector<at::Tensor>& parts, const at::TensorOptions& options) {
   return parts.empty() ? at::empty({0}, options) : at::cat(parts);
 }
-
-}  // namespace
 
 KeyedJaggedTensor::KeyedJaggedTensor(std::vector<std::string> keys, at::Tensor values, at::Tensor lengths,
                                      std::optional<at::Tensor> weights)

@@ -17,6 +17,9 @@
 
 namespace dmpcheck::dmp {
 
+// at::cat of `parts`, or an empty 1-D tensor of `options` where there are none.
+at::Tensor cat_or_empty(const std::vector<at::Tensor>& parts, const at::TensorOptions& options);
+
 class KeyedJaggedTensor {
  public:
   // values: int64 ids, lengths: int64, weights (optional): float, one per id.

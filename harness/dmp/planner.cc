@@ -53,12 +53,8 @@ ShardPerf torchrec_shard_perf(int64_t cols, int world, int64_t element_bytes, bo
   const double d = static_cast<double>(cols), e = static_cast<double>(element_bytes);
   const double penalty = cols >= 128 ? 1.0 : cols >= 64 ? 1.15 : 1.75;
   const double read = batch * 8 * (weighted ? 2 : 1) + batch * std::max(d, 32.0) * e + batch * d * e;
-  ShardPerf p;
-  p.fwd_compute = read * penalty / kCpuMemoryBandwidth;
-  p.bwd_compute = 2 * p.fwd_compute + (weighted ? 1.1 * p.fwd_compute : 0.0);
-  p.fwd_comms = batch * d * e / kIntraHostBandwidth;
-  p.bwd_comms = p.fwd_comms;
-  return p;
+  const double fwd_compute = read * penalty / kCpuMemoryBandwidth, fwd_comms = batch * d * e / kIntraHostBandwidth;
+  return {fwd_compute, fwd_comms, 2 * fwd_compute + (weighted ? 1.1 * fwd_compute : 0.0), fwd_comms};
 }
 
 // TorchRec's storage estimate of such a shard (bytes): weights, optimizer state, input and

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -119,17 +120,10 @@ void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
     throw_error(ErrorKind::kInvalidInput, fmt::format("{} is not a torch-serialised file: {}", path, what));
   };
   // The end-of-directory record: the last one, within 64 KiB + 22 bytes of the end.
-  uint64_t end = 0;
-  bool found = false;
-  for (uint64_t at = raw.size() >= 22 ? raw.size() - 22 : 0; raw.size() >= 22; --at) {
-    if (b.read(at, 4, "end record") == kEnd) {
-      end = at;
-      found = true;
-      break;
-    }
-    if (at == 0 || raw.size() - at > 65557) break;
-  }
-  if (!found) bad("its zip has no end-of-directory record");
+  uint64_t end = raw.size() >= 22 ? raw.size() - 22 : 0;
+  auto at_end_record = [&] { return raw.size() >= 22 && b.read(end, 4, "end record") == kEnd; };
+  while (!at_end_record() && end > 0 && raw.size() - end <= 65557) --end;
+  if (!at_end_record()) bad("its zip has no end-of-directory record");
   uint64_t entries = b.read(end + 10, 2, "end record"), dir_size = b.read(end + 12, 4, "end record"),
            dir_offset = b.read(end + 16, 4, "end record");
   // libtorch's reader (miniz) takes the zip64 end record's values whenever a zip64 locator precedes
@@ -152,9 +146,7 @@ void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
       bad(fmt::format("its zip's end record ({} entries, {} bytes at {}) and zip64 end record ({} entries, {} bytes "
                       "at {}) disagree",
                       entries, dir_size, dir_offset, entries64, size64, offset64));
-    entries = entries64;
-    dir_size = size64;
-    dir_offset = offset64;
+    std::tie(entries, dir_size, dir_offset) = std::tie(entries64, size64, offset64);
   } else if (saturated) {
     bad("its zip64 locator is missing");
   }

@@ -1,6 +1,7 @@
 #include "dmp/sharding/model_parallel.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include <ATen/ATen.h>
 
@@ -14,10 +15,6 @@ std::vector<int64_t> scaled(const std::vector<int64_t>& counts, int64_t factor) 
   std::vector<int64_t> out;
   for (int64_t c : counts) out.push_back(c * factor);
   return out;
-}
-
-at::Tensor cat_or_empty(const std::vector<at::Tensor>& parts, at::ScalarType type) {
-  return parts.empty() ? at::empty({0}, type) : at::cat(parts);
 }
 
 }  // namespace
@@ -50,14 +47,13 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
       column_feature_.push_back(feature);
       columns_.dims.push_back(tables_[t].embedding_dim);
       const bool row_split = plans[t].type == ShardingType::kRowWise || plans[t].type == ShardingType::kTableRowWise;
-      const bool local_mean =
-          profile.row_wise_mean_divides_by_local_length && row_split && tables_[t].pooling == PoolingType::kMean;
       const bool mean = tables_[t].pooling == PoolingType::kMean;
+      const bool local_mean = profile.row_wise_mean_divides_by_local_length && row_split && mean;
       column_after_reduce_.push_back(mean && row_split && !local_mean ? AfterReduce::kLength
                                      : !mean && row_split             ? AfterReduce::kOne
                                                                       : AfterReduce::kNone);
-      column_row_split_sum_.push_back(row_split && tables_[t].pooling == PoolingType::kSum);
-      row_split_mean = row_split_mean || (row_split && tables_[t].pooling == PoolingType::kMean);
+      column_row_split_sum_.push_back(row_split && !mean);
+      row_split_mean = row_split_mean || (row_split && mean);
       for (size_t s = 0; s < plans[t].shards.size(); ++s) {
         const Shard& shard = plans[t].shards[s];
         items_by_rank_[static_cast<size_t>(shard.rank)].push_back(
@@ -68,11 +64,8 @@ ModelParallelSharding::ModelParallelSharding(comm::Communicator& comm, const std
   }
   DMP_INTERNAL_ASSERT(local == static_cast<int>(shards_.size()), "{} local shards given, the plan has {}",
                       shards_.size(), local);
-  int64_t offset = 0;
-  for (int64_t d : columns_.dims) {
-    column_offsets_.push_back(offset);
-    offset += d;
-  }
+  column_offsets_.resize(columns_.dims.size());
+  std::exclusive_scan(columns_.dims.begin(), columns_.dims.end(), column_offsets_.begin(), int64_t{0});
   // TorchRec builds the divisor only when some row-sharded table averages.
   mutate_sum_lengths_ = profile.mean_divisor_mutates_lengths && row_split_mean;
   mean_divisor_eps_ = profile.row_wise_mean_divisor_eps;
@@ -246,20 +239,19 @@ void ModelParallelSharding::backward(const at::Tensor& grad) {
     const RowGradients none{at::empty({0}, at::kLong), at::empty({0, shards_[s].weight.size(1)}, at::kFloat)};
     if (deduplicate_) {
       shards_[s].optimizer->apply(shards_[s].weight, per_shard[s].empty() ? none : row_gradients(per_shard[s]));
-      round_to_storage(shards_[s].config, shards_[s].weight);
-      continue;
-    }
-    RowGradients occurrences = none;
-    if (!per_shard[s].empty()) {
-      std::vector<at::Tensor> rows, grads;
-      for (const auto& part : per_shard[s]) {
-        const RowGradients p = per_occurrence_gradients(part.grad_pooled, part.bags, part.pooling);
-        rows.push_back(p.rows);
-        grads.push_back(p.grads);
+    } else {
+      RowGradients occurrences = none;
+      if (!per_shard[s].empty()) {
+        std::vector<at::Tensor> rows, grads;
+        for (const auto& part : per_shard[s]) {
+          const RowGradients p = per_occurrence_gradients(part.grad_pooled, part.bags, part.pooling);
+          rows.push_back(p.rows);
+          grads.push_back(p.grads);
+        }
+        occurrences = {at::cat(rows), at::cat(grads)};
       }
-      occurrences = {at::cat(rows), at::cat(grads)};
+      shards_[s].optimizer->apply_in_turn(shards_[s].weight, occurrence_groups(occurrences));
     }
-    shards_[s].optimizer->apply_in_turn(shards_[s].weight, occurrence_groups(occurrences));
     round_to_storage(shards_[s].config, shards_[s].weight);
   }
 }
