@@ -83,26 +83,20 @@ class Case {
 
   // Elements of this rank's output that differ from what the seeded inputs must give.
   int64_t wrong() const {
-    const int me = comm_.rank();
     if (collective_ == "broadcast") return mismatches(output_, seeded(root_, count_));
-    if (collective_ == "all_reduce") {
-      at::Tensor expected = at::zeros({count_}, at::kFloat);
-      for (int r = 0; r < world_; ++r) expected += seeded(r, count_);
-      return mismatches(output_, expected);
+    // Each rank's part of the output, in rank order: its whole input, or (reduce_scatter, all_to_all)
+    // its chunk `rank()`; all_reduce and reduce_scatter sum the parts, all_gather and all_to_all join them.
+    const bool own_chunk = collective_ == "reduce_scatter" || collective_ == "all_to_all";
+    const bool summed = collective_ == "all_reduce" || collective_ == "reduce_scatter";
+    at::Tensor expected = summed ? at::zeros({own_chunk ? chunk_ : count_}, at::kFloat) : at::Tensor();
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < world_; ++r) {
+      const at::Tensor input = seeded(r, collective_ == "all_gather" ? chunk_ : count_);
+      const at::Tensor part = own_chunk ? input.narrow(0, comm_.rank() * chunk_, chunk_) : input;
+      if (summed) expected += part;
+      else parts.push_back(part);
     }
-    if (collective_ == "all_gather") {
-      std::vector<at::Tensor> parts;
-      for (int r = 0; r < world_; ++r) parts.push_back(seeded(r, chunk_));
-      return mismatches(output_, at::cat(parts));
-    }
-    if (collective_ == "reduce_scatter") {
-      at::Tensor expected = at::zeros({chunk_}, at::kFloat);
-      for (int r = 0; r < world_; ++r) expected += seeded(r, count_).narrow(0, me * chunk_, chunk_);
-      return mismatches(output_, expected);
-    }
-    std::vector<at::Tensor> parts;  // all_to_all: chunk `me` of every rank, in rank order
-    for (int r = 0; r < world_; ++r) parts.push_back(seeded(r, count_).narrow(0, me * chunk_, chunk_));
-    return mismatches(output_, at::cat(parts));
+    return mismatches(output_, summed ? expected : at::cat(parts));
   }
 
  private:

@@ -16,16 +16,9 @@ std::optional<std::string> backend_unavailable_reason(Backend backend, int local
 std::unique_ptr<Communicator> make_communicator(Backend backend, Store& store, int rank, int world_size,
                                                 const BackendOptions& options) {
   if (backend == Backend::kGloo) {
-    GlooOptions gloo;
-    gloo.timeout = options.timeout;
-    gloo.hostname = options.hostname;
-    gloo.interface = options.interface;
-    return make_gloo_communicator(store, rank, world_size, gloo);
+    return make_gloo_communicator(store, rank, world_size, {options.hostname, options.interface, options.timeout});
   }
-  NcclOptions nccl;
-  nccl.timeout = options.timeout;
-  nccl.local_rank = options.local_rank;
-  return make_nccl_communicator(store, rank, world_size, nccl);
+  return make_nccl_communicator(store, rank, world_size, {options.local_rank, options.timeout});
 }
 
 std::unique_ptr<Communicator> make_communicator(Backend backend, Store& store, const RankEnvironment& env,

@@ -197,14 +197,8 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--mutate" || std::string(argv[i]) == "--runs") return mutate_main(argc, argv);
   }
   size_t inputs = 0;
-  for (int i = 1; i < argc; ++i) {
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(argv[i])) {
-      if (!entry.is_regular_file()) continue;
-      std::ifstream in(entry.path(), std::ios::binary);
-      const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-      ++inputs;
-    }
+  for (const Bytes& input : read_corpus(std::vector<std::string>(argv + 1, argv + argc), &inputs)) {
+    LLVMFuzzerTestOneInput(input.data(), input.size());
   }
   std::printf("replayed %zu inputs\n", inputs);
   return inputs > 0 ? 0 : 1;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -75,26 +76,20 @@ PYBIND11_MODULE(dmpcheck, m) {
   m.doc() = "dmpcheck: run TorchRec-style DMP correctness scenarios from Python";
 
   static py::exception<Error> base(m, "DmpcheckError");
-  static py::exception<Error> invalid_scenario(m, "InvalidScenarioError", base.ptr());
-  static py::exception<Error> invalid_input(m, "InvalidInputError", base.ptr());
-  static py::exception<Error> communication(m, "CommunicationError", base.ptr());
-  static py::exception<Error> timeout(m, "CollectiveTimeoutError", base.ptr());
-  static py::exception<Error> rank_failed(m, "RankFailedError", base.ptr());
-  static py::exception<Error> internal(m, "InternalError", base.ptr());
+  // Each kind's own subclass of DmpcheckError (kInjected has none: it raises DmpcheckError).
+  static const std::pair<ErrorKind, const char*> kSubclasses[] = {
+      {ErrorKind::kInvalidScenario, "InvalidScenarioError"}, {ErrorKind::kInvalidInput, "InvalidInputError"},
+      {ErrorKind::kCommunication, "CommunicationError"},     {ErrorKind::kTimeout, "CollectiveTimeoutError"},
+      {ErrorKind::kRankFailed, "RankFailedError"},           {ErrorKind::kInternal, "InternalError"}};
+  static std::map<ErrorKind, py::exception<Error>> by_kind;
+  for (const auto& [kind, name] : kSubclasses) by_kind.emplace(kind, py::exception<Error>(m, name, base.ptr()));
   // NOLINTNEXTLINE(performance-unnecessary-value-param): pybind11 takes a translator of this type
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      switch (e.kind()) {
-        case ErrorKind::kInvalidScenario: invalid_scenario(e.what()); return;
-        case ErrorKind::kInvalidInput: invalid_input(e.what()); return;
-        case ErrorKind::kCommunication: communication(e.what()); return;
-        case ErrorKind::kTimeout: timeout(e.what()); return;
-        case ErrorKind::kRankFailed: rank_failed(e.what()); return;
-        case ErrorKind::kInternal: internal(e.what()); return;
-      }
-      base(e.what());
+      const auto it = by_kind.find(e.kind());
+      (it == by_kind.end() ? base : it->second)(e.what());
     }
   });
 

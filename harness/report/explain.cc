@@ -74,21 +74,20 @@ std::string explain_run(const scenario::RunSpec& run) {
 
   out += "  collectives per training step, in order, on every rank:\n";
   int n = 1;
+  const auto step = [&](const std::string& what) { out += fmt::format("    {}. {}\n", n++, what); };
   if (model_parallel) {
-    out += fmt::format(
-        "    {}. all_to_all  lengths: {} bags x (table, feature, shard) items = {} int64 per rank, split by owner\n",
-        n++, run.batch_size, run.batch_size * items);
-    out += fmt::format("    {}. all_to_all  id counts: 1 int64 to each rank\n", n++);
-    out += fmt::format("    {}. all_to_all  ids bucketized by shard row range (variable sizes)\n", n++);
-    if (weighted) out += fmt::format("    {}. all_to_all  per-id weights (same splits as the ids)\n", n++);
-    out += fmt::format("    {}. all_to_all  pooled partial sums back to the bags' ranks\n", n++);
+    step(fmt::format("all_to_all  lengths: {} bags x (table, feature, shard) items = {} int64 per rank, split by owner",
+                     run.batch_size, run.batch_size * items));
+    step("all_to_all  id counts: 1 int64 to each rank");
+    step("all_to_all  ids bucketized by shard row range (variable sizes)");
+    if (weighted) step("all_to_all  per-id weights (same splits as the ids)");
+    step("all_to_all  pooled partial sums back to the bags' ranks");
   }
   out += "    -- dense forward and backward --\n";
-  if (model_parallel)
-    out += fmt::format("    {}. all_to_all  gradients of the pooled outputs to the shard owners\n", n++);
+  if (model_parallel) step("all_to_all  gradients of the pooled outputs to the shard owners");
   if (dp_elements > 0) {
-    out += fmt::format("    {}. all_reduce  data_parallel row gradients + touched-row counts: {} floats ({})\n", n++,
-                       dp_elements + dp_rows, human_bytes((dp_elements + dp_rows) * 4));
+    step(fmt::format("all_reduce  data_parallel row gradients + touched-row counts: {} floats ({})",
+                     dp_elements + dp_rows, human_bytes((dp_elements + dp_rows) * 4)));
   }
   int64_t dense = 0;
   int64_t fan_in = run.model.pooled_width();
@@ -96,8 +95,7 @@ std::string explain_run(const scenario::RunSpec& run) {
     dense += size * fan_in + size;
     fan_in = size;
   }
-  out += fmt::format("    {}. all_reduce  dense gradients (25 MiB buckets): {} floats ({})\n", n++, dense,
-                     human_bytes(dense * 4));
+  step(fmt::format("all_reduce  dense gradients (25 MiB buckets): {} floats ({})", dense, human_bytes(dense * 4)));
   out += "  at init: ";
   const char* broadcast = dmp::data_parallel_init_broadcast(run.profile);
   out += dp_elements > 0 && broadcast != nullptr

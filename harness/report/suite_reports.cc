@@ -146,35 +146,31 @@ std::string render_markdown(const SuiteSummary& suite) {
         "| {} | {} | {} | {} | {} |\n", md_escape(r.scenario), md_escape(r.run), md_escape(system_label(r)), verdict,
         md_escape(r.failure || r.verdict == check::Verdict::kSkipped ? failure_text(r) : diverged_summary(r)));
   }
-  bool compared = false;
+  // Each section below only where it has a row.
+  std::string compared, failed;
   for (const auto& r : suite.results) {
     if (!r.reference_compared) continue;
-    if (!compared) {
-      out +=
-          "\n### TorchRec against the reference DMP\n\n| run | ran on | first step out of tolerance | worst max abs | "
-          "worst max rel |\n"
-          "|---|---|---|---|---|\n";
-    }
-    compared = true;
     double abs = 0, rel = 0;
     for (const auto& d : r.reference) {
       abs = std::max(abs, d.max_abs_diff);
       rel = std::max(rel, d.max_rel_diff);
     }
-    out += fmt::format(
+    compared += fmt::format(
         "| {} [{}] | {} | {} | {:.3g} | {:.3g} |\n", md_escape(r.scenario), md_escape(r.run),
         md_escape(system_label(r)),
         r.reference_first_break_step < 0 ? std::string("none") : std::to_string(r.reference_first_break_step), abs,
         rel);
   }
-  bool any = false;
+  if (!compared.empty()) {
+    out += "\n### TorchRec against the reference DMP\n\n| run | ran on | first step out of tolerance | worst max abs | "
+           "worst max rel |\n|---|---|---|---|---|\n" +
+           compared;
+  }
   for (const auto& r : suite.results) {
     if (r.verdict == check::Verdict::kPass || r.verdict == check::Verdict::kSkipped) continue;
-    if (!any) out += "\n### What did not hold\n\n";
-    any = true;
-    out += fmt::format("- **{} [{}]**: {}\n", md_escape(r.scenario), md_escape(r.run), md_escape(failure_text(r)));
+    failed += fmt::format("- **{} [{}]**: {}\n", md_escape(r.scenario), md_escape(r.run), md_escape(failure_text(r)));
   }
-  return out;
+  return failed.empty() ? out : out + "\n### What did not hold\n\n" + failed;
 }
 
 std::string render_html(const SuiteSummary& suite, const std::string& chart_js) {
