@@ -142,8 +142,7 @@ class Recorder:
             with contextlib.suppress(Exception):
                 if dist is not None and dist.is_available() and dist.is_initialized():
                     return int(dist.get_rank()), int(dist.get_world_size())
-            return 0, int(world) if world else None
-        return int(rank), int(world) if world else None
+        return 0 if rank is None else int(rank), int(world) if world else None
 
     def write(self) -> None:
         """The rank's file, atomically; only by the process that installed the audit."""
@@ -242,9 +241,8 @@ class Recorder:
 
     def on_wrap(self, dmp: Any) -> None:
         with self.lock:
-            for obj in self.live(self.dmps):
-                if obj is dmp:
-                    return
+            if any(obj is dmp for obj in self.live(self.dmps)):
+                return
             self.dmps.append(weakref.ref(dmp))
             index = len(self.dmps) - 1
         self.patch_keyed_subclasses()
@@ -270,10 +268,8 @@ class Recorder:
                 return  # inside a KeyedOptimizer's step, or one (its own wrapper records)
             import torch
 
-            task = -1
             current = getattr(torch._C, "_current_graph_task_id", None)
-            if current is not None:
-                task = int(current())
+            task = -1 if current is None else int(current())
             if task < 0:
                 self.on_step(opt, type(opt).__name__ + ".step")
                 return
@@ -411,7 +407,6 @@ class Finder:
         exec_module = getattr(loader, "exec_module", None)
         if spec is None or exec_module is None:
             return spec
-        then = self.then
         finder_self = self
 
         def exec_and_patch(module: Any) -> None:
@@ -419,7 +414,7 @@ class Finder:
             with _Noted(finder_self.failed, "after importing " + finder_self.name):
                 if finder_self in sys.meta_path:
                     sys.meta_path.remove(finder_self)
-                then(module)
+                finder_self.then(module)
 
         with contextlib.suppress(Exception):
             setattr(loader, "exec_module", exec_and_patch)

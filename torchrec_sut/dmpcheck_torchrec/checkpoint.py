@@ -11,15 +11,10 @@ if TYPE_CHECKING:
     from torchrec.optim.keyed import KeyedOptimizer
 
 
-def _dcp() -> Any:
-    import torch.distributed.checkpoint as dcp
-
-    return dcp
-
-
 def save(model: nn.Module, optimizer: KeyedOptimizer, directory: str) -> None:
     """Every rank's part of the model's and the optimizer's state_dict, into `directory`."""
-    dcp = _dcp()
+    import torch.distributed.checkpoint as dcp
+
     state = {"model": model.state_dict(), "optim": optimizer.state_dict()}
     # torch 2.2 has save(); its checkpoint_id argument came later, storage_writer works in both.
     (dcp.save if hasattr(dcp, "save") else dcp.save_state_dict)(state, storage_writer=dcp.FileSystemWriter(directory))
@@ -30,7 +25,8 @@ def load(model: nn.Module, optimizer: KeyedOptimizer, directory: str) -> str:
     returns a note naming what was loaded and any optimizer state the checkpoint does not hold
     (such state stays as the new optimizer made it: a table that was data-parallel when saved has
     the dense optimizer's state, not the fused one's)."""
-    dcp = _dcp()
+    import torch.distributed.checkpoint as dcp
+
     if hasattr(optimizer, "init_state"):
         optimizer.init_state()  # lazily made state (Adam's moments) must exist to be loaded into
     saved = set(dcp.FileSystemReader(directory).read_metadata().state_dict_metadata)

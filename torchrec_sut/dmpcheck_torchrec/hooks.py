@@ -168,10 +168,8 @@ class Hooks:
             if not isinstance(name, str) or not name:
                 raise HookFailed("%s returned a value named %r; names are non-empty strings" % (where, name))
             # The oracle's values (ctx.unsharded) are shown beside the ranks' as rank UNSHARDED.
-            rank = UNSHARDED if ctx.unsharded else self.rank
-            entry: Dict[str, Any] = {"rank": rank, "point": point, "step": ctx.step, "name": name}
-            entry.update(_encode(name, value, where))
-            self.observed.append(entry)
+            self.observed.append({"rank": UNSHARDED if ctx.unsharded else self.rank, "point": point, "step": ctx.step,
+                                  "name": name, **_encode(name, value, where)})
 
 
 def batch(user: Optional[Hooks], ctx: Context, step: int, kjt: Any, where: str = "") -> Any:

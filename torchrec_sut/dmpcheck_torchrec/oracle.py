@@ -116,8 +116,7 @@ def train_unsharded(spec: contract.RunSpec, exchange: str, out_dir: str, world: 
     ctx.unsharded = True
 
     def batch_for(step: int) -> KeyedJaggedTensor:
-        kjt = dump.load_global_batch(exchange, step, world)
-        return hooks.batch(user, ctx, step, kjt, ", for the unsharded model")
+        return hooks.batch(user, ctx, step, dump.load_global_batch(exchange, step, world), ", for the unsharded model")
 
     with torch.random.fork_rng():  # its own draw is overwritten; the sharded ranks' generators stay put
         model = build_model(spec, "cpu")

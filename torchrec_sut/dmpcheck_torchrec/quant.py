@@ -97,11 +97,9 @@ def _pieces(outputs: Dict[str, torch.Tensor], prefix: str = "pooled_embeddings."
             for k, v in sorted(outputs.items())]
 
 
-def _rows(result: Any) -> Dict[str, torch.Tensor]:
-    """An EmbeddingCollection's output, each key's rows per id."""
-    if hasattr(result, "wait"):
-        result = result.wait()
-    return {k: jt.values() for k, jt in result.items()}
+def _waited(result: Any) -> Any:
+    """A collection's output: a sharded one's awaitable waited for."""
+    return result.wait() if hasattr(result, "wait") else result
 
 
 class _Collections(torch.nn.Module):
@@ -122,16 +120,14 @@ class _Collections(torch.nn.Module):
         rows: Dict[str, torch.Tensor] = {}
         ebc, ec = getattr(self, "ebc", None), getattr(self, "ec", None)
         if ebc is not None:
-            out = ebc(select_features(kjt, model.bag_features) if ec is not None else kjt)
-            pooled = (out.wait() if hasattr(out, "wait") else out).to_dict()
-        if ec is not None:
-            rows = _rows(ec(select_features(kjt, model.sequence_features)))
+            pooled = _waited(ebc(select_features(kjt, model.bag_features) if ec is not None else kjt)).to_dict()
+        if ec is not None:  # each key's rows per id
+            rows = {k: jt.values() for k, jt in _waited(ec(select_features(kjt, model.sequence_features))).items()}
         return pooled, rows
 
 
 def _shard_for_inference(spec: contract.RunSpec, quantized: _Collections, model: Model, world: int,
-                         batch: KeyedJaggedTensor,
-                         split: bool) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor], str]:
+                         batch: KeyedJaggedTensor) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor], str]:
     """The quantized collections sharded for inference over `world` devices in this process, as
     TorchRec's own CPU inference tests shard them, with the unsharded state loaded; their outputs."""
     from torchrec.distributed.quant_embeddingbag import QuantEmbeddingBagCollectionSharder
@@ -164,7 +160,7 @@ def _shard_for_inference(spec: contract.RunSpec, quantized: _Collections, model:
     from torchrec.distributed.fused_params import FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS
     from torchrec.distributed.types import ShardingPlan
 
-    fused = {FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS: split}
+    fused = {FUSED_PARAM_QUANT_STATE_DICT_SPLIT_SCALE_BIAS: True}
     sharders: List[Any] = []
     plans: Dict[str, Any] = {}
     states: Dict[str, Dict[str, Any]] = {}
@@ -245,8 +241,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, world: int, final_p
     # Sharded, the collections are made with scale and bias apart (split mode), as TorchRec's CPU
     # inference tests make them: its quant sharders ask for it for row_wise and column_wise, and
     # without it a table_wise shard fails to load the unsharded state (measured on 0.8.0, 1.9.2).
-    split = sharded
-    quantized = quantize(spec, collections, split_scale_bias=split)
+    quantized = quantize(spec, collections, split_scale_bias=sharded)
     batch = _long(dump.load_global_batch(exchange, 1, world))
     # A variable batch per feature (VBE) goes in as a user hands it: rank 0's local batch, with its
     # strides per key and inverse indices (the global batch is its expansion); the bound of each
@@ -280,8 +275,8 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, world: int, final_p
             "(a sequence table's row per id: its own row's)")
     if sharded:
         with torch.no_grad():
-            outputs, sharded_rows, how = _shard_for_inference(spec, quantized, model, world, given, split)
+            outputs, sharded_rows, how = _shard_for_inference(spec, quantized, model, world, given)
         dump.write_phase_in(os.path.join(where, "sharded"), contract.phase_outputs(0),
                             _pieces(outputs) + _pieces(sharded_rows, seq))
-        note += f"; the quantized collection {how}" + (", both with scale and bias apart (split mode)" if split else "")
+        note += f"; the quantized collection {how}, both with scale and bias apart (split mode)"
     return note

@@ -81,11 +81,8 @@ def state_pieces(model: torch.nn.Module, dense_opt: KeyedOptimizer, types: Dict[
             # A managed-collision module's state: its remapping tables and counters sharded as
             # the table's rows, its iteration counter and output segments on every rank.
             name = mc_name(key)
-            if name is None or name.split(".")[1] not in types:
-                continue
-            table = name.split(".")[1]
-            if isinstance(v, (ShardedTensor, torch.Tensor)):
-                add(name, types[table], v)
+            if name is not None and name.split(".")[1] in types and isinstance(v, (ShardedTensor, torch.Tensor)):
+                add(name, types[name.split(".")[1]], v)
             continue
         table = table_of(key, types)
         if isinstance(v, ShardedTensor):  # (always a table's: `table` is not None)
@@ -96,10 +93,8 @@ def state_pieces(model: torch.nn.Module, dense_opt: KeyedOptimizer, types: Dict[
     for key, states in model.fused_optimizer.state_dict()["state"].items():
         table = table_of(key, types)
         for sname, v in states.items():
-            short = sname.split(".")[-1]
-            name = f"ebc.embedding_bags.{table}.{short}"
             if isinstance(v, ShardedTensor):  # (the fused optimizer's state is a table's)
-                add(name, types[table], v)  # type: ignore[index]
+                add(f"ebc.embedding_bags.{table}.{sname.split('.')[-1]}", types[table], v)  # type: ignore[index]
     # Whatever optimizer covers the rest (dense layers, and data-parallel tables in TorchRec).
     for key, states in dense_opt.state_dict()["state"].items():
         table = table_of(key, types)
