@@ -26,30 +26,24 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   std::string temporary = path + ".XXXXXX";
   const int fd = ::mkstemp(temporary.data());
   DMP_CHECK(fd >= 0, ErrorKind::kInvalidInput, "cannot create a file next to {}: {}", path, std::strerror(errno));
-  auto fail = [&](const std::string& what) {
+  // Removes the temporary file (closing it first unless it is closed) and says why: `what` and errno.
+  auto fail = [&](const std::string& what, bool closed = false) {
     const std::string reason = std::strerror(errno);
-    ::close(fd);
+    if (!closed) ::close(fd);
     ::unlink(temporary.c_str());
-    throw_error(ErrorKind::kInvalidInput, fmt::format("{} {}: {}", what, path, reason));
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", what, reason));
   };
   for (size_t done = 0; done < bytes.size();) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("writing");
+    if (n <= 0) fail("writing " + path);
     done += static_cast<size_t>(n);
   }
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  if (::fchmod(fd, 0666 & ~mask) != 0) fail("setting the permissions of");
-  if (::close(fd) != 0) {
-    ::unlink(temporary.c_str());
-    throw_error(ErrorKind::kInvalidInput, fmt::format("writing {}: {}", path, std::strerror(errno)));
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temporary.c_str());
-    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot move {} into place: {}", path, reason));
-  }
+  if (::fchmod(fd, 0666 & ~mask) != 0) fail("setting the permissions of " + path);
+  if (::close(fd) != 0) fail("writing " + path, /*closed=*/true);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) fail(fmt::format("cannot move {} into place", path), true);
 }
 
 namespace {
