@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <regex>
 
+#include "common/names.h"
+
 namespace dmpcheck::check {
 namespace {
-
-bool ends_with(const std::string& text, const std::string& end) {
-  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
 
 std::string ranks_text(const std::optional<int>& rank) {
   return rank ? fmt::format("rank {}", *rank) : std::string("any rank");

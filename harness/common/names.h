@@ -32,6 +32,11 @@ std::optional<E> value_in(const Named<E> (&table)[N], std::string_view name) {
   return std::nullopt;
 }
 
+// Whether `text` ends with `end` (a tensor name's ".weight", a type's "." + name).
+inline bool ends_with(std::string_view text, std::string_view end) {
+  return text.size() >= end.size() && text.substr(text.size() - end.size()) == end;
+}
+
 template <typename E, size_t N>
 std::vector<std::string> names_in(const Named<E> (&table)[N]) {
   std::vector<std::string> names;

@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/file_io.h"
+#include "common/names.h"
 #include "dmp/embedding_config.h"
 #include "dmp/torch_file.h"
 
@@ -364,9 +365,6 @@ void check_state_fits(const DistributedModelParallel& model, const std::map<std:
   };
   auto held_here = [&](const std::string& prefix) {
     return std::any_of(held.begin(), held.end(), [&](const StateTensor& s) { return s.name.rfind(prefix, 0) == 0; });
-  };
-  auto ends_with = [](const std::string& text, const std::string& end) {
-    return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
   };
   for (const auto& [name, tensor] : state) {
     const auto it = by_name.find(name);

@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "common/digest.h"
 #include "common/error.h"
+#include "common/names.h"
 #include "common/revision.h"
 #include "dmp/checkpoint.h"
 #include "dmp/model_parallel.h"
@@ -75,9 +76,6 @@ std::vector<dmp::StateTensor> replicated(const std::vector<dmp::StateTensor>& st
 // tables and dense layers), not their optimizer state.
 std::vector<at::Tensor> replicated_parameters(const dmp::DistributedModelParallel& model) {
   std::vector<at::Tensor> out;
-  auto ends_with = [](const std::string& text, const std::string& end) {
-    return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-  };
   for (const auto& s : model.state()) {
     if (s.replicated && (ends_with(s.name, ".weight") || ends_with(s.name, ".bias"))) out.push_back(s.tensor);
   }
