@@ -226,11 +226,9 @@ Behaviour judge_cell(const CellOnSystem& cell, const std::function<check::RunRes
     const check::RunResult r = run(*n.run);
     std::string why;
     if (meets(n.expect, r, &why)) {
-      Behaviour b;
-      b.key = n.status;
-      b.failed = r.failure.has_value();
-      b.text = fmt::format("{} (as {}: {}, run as its own cell; {})", observation(r), n.system, n.status, first.text);
-      return b;
+      return {n.status,
+              fmt::format("{} (as {}: {}, run as its own cell; {})", observation(r), n.system, n.status, first.text),
+              /*skipped=*/false, /*failed=*/r.failure.has_value()};
     }
   }
   return first;

@@ -363,8 +363,7 @@ def parse(kind: Type[_D], document: object, what: str = "document") -> _D:
         if document["schema_version"] != SCHEMA_VERSION:
             raise ContractError(f"schema_version {document['schema_version']}, this rank program reads "
                                 f"{SCHEMA_VERSION} (it is from another dmpcheck than the launcher)")
-        read: _D = _read(kind, document, "")
-        return read
+        return typing.cast(_D, _read(kind, document, ""))
     except ContractError as e:
         raise ContractError(f"{what}: not a valid contract document: {e}") from None
 
@@ -372,8 +371,7 @@ def parse(kind: Type[_D], document: object, what: str = "document") -> _D:
 def parse_part(kind: Type[_D], value: object, what: str) -> _D:
     """A part of a document (no schema_version of its own) as `kind`, strictly."""
     try:
-        read: _D = _read(kind, value, "")
-        return read
+        return typing.cast(_D, _read(kind, value, ""))
     except ContractError as e:
         raise ContractError(f"{what}: {e}") from None
 
