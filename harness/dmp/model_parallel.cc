@@ -296,7 +296,7 @@ std::vector<StateTensor> DistributedModelParallel::state() const {
       }
     }
   }
-  auto whole = [](const at::Tensor& t) {
+  auto whole = [](const at::Tensor& t) {  // Shard{rank, row_offset, rows, col_offset, cols, bytes}: all of t
     return Shard{0, 0, t.dim() > 0 ? t.size(0) : 1, 0, t.dim() > 1 ? t.size(1) : 1, 0};
   };
   for (const auto& p : dense_->parameters()) {

@@ -54,6 +54,7 @@ ShardPerf torchrec_shard_perf(int64_t cols, int world, int64_t element_bytes, bo
   const double penalty = cols >= 128 ? 1.0 : cols >= 64 ? 1.15 : 1.75;
   const double read = batch * 8 * (weighted ? 2 : 1) + batch * std::max(d, 32.0) * e + batch * d * e;
   const double fwd_compute = read * penalty / kCpuMemoryBandwidth, fwd_comms = batch * d * e / kIntraHostBandwidth;
+  // ShardPerf{fwd_compute, fwd_comms, bwd_compute, bwd_comms}
   return {fwd_compute, fwd_comms, 2 * fwd_compute + (weighted ? 1.1 * fwd_compute : 0.0), fwd_comms};
 }
 
