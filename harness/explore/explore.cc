@@ -56,7 +56,7 @@ std::string normalised_message(const std::string& message) {
 Outcome classify(const check::RunResult& r) {
   Outcome o;
   if (r.verdict == Verdict::kPass) return o;
-  if (r.verdict == Verdict::kSkipped) return Outcome{Outcome::kSkipped, {}, r.skip_reason};
+  if (r.verdict == Verdict::kSkipped) return Outcome{Outcome::kSkipped, {}, r.skip_reason, {}, {}};
   if (r.failure) {
     const FailureKind k = r.failure->kind;
     o.failure = k;
@@ -139,7 +139,7 @@ class Search {
       const scenario::Scenario s = scenario::load_scenario_text(yaml, "explore configuration");
       ++runs_;
       return classify(run::run_cell(s, 0, run_options_));
-    } catch (const Error& e) { return Outcome{Outcome::kInvalid, {}, first_line(e.what())}; }
+    } catch (const Error& e) { return Outcome{Outcome::kInvalid, {}, first_line(e.what()), {}, {}}; }
   }
 
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
