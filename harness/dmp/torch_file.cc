@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/names.h"
 
 namespace dmpcheck::dmp {
 namespace {
@@ -186,8 +187,7 @@ void check_torch_zip(const std::vector<char>& raw, const std::string& path) {
     if (data > raw.size() || size > raw.size() - data)
       bad(fmt::format("zip entry '{}' ({} bytes at {}) runs past the end of the file ({} bytes)", name, size, data,
                       raw.size()));
-    const std::string pickle = "data.pkl";
-    if (name.size() >= pickle.size() && name.compare(name.size() - pickle.size(), pickle.size(), pickle) == 0) {
+    if (ends_with(name, "data.pkl")) {
       if (auto overrun = pickle_overrun(raw.data() + data, size))
         bad(fmt::format("zip entry '{}' (the pickle) {}", name, *overrun));
     }
