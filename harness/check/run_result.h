@@ -241,6 +241,9 @@ struct RunResult {
   // audit's phases in the order recorded, each "<phase>: N equal, M diverge".
   std::vector<ScriptRank> script_ranks;
   bool script_hung = false;
+  // Processes the ranks started outside their process group (setsid(), a daemon) that outlived the
+  // run's ranks, each "pid 123 (python3)": dmpcheck killed them when the run ended.
+  std::vector<std::string> stray_processes;
   std::vector<std::string> audit_phases;
   std::vector<std::string> audit_gaps;  // "phase exit: not recorded on rank(s) 1"
   std::vector<Observation> observed;    // release cells with hooks: every rank's, in the order returned

@@ -140,6 +140,7 @@ Ended ReleaseCell::launch(const scenario::RunSpec& run, const std::string& excha
   set_cell_budget_and_echo(run, options_, spec_.system.name() + label + " ", request);
   const LaunchOutcome launched = run::launch(request);
   launched_seconds_ += launched.seconds;
+  result_.stray_processes.insert(result_.stray_processes.end(), launched.strays.begin(), launched.strays.end());
   if (label.empty()) {
     warm_ranks_ = launched.warm_interpreter;
     result_.system.notes.push_back(how_ranks_started(launched, spec_.system.kind == scenario::System::Kind::kCommit));
@@ -150,6 +151,7 @@ Ended ReleaseCell::launch(const scenario::RunSpec& run, const std::string& excha
   failed.system = result_.system;
   failed.environment = result_.environment;
   failed.timings.total_s = launched_seconds_;
+  failed.stray_processes = result_.stray_processes;
   return failed;
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 
@@ -28,8 +29,48 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Lines kept per rank: a script that prints more has the rest counted, not kept.
-constexpr size_t kMostLinesKept = 100000;
+// Output kept per rank, by bytes (the launcher already cut each line to 16 KiB): its first lines,
+// which are also echoed, and its last, where a traceback is; what lies between is counted, not kept.
+constexpr size_t kHeadBytesKept = 256 * 1024;
+constexpr size_t kTailBytesKept = 128 * 1024;
+
+// One rank's output as kept: the head, the tail, and what was dropped between them.
+struct KeptOutput {
+  std::vector<std::string> head;
+  size_t head_bytes = 0;
+  std::deque<std::string> tail;
+  size_t tail_bytes = 0;
+  size_t dropped_lines = 0;
+  size_t dropped_bytes = 0;
+
+  // Whether `line` went to the head (and so is echoed).
+  bool take(const std::string& line) {
+    if (dropped_lines == 0 && tail.empty() && head_bytes + line.size() <= kHeadBytesKept) {
+      head_bytes += line.size() + 1;
+      head.push_back(line);
+      return true;
+    }
+    tail_bytes += line.size() + 1;
+    tail.push_back(line);
+    while (tail_bytes > kTailBytesKept && !tail.empty()) {
+      tail_bytes -= tail.front().size() + 1;
+      dropped_bytes += tail.front().size() + 1;
+      ++dropped_lines;
+      tail.pop_front();
+    }
+    return false;
+  }
+
+  std::vector<std::string> lines(int rank) && {
+    std::vector<std::string> out = std::move(head);
+    if (dropped_lines > 0) {
+      out.push_back(
+          fmt::format("[dmpcheck: {} line(s), {} byte(s) of rank {} not kept]", dropped_lines, dropped_bytes, rank));
+    }
+    out.insert(out.end(), std::make_move_iterator(tail.begin()), std::make_move_iterator(tail.end()));
+    return out;
+  }
+};
 
 // A port nothing listens on now, for scripts that read MASTER_PORT themselves.  torch's env://
 // rendezvous never binds it here (audit_boot gives it a FileStore); a script that builds its own
@@ -143,6 +184,7 @@ class ScriptCell {
     fs::create_directories(dir.path() + "/tmp");
     const LaunchOutcome launched = launch(dir.path());
     result_.timings.total_s = launched.seconds;
+    result_.stray_processes = launched.strays;
     take_ranks(launched);
     const bool interrupted = launched.failure && launched.failure->kind == check::FailureKind::kInterrupted;
     if (!launched.ok && (interrupted || !spec_.expect.script.judges_failure())) {
@@ -188,17 +230,23 @@ class ScriptCell {
     request.launch_environment["TMPDIR"] = dir + "/tmp";
     if (script_.audit) request.launch_environment["DMPCHECK_AUDIT_DIR"] = dir + "/audit";
     set_cell_budget_and_echo(spec_, options_, "", request);
+    // A peer that raised too ends by itself, with its own status (`exit: nonzero` on every rank).
+    request.peer_grace = std::chrono::seconds(5);
     // timeout_s is the script's whole run: past it, a rank that still runs is a hang.
     request.budget =
         std::chrono::milliseconds(static_cast<int64_t>(1000 * options_.budget_s.value_or(spec_.timeout_s)));
-    lines_.assign(static_cast<size_t>(spec_.world_size), {});
-    dropped_.assign(static_cast<size_t>(spec_.world_size), 0);
+    kept_.assign(static_cast<size_t>(spec_.world_size), {});
     auto echo = request.on_line;
     request.on_line = [this, echo](int rank, const std::string& line) {
-      auto& kept = lines_[static_cast<size_t>(rank)];
-      if (kept.size() < kMostLinesKept) kept.push_back(line);
-      else ++dropped_[static_cast<size_t>(rank)];
-      if (echo) echo(rank, line);
+      auto& kept = kept_[static_cast<size_t>(rank)];
+      const bool first_cut = kept.tail.empty() && kept.dropped_lines == 0;
+      if (kept.take(line)) {
+        if (echo) echo(rank, line);
+      } else if (echo && first_cut) {
+        echo(rank, fmt::format("[dmpcheck: rank {} printed over {} KiB; the rest is not echoed, its last {} KiB are "
+                               "kept in the report]",
+                               rank, kHeadBytesKept / 1024, kTailBytesKept / 1024));
+      }
     };
     return run::launch(request);
   }
@@ -214,11 +262,8 @@ class ScriptCell {
       rank.ended = rank.stopped            ? "was still running when dmpcheck stopped the ranks"
                    : rank.exit_status == 0 ? "exited 0"
                                            : describe_wait_status(status);
-      rank.exception = check::last_traceback_exception(lines_[i]).value_or("");
-      rank.output = std::move(lines_[i]);
-      if (dropped_[i] > 0) {
-        rank.output.push_back(fmt::format("[dmpcheck: {} more line(s) of rank {} not kept]", dropped_[i], r));
-      }
+      rank.output = std::move(kept_[i]).lines(r);
+      rank.exception = check::last_traceback_exception(rank.output).value_or("");
       result_.script_ranks.push_back(std::move(rank));
     }
     result_.script_hung = launched.failure && launched.failure->kind == check::FailureKind::kTimeout;
@@ -238,8 +283,7 @@ class ScriptCell {
   const scenario::ScriptSpec& script_;
   check::RunResult result_;
   std::optional<TorchRecEnvironment> env_;
-  std::vector<std::vector<std::string>> lines_;
-  std::vector<size_t> dropped_;
+  std::vector<KeptOutput> kept_;
 };
 
 }  // namespace

@@ -74,6 +74,11 @@ std::string render_run_table(const check::RunResult& r) {
     if (std::find(names.begin(), names.end(), o.name) == names.end()) names.push_back(o.name);
   }
   for (const auto& name : names) out += check::describe_hook_value(name, r.observed);
+  if (!r.stray_processes.empty()) {
+    out += fmt::format("   {} process(es) the ranks started outside their process group outlived them, killed at the "
+                       "end: {}\n",
+                       r.stray_processes.size(), fmt::join(r.stray_processes, ", "));
+  }
   for (const auto& rank : r.script_ranks) {
     out += fmt::format("   rank {} {}{}\n", rank.rank, rank.ended,
                        rank.exception.empty() ? "" : "; its last traceback: " + rank.exception);
@@ -199,10 +204,18 @@ std::string render_verdict_line(const check::RunResult& r) {
   }
   std::vector<std::string> parts;
   for (const auto& [name, phases] : diverged) parts.push_back(fmt::format("{} ({})", name, fmt::join(phases, ", ")));
+  // A script cell that audited nothing says what the audit saw: no phase at all (no wrap, no step, or
+  // no audit), or phases whose models hold no replicated tensor (only sharded tables).
+  const std::string nothing_audited =
+      r.audit_phases.empty()
+          ? "no replicated tensor audited (the audit recorded no phase: no DistributedModelParallel wrap or optimizer "
+            "step was seen, or script.audit is false)"
+          : fmt::format("no replicated tensor audited (the audit recorded {} phase(s), none holding a replicated "
+                        "tensor: only sharded tables)",
+                        r.audit_phases.size());
   const std::string observed =
-      diverged.empty() ? std::string(r.replicas.empty() && !r.script_ranks.empty()
-                                         ? "no replicated tensor audited (the script built no DistributedModelParallel)"
-                                         : "all replicated tensors equal")
+      diverged.empty() ? (r.replicas.empty() && !r.script_ranks.empty() ? nothing_audited
+                                                                        : std::string("all replicated tensors equal"))
                        : fmt::format("replicas DIVERGE on {} tensor(s): {}", diverged.size(), fmt::join(parts, "; "));
   const std::string on = "; on " + system_label(r);
   if (r.verdict == check::Verdict::kPass) {

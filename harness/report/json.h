@@ -65,7 +65,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     reference_first_break_step, init_from_compared, init_from, resumed_compared, resumed_world_size, resumed,
     quantized_compared, quantized, quantized_sharded_compared, quantized_sharded, quantized_reference_compared,
     quantized_reference, init_broadcast, broadcast_probe, losses, loop, loops, digests, script_ranks, script_hung,
-    audit_phases, audit_gaps, observed, timings, failure, expectation, verdict, skip_reason)
+    stray_processes, audit_phases, audit_gaps, observed, timings, failure, expectation, verdict, skip_reason)
 
 }  // namespace dmpcheck::check
 

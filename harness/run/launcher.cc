@@ -28,6 +28,7 @@
 #include "common/file_io.h"
 #include "common/settings.h"
 #include "run/handover.h"
+#include "run/process_tree.h"
 #include "run/release_contract.h"
 #include "run/subprocess.h"
 #include "run/warm_interpreter.h"
@@ -61,13 +62,21 @@ bool process_stopped(pid_t pid) {
 
 constexpr const char* kStoppedCause = "was stopped (state T: SIGSTOP or SIGTSTP) and never resumed";
 
+// A line longer than this is cut: its first kMaxLineBytes are kept and the rest only counted, so a
+// rank printing one endless line costs the launcher neither memory nor time.
+constexpr size_t kMaxLineBytes = 16 * 1024;
+// At most this much of one rank's output is read per turn of the watch loop: a rank that prints
+// without pause cannot keep the launcher from its deadline.
+constexpr size_t kMaxReadPerTurn = 1 << 20;
+
 struct Rank {
   int rank = 0;
   pid_t pid = -1;
   int output_fd = -1;
   bool running = true;
   int status = 0;
-  std::string partial;
+  std::string partial;  // the line being read, at most kMaxLineBytes
+  size_t cut = 0;       // bytes of that line beyond kMaxLineBytes, not kept
   std::deque<std::string> last_lines;
 };
 
@@ -109,30 +118,45 @@ ChildImage make_image(const LaunchRequest& request, int rank, const std::string&
   return image;
 }
 
+void end_line(Rank& r, const LaunchRequest& request) {
+  std::string line = std::move(r.partial);
+  r.partial.clear();
+  if (r.cut > 0) line += fmt::format(" [dmpcheck: {} more bytes of this line cut]", r.cut);
+  r.cut = 0;
+  if (request.on_line) request.on_line(r.rank, line);
+  r.last_lines.push_back(std::move(line));
+  if (r.last_lines.size() > request.last_lines_kept) r.last_lines.pop_front();
+}
+
 void take_output(Rank& r, const char* data, size_t size, const LaunchRequest& request) {
-  r.partial.append(data, size);
-  size_t newline;
-  while ((newline = r.partial.find('\n')) != std::string::npos) {
-    std::string line = r.partial.substr(0, newline);
-    r.partial.erase(0, newline + 1);
-    if (request.on_line) request.on_line(r.rank, line);
-    r.last_lines.push_back(line);
-    if (r.last_lines.size() > request.last_lines_kept) r.last_lines.pop_front();
+  while (size > 0) {
+    const auto* newline = static_cast<const char*>(std::memchr(data, '\n', size));
+    const size_t piece = newline != nullptr ? static_cast<size_t>(newline - data) : size;
+    const size_t kept = std::min(piece, kMaxLineBytes - std::min(r.partial.size(), kMaxLineBytes));
+    r.partial.append(data, kept);
+    r.cut += piece - kept;
+    if (newline == nullptr) return;
+    end_line(r, request);
+    data += piece + 1;
+    size -= piece + 1;
   }
 }
 
+// What the rank wrote since the last turn, up to kMaxReadPerTurn; at the end of its output, the
+// last line even without its newline.
 void drain(Rank& r, const LaunchRequest& request) {
   if (r.output_fd < 0) return;
-  char buffer[4096];
-  for (;;) {
+  char buffer[65536];
+  for (size_t taken = 0; taken < kMaxReadPerTurn;) {
     const ssize_t n = ::read(r.output_fd, buffer, sizeof(buffer));
     if (n > 0) {
       take_output(r, buffer, static_cast<size_t>(n), request);
+      taken += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) {  // the write end is closed: no more output
-      if (!r.partial.empty()) take_output(r, "\n", 1, request);
+      if (!r.partial.empty() || r.cut > 0) end_line(r, request);
       ::close(r.output_fd);
       r.output_fd = -1;
     }
@@ -199,6 +223,9 @@ LaunchOutcome launch(const LaunchRequest& request) {
   hand_over(store, request.task, secret);
 
   std::vector<Rank> ranks(static_cast<size_t>(request.world_size));
+  // What the ranks start is theirs too, in their group or not: followed, and killed at the end.
+  become_subreaper();
+  ProcessTree tree(std::string(kSecretVariable) + "=" + secret);
   pid_t group = 0;
   const pid_t parent = ::getpid();
   LaunchOutcome outcome;
@@ -291,8 +318,9 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (group == 0) group = pid;
     ::close(fds[1]);
     ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    ranks[static_cast<size_t>(r)] = {r, pid, fds[0], true, 0, {}, {}};
+    ranks[static_cast<size_t>(r)] = {r, pid, fds[0], true, 0, {}, 0, {}};
     outcome.pids.push_back(pid);
+    tree.add_root(pid);
   }
 
   // SIGTERM, kill_grace to exit, then SIGKILL for the ranks and anything a rank started in its group.
@@ -358,12 +386,13 @@ LaunchOutcome launch(const LaunchRequest& request) {
   };
   auto fail = [&](Rank& r) {
     std::vector<check::RankFailure> seen = {ended_failure(r)};
-    const auto grace_end = Clock::now() + std::chrono::milliseconds(500);
-    while (Clock::now() < grace_end) {
+    const auto grace_end = std::min(Clock::now() + request.peer_grace, start + request.budget);
+    while (Clock::now() < grace_end && !interrupt_requested()) {
       bool any = false;
       for (auto& other : ranks) {
         if (!other.running) continue;
         any = true;
+        drain(other, request);  // a peer blocked on a full pipe would never end by itself
         if (reaped(other, WNOHANG)) {
           other.running = false;
           drain(other, request);
@@ -396,6 +425,7 @@ LaunchOutcome launch(const LaunchRequest& request) {
     if (!fds.empty()) ::poll(fds.data(), fds.size(), 50);
     else std::this_thread::sleep_for(std::chrono::milliseconds(20));
     for (auto& r : ranks) drain(r, request);
+    tree.scan();
 
     bool any_running = false;
     for (auto& r : ranks) {
@@ -431,7 +461,9 @@ LaunchOutcome launch(const LaunchRequest& request) {
     }
   }
   for (auto& r : ranks) outcome.stopped.push_back(r.running);
+  tree.scan();
   kill_all();
+  outcome.strays = tree.kill_strays();
   for (auto& r : ranks) {
     outcome.wait_statuses.push_back(r.status);
     drain(r, request);

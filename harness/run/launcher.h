@@ -2,7 +2,8 @@
 // watches them, and on the first failure stops and reaps all of them.
 //
 // Ranks run in one process group of their own (killed as a group) and die with the launcher
-// (PR_SET_PDEATHSIG), so nothing outlives a run.
+// (PR_SET_PDEATHSIG); what they start outside the group is followed and killed at the end
+// (run/process_tree.h), so nothing outlives a run.
 #pragma once
 
 #include <chrono>
@@ -29,6 +30,10 @@ struct LaunchRequest {
   std::chrono::milliseconds store_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds budget{std::chrono::minutes(10)};            // the whole run
   std::chrono::milliseconds kill_grace{std::chrono::milliseconds(500)};  // SIGTERM, then SIGKILL
+  // After a rank fails, how long its peers may take to end by themselves before they are stopped
+  // (their failures are collected meanwhile, for the root cause).  A user's script gets longer: a
+  // peer that raised too is still unwinding its interpreter.
+  std::chrono::milliseconds peer_grace{std::chrono::milliseconds(500)};
   size_t last_lines_kept = 20;
   // Each line a rank prints, as it arrives (stdout and stderr together).  May be empty.
   std::function<void(int rank, const std::string& line)> on_line;
@@ -69,6 +74,9 @@ struct LaunchOutcome {
   // launcher stopped the ranks (another rank's failure, the budget, an interrupt).
   std::vector<int> wait_statuses;
   std::vector<bool> stopped;
+  // Processes the ranks started outside their process group (setsid(), a daemon) that were still
+  // alive when the run ended, each "pid 123 (python3)": killed, and counted in the report.
+  std::vector<std::string> strays;
   double seconds = 0.0;
   bool forked = false;  // ranks forked from this warm process, not exec-ed
   // A request with warm_preload: whether its ranks were forked from a warm interpreter (and the

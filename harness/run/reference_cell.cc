@@ -48,6 +48,7 @@ check::RunResult run_reference_cell(const scenario::Scenario& scenario, size_t i
                                 ? nlohmann::json::parse(*launched.result).get<check::RunResult>()
                                 : failed_result(scenario, spec, launched);
   result.timings.total_s = launched.seconds;
+  result.stray_processes = launched.strays;
   if (!spec.torchrec_hooks.empty() && !half) {
     result.system.notes.push_back("torchrec.hooks run on release cells only: this reference cell called none");
   }

@@ -73,6 +73,63 @@ TEST_F(Launcher, TheBudgetKillsAHungRun) {
   for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid));
 }
 
+TEST_F(Launcher, AnEndlessLineIsCutAndDoesNotHoldTheDeadline) {
+  // One line of 100 MB, then a hang: the launcher must stop it at the budget, however fast it prints.
+  auto request = shell_ranks("head -c 100000000 /dev/zero | tr '\\0' a; echo; exec sleep 100000", 1);
+  request.budget = std::chrono::seconds(3);
+  size_t longest = 0;
+  std::string cut;
+  request.on_line = [&](int, const std::string& line) {
+    longest = std::max(longest, line.size());
+    if (line.find("bytes of this line cut") != std::string::npos) cut = line.substr(line.rfind(" ["));
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const LaunchOutcome outcome = launch(request);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(outcome.failure.has_value());
+  EXPECT_EQ(outcome.failure->kind, dmpcheck::check::FailureKind::kTimeout);
+  EXPECT_LT(seconds, 3 + 5.0);  // the budget, and the grace to stop the ranks: not the time to read 100 MB
+  EXPECT_LT(longest, 17u * 1024);
+  // Read whole before the budget (on an idle machine) or not: where it was, its cut is counted.
+  if (!cut.empty()) EXPECT_EQ(cut, " [dmpcheck: 99983616 more bytes of this line cut]");
+  for (pid_t pid : outcome.pids) EXPECT_FALSE(alive(pid));
+}
+
+TEST_F(Launcher, AChildThatLeftTheGroupIsKilledAndCounted) {
+  // The rank starts a process in a session of its own (setsid), which the group's kill misses,
+  // writes its pid down and exits 0.
+  const std::string pid_file = dir_ + "/stray.pid";
+  auto request = shell_ranks("setsid sh -c 'echo $$ > " + pid_file + ".tmp; mv " + pid_file + ".tmp " + pid_file +
+                                 "; exec sleep 300' < /dev/null > /dev/null 2>&1 & "
+                                 "while [ ! -f " +
+                                 pid_file + " ]; do sleep 0.05; done; exit 0",
+                             1);
+  const LaunchOutcome outcome = launch(request);
+  EXPECT_TRUE(outcome.ok) << (outcome.failure ? outcome.failure->cause : "");
+  FILE* f = std::fopen(pid_file.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  int stray = 0;
+  ASSERT_EQ(std::fscanf(f, "%d", &stray), 1);
+  std::fclose(f);
+  ASSERT_EQ(outcome.strays.size(), 1u);
+  EXPECT_EQ(outcome.strays[0], "pid " + std::to_string(stray) + " (sleep)");
+  EXPECT_FALSE(alive(stray)) << "the setsid grandchild " << stray << " outlived the run";
+}
+
+TEST_F(Launcher, APeerThatFailsTooIsLetEndByItselfWithinThePeerGrace) {
+  // Every rank fails, rank 1 a second after rank 0 (a script's interpreter unwinding its exception).
+  auto request = shell_ranks("if [ \"$RANK\" = 1 ]; then sleep 1; exit 2; fi; exit 1", 2);
+  request.peer_grace = std::chrono::seconds(5);
+  LaunchOutcome outcome = launch(request);
+  ASSERT_EQ(outcome.stopped.size(), 2u);
+  EXPECT_FALSE(outcome.stopped[1]) << "rank 1 was stopped instead of ending by itself";
+  EXPECT_TRUE(WIFEXITED(outcome.wait_statuses[1]) && WEXITSTATUS(outcome.wait_statuses[1]) == 2);
+  // The default grace is short: rank 1 is stopped, and said to be.
+  request.peer_grace = std::chrono::milliseconds(200);
+  outcome = launch(request);
+  EXPECT_TRUE(outcome.stopped[1]);
+}
+
 TEST_F(Launcher, CleanRanksAndTheirOutputLines) {
   auto request = shell_ranks("echo hello from $RANK; echo threads $OMP_NUM_THREADS", 2);
   request.threads_per_rank = 1;

@@ -39,6 +39,21 @@ TEST(Reports, EveryReportNamesTheFailingTensors) {
   EXPECT_TRUE(testing::contains(html, "ebc.embedding_bags.small_table_1.weight"));  // the divergence table
 }
 
+TEST(Reports, AScriptCellThatAuditedNoReplicatedTensorSaysWhatTheAuditSaw) {
+  check::RunResult r;
+  r.scenario = "s";
+  r.run = "default";
+  r.verdict = check::Verdict::kPass;
+  r.script_ranks = {{0, "exited 0", 0, false, "", {}}};
+  // No phase recorded: it cannot say whether the script built a DistributedModelParallel.
+  EXPECT_TRUE(testing::contains(render_verdict_line(r), "the audit recorded no phase"));
+  EXPECT_FALSE(testing::contains(render_verdict_line(r), "the script built no DistributedModelParallel"));
+  // Wraps recorded whose models hold only sharded tables: said as such, not as "no model".
+  r.audit_phases = {"wrap 1 (after DistributedModelParallel.__init__): 0 equal, 0 diverge"};
+  EXPECT_TRUE(testing::contains(render_verdict_line(r), "the audit recorded 1 phase(s), none holding a replicated "
+                                                        "tensor: only sharded tables"));
+}
+
 TEST(Reports, JunitEscapesMarkup) {
   SuiteSummary suite;
   check::RunResult r;
