@@ -259,7 +259,8 @@ int main(int argc, char** argv) {
   CLI::App app{"dmpcheck: a correctness harness for TorchRec-style distributed embedding training.\n"
                "Exit status: 0 every expectation held, 1 one did not, 2 bad input, 3 a rank failed or timed out, 130 "
                "interrupted.\n"
-               "Docs: README.md, docs/scenarios.md (the scenario format), docs/reliability.md, docs/sharding.md."};
+               "Docs: README.md, docs/guide.md (every command), docs/scenarios.md (the scenario format), "
+               "docs/reliability.md."};
   app.footer(profiles_help());
   app.set_version_flag(
       "--version", [] { return fmt::format("dmpcheck {}, built against {}", git_revision(), run::libtorch_build()); });
@@ -507,7 +508,21 @@ int main(int argc, char** argv) {
     std::cerr << "dmpcheck: " << e.what() << "\n";
     return 2;
   }
-  if (!torchrec_repo.empty()) settings.torchrec_repo = torchrec_repo;
+  if (!torchrec_repo.empty()) {
+    // Refused before git sees it: an option, a remote helper, a transport nobody means (the
+    // variable's value was checked where it was read).
+    try {
+      check_torchrec_repo(torchrec_repo, "--torchrec-repo");
+    } catch (const Error& e) {
+      std::cerr << "dmpcheck: " << e.what() << "\n";
+      return 2;
+    }
+    settings.torchrec_repo = torchrec_repo;
+  }
+  // A clone of the repository and an interpreter's probe are bounded by the command's --budget too.
+  for (const auto& budget : {flags.run.budget_s, suite.budget_s}) {
+    if (budget) settings.command_budget_s = std::min(settings.command_budget_s, *budget);
+  }
   // A missing release is installed where asked, and by bisect and releases unless told not to.
   if (install_releases || (*bisect_cmd && !no_install) || (*table_cmd && !table_no_install))
     settings.install_releases = true;

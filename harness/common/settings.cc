@@ -4,6 +4,9 @@
 
 #include <map>
 #include <mutex>
+#include <set>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
 
@@ -56,6 +59,7 @@ Settings Settings::from_environment(const std::map<std::string, std::string>& en
   const auto get = [&](const char* name) { return variable(environment, name); };
   Settings s;
   s.torchrec_repo = get("DMPCHECK_TORCHREC_REPO");
+  if (!s.torchrec_repo.empty()) check_torchrec_repo(s.torchrec_repo, "DMPCHECK_TORCHREC_REPO");
   s.install_releases = get("DMPCHECK_INSTALL_RELEASES") == "1";
   const std::string home = get("HOME").empty() ? "/root" : get("HOME");
   const std::string cache = get("XDG_CACHE_HOME").empty() ? home + "/.cache" : get("XDG_CACHE_HOME");
@@ -73,6 +77,32 @@ Settings Settings::from_environment(const std::map<std::string, std::string>& en
   s.chartjs = get("DMPCHECK_CHARTJS");
   s.keep_exchange = environment.count("DMPCHECK_KEEP_EXCHANGE") > 0;
   return s;
+}
+
+void check_torchrec_repo(const std::string& value, const std::string& where) {
+  const auto refuse = [&](const std::string& why) {
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{} '{}': {}", where, value, why));
+  };
+  if (value.empty()) refuse("empty: give a path, a bundle file or a URL of TorchRec's repository");
+  if (value.front() == '-')
+    refuse("begins with '-', which git would read as an option: give a path, a bundle or a URL");
+  for (const char c : value) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) refuse("holds a control character");
+  }
+  if (value.find("::") != std::string::npos) {
+    refuse("git's <transport>::<address> remote helpers (fd::, ext::, ...) are not taken: give a path, a bundle, or "
+           "an https, http, ssh, git or file URL");
+  }
+  const auto scheme_end = value.find("://");
+  if (scheme_end != std::string::npos) {
+    const std::string scheme = value.substr(0, scheme_end);
+    static const std::set<std::string> allowed = {"https", "http", "ssh", "git", "file"};
+    if (allowed.count(scheme) == 0) {
+      refuse(fmt::format("the transport '{}' is not taken: give a path, a bundle, or an https, http, ssh, git or file "
+                         "URL",
+                         scheme));
+    }
+  }
 }
 
 const Settings& settings() {

@@ -26,12 +26,21 @@ struct Settings {
   std::string memory_available;          // DMPCHECK_MEMORY_AVAILABLE, bytes (preflight reads it as a number)
   std::string chartjs;                   // DMPCHECK_CHARTJS
   bool keep_exchange = false;            // DMPCHECK_KEEP_EXCHANGE set: release cells keep their directories
+  // How long a step of a command outside its cells may take (a clone of torchrec_repo, an
+  // interpreter's probe): 1800 s, or less where the command's --budget says.
+  double command_budget_s = 1800;
 
   // The process's environment (or `environment`, NAME -> value) as settings; Error(kInvalidInput)
   // naming the variable for a value that is not what it should be.
   static Settings from_environment();
   static Settings from_environment(const std::map<std::string, std::string>& environment);
 };
+
+// Error(kInvalidInput) naming `where` (--torchrec-repo, DMPCHECK_TORCHREC_REPO) when `value` is not a
+// repository a user means: one that git would read as an option (a leading '-'), a remote helper
+// (fd::3, ext::...), a scheme other than https, http, ssh, git and file, or a control character.
+// A local path, a bundle file, one of those URLs and ssh's user@host:path pass.
+void check_torchrec_repo(const std::string& value, const std::string& where);
 
 // The settings in force: those installed, else the environment's (read on the first call).
 const Settings& settings();

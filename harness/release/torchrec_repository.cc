@@ -2,10 +2,13 @@
 // once per command (settings().torchrec_repo: a path, a URL, a bundle), each commit's source
 // exported into a folder of its own beside the release environments.
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -19,6 +22,28 @@
 namespace dmpcheck::run {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// `<name>.partial-<pid>` folders under `dir` whose maker no longer runs (a clone or an export that
+// was killed): removed, so that nothing a killed command staged stays in the cache.
+void remove_partials_of_gone_makers(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const auto at = name.rfind(".partial-");
+    if (at == std::string::npos) continue;
+    char* stop = nullptr;
+    const long pid = std::strtol(name.c_str() + at + 9, &stop, 10);
+    if (stop == name.c_str() + at + 9 || *stop != '\0' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // its maker still runs
+    std::error_code removed;
+    fs::remove_all(it->path(), removed);
+    if (!removed) fmt::print(stderr, "dmpcheck: removed {}, left by a dmpcheck that was killed\n", it->path().string());
+  }
+}
+
+}  // namespace
 
 void require_torchrec_repository() {
   DMP_CHECK(!settings().torchrec_repo.empty(), ErrorKind::kInvalidInput,
@@ -51,13 +76,22 @@ TorchRecRepository TorchRecRepository::open() {
   }());
   if (!fs::exists(mirror + "/HEAD")) {
     fs::create_directories(fs::path(mirror).parent_path());
+    remove_partials_of_gone_makers(fs::path(mirror).parent_path().string());
     const std::string staging = fmt::format("{}.partial-{}", mirror, ::getpid());
     std::error_code ec;
     fs::remove_all(staging, ec);
-    fmt::print(stderr, "dmpcheck: cloning {} into {} (once)\n", given, mirror);
-    const Captured c = capture({"git", "clone", "--quiet", "--mirror", given, staging}, {}, std::chrono::seconds(1800));
+    const auto budget = std::chrono::seconds(static_cast<int64_t>(std::max(1.0, settings().command_budget_s)));
+    fmt::print(stderr, "dmpcheck: cloning {} into {} (once, within {} s)\n", given, mirror, budget.count());
+    // "--" ends git's options: the repository is never read as one.  git's own allow-list keeps the
+    // transports to those a user means, submodules and redirects included, and nothing prompts.
+    const Captured c =
+        capture({"git", "clone", "--quiet", "--mirror", "--", given, staging},
+                {{"GIT_ALLOW_PROTOCOL", "file:https:http:ssh:git"}, {"GIT_TERMINAL_PROMPT", "0"}}, budget);
     if (!c.ok()) {
       fs::remove_all(staging, ec);
+      DMP_CHECK(!c.interrupted, ErrorKind::kInvalidInput, "--torchrec-repo {}: the clone was interrupted", given);
+      DMP_CHECK(!c.timed_out, ErrorKind::kTimeout, "--torchrec-repo {}: the clone took longer than {} s (--budget)",
+                given, budget.count());
       throw_error(ErrorKind::kInvalidInput,
                   fmt::format("--torchrec-repo {}: git clone failed:{}", given, last_lines(c.output, 4)));
     }
@@ -137,6 +171,7 @@ std::string TorchRecRepository::base_release(const Commit& commit, const std::ve
 std::string TorchRecRepository::source_tree(const Commit& commit) const {
   std::string dir = fmt::format("{}/commits/{}", torchrec_environments_root(), commit.hash);
   if (fs::exists(dir + "/torchrec/__init__.py")) return dir;
+  remove_partials_of_gone_makers(fs::path(dir).parent_path().string());
   const std::string staging = fmt::format("{}.partial-{}", dir, ::getpid());
   std::error_code ec;
   fs::remove_all(staging, ec);

@@ -49,8 +49,9 @@ std::map<std::string, std::string> python_environment(const std::string& source_
 contract::ProbeAnswer probe(const std::string& python, const std::string& name) {
   const PrivateDir scratch("dmpcheck-probe");
   const std::string answer_path = scratch.path() + "/probe.json";
-  const Captured c = capture({python, "-m", "dmpcheck_torchrec.probe", answer_path}, python_environment(""),
-                             std::chrono::seconds(300));
+  // At most 300 s, or the command's --budget where that is shorter.
+  const auto deadline = std::chrono::seconds(static_cast<int64_t>(std::clamp(settings().command_budget_s, 1.0, 300.0)));
+  const Captured c = capture({python, "-m", "dmpcheck_torchrec.probe", answer_path}, python_environment(""), deadline);
   if (c.ok()) {
     try {
       return contract::read_document_file<contract::ProbeAnswer>(answer_path);
@@ -65,9 +66,9 @@ contract::ProbeAnswer probe(const std::string& python, const std::string& name) 
   throw_error(
       ErrorKind::kInvalidInput,
       fmt::format("{} cannot run TorchRec cells, which need torch, fbgemm_gpu and torchrec to import there: {}", name,
-                  c.timed_out ? std::string("its imports took longer than 300 s")
+                  c.timed_out ? fmt::format("its imports took longer than {} s", deadline.count())
                   : named     ? trim(c.output.substr(said))
-                              : fmt::format("`{} -m dmpcheck_torchrec.probe` exited {}:{}", python, c.exit_code,
+                              : fmt::format("`{} -m dmpcheck_torchrec.probe` {}:{}", python, c.ended(deadline),
                                             last_lines(c.output, 6))));
 }
 

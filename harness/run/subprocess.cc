@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/interrupt.h"
 
 extern char** environ;
 
@@ -22,9 +23,11 @@ namespace dmpcheck::run {
 namespace {
 
 // Starts argv (looked up on PATH) with `envp`, its stdin /dev/null when `null_stdin`; with `output`,
-// its stdout and stderr go to a pipe whose read end is put there.  Error(kInvalidInput) when it
-// cannot be started.
-pid_t spawn_child(const std::vector<std::string>& argv, char* const* envp, bool null_stdin, int* output) {
+// its stdout and stderr go to a pipe whose read end is put there; with `own_group`, in a process
+// group of its own (its pid), so that it and what it starts are killed together.
+// Error(kInvalidInput) when it cannot be started.
+pid_t spawn_child(const std::vector<std::string>& argv, char* const* envp, bool null_stdin, int* output,
+                  bool own_group = false) {
   std::vector<std::string> argv_copy = argv;
   std::vector<char*> args = c_argv(argv_copy);
   int fds[2] = {-1, -1};
@@ -36,8 +39,15 @@ pid_t spawn_child(const std::vector<std::string>& argv, char* const* envp, bool 
     posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
     posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
   }
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  if (own_group) {
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attributes, 0);
+  }
   pid_t pid = 0;
-  const int spawned = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp);
+  const int spawned = ::posix_spawnp(&pid, args[0], &actions, &attributes, args.data(), envp);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   if (output != nullptr) ::close(fds[1]);
   if (spawned != 0) {
@@ -71,20 +81,22 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
   for (const auto& [k, v] : environment) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp = c_argv(env_strings);
   int output = -1;
-  const pid_t pid = spawn_child(argv, envp.data(), true, &output);
+  const pid_t pid = spawn_child(argv, envp.data(), true, &output, true);
   Captured out;
   const auto until = std::chrono::steady_clock::now() + deadline;
   char buffer[4096];
   for (;;) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
-    if (left <= 0) {
-      out.timed_out = true;
-      ::kill(pid, SIGKILL);
+    out.interrupted = interrupt_requested();
+    if (left <= 0 || out.interrupted) {
+      // The program and whatever it started (git's transport helpers): killed together, reaped below.
+      out.timed_out = !out.interrupted;
+      ::kill(-pid, SIGKILL);
       break;
     }
     pollfd p{output, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 200)));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) continue;
     const ssize_t n = ::read(output, buffer, sizeof(buffer));
@@ -95,8 +107,18 @@ Captured capture(const std::vector<std::string>& argv, const std::map<std::strin
   ::close(output);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-  out.exit_code = WIFEXITED(status) && !out.timed_out ? WEXITSTATUS(status) : -1;
+  // What it left running in its group (a helper holding the pipe) ends with it.
+  ::kill(-pid, SIGKILL);
+  out.exit_code = WIFEXITED(status) && !out.timed_out && !out.interrupted ? WEXITSTATUS(status) : -1;
+  out.term_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   return out;
+}
+
+std::string Captured::ended(std::chrono::seconds deadline) const {
+  if (interrupted) return "was interrupted (dmpcheck received SIGINT or SIGTERM)";
+  if (timed_out) return fmt::format("took longer than {} s", deadline.count());
+  if (term_signal != 0) return fmt::format("was killed by signal {} (SIG{})", term_signal, sigabbrev_np(term_signal));
+  return fmt::format("exited {}", exit_code);
 }
 
 int run_visible(const std::vector<std::string>& argv, std::string* tail, size_t keep) {

@@ -12,8 +12,13 @@ namespace dmpcheck::run {
 struct Captured {
   int exit_code = -1;  // the exit status; -1 when it did not exit by itself (killed at the deadline, a signal)
   bool timed_out = false;
-  std::string output;  // stdout and stderr together, as they came
+  bool interrupted = false;  // dmpcheck was asked to stop (SIGINT, SIGTERM): the child was killed
+  int term_signal = 0;       // the signal that ended it, when one did
+  std::string output;        // stdout and stderr together, as they came
   bool ok() const { return exit_code == 0; }
+  // How it ended: "exited 1", "was killed by signal 9 (SIGKILL)", "took longer than 30 s", "was
+  // interrupted" (`deadline`: the one it was given).
+  std::string ended(std::chrono::seconds deadline) const;
 };
 
 // Runs argv (argv[0] looked up on PATH when it has no '/') with `environment` added to this

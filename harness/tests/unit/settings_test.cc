@@ -60,5 +60,23 @@ TEST(Settings, ScopedSettingsPutBackTheSettingsBefore) {
   EXPECT_EQ(settings().torchrec_repo, before);
 }
 
+TEST(Settings, ARepositoryThatGitWouldReadAsAnOptionOrAHelperIsRefusedBeforeGitRuns) {
+  // Each as the flag and as the variable: git never sees them.
+  for (const char* bad : {"-h", "--upload-pack=touch /tmp/planted", "fd::3", "ext::sh -c touch% /tmp/planted",
+                          "ftp://example.org/torchrec.git", "/path/with\nnewline"}) {
+    EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, std::string("--torchrec-repo '") + bad + "'", [&] {
+      check_torchrec_repo(bad, "--torchrec-repo");
+    })) << bad;
+    EXPECT_TRUE(testing::throws_with(ErrorKind::kInvalidInput, "DMPCHECK_TORCHREC_REPO", [&] {
+      Settings::from_environment(Environment{{"DMPCHECK_TORCHREC_REPO", bad}});
+    })) << bad;
+  }
+  for (const char* good : {"/srv/torchrec", "../shared/torchrec.bundle", "https://github.com/pytorch/torchrec",
+                           "ssh://git@example.org/torchrec.git", "git@github.com:pytorch/torchrec.git",
+                           "file:///srv/torchrec.git", "torchrec-main"}) {
+    EXPECT_NO_THROW(check_torchrec_repo(good, "--torchrec-repo")) << good;
+  }
+}
+
 }  // namespace
 }  // namespace dmpcheck

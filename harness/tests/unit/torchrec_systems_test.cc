@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -152,6 +153,33 @@ TEST(Subprocess, CapturesOutputAndStatusAndStopsAtItsDeadline) {
   EXPECT_FALSE(slow.ok());
   EXPECT_TRUE(throws_with(ErrorKind::kInvalidInput, "cannot start /nonexistent/program",
                           [] { capture({"/nonexistent/program"}); }));
+  // How it ended, in words: a signal is named, not "exited -1".
+  EXPECT_EQ(capture({"sh", "-c", "kill -9 $$"}).ended(std::chrono::seconds(120)), "was killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(slow.ended(std::chrono::seconds(1)), "took longer than 1 s");
+  EXPECT_EQ(ok.ended(std::chrono::seconds(1)), "exited 3");
+}
+
+TEST(Subprocess, WhatTheProgramStartedEndsWithItAtTheDeadline) {
+  // A helper that keeps the output open (as git's transports do) is killed with its program.
+  const auto start = std::chrono::steady_clock::now();
+  const Captured c = capture({"sh", "-c", "sleep 300 & echo $!; wait"}, {}, std::chrono::seconds(1));
+  EXPECT_TRUE(c.timed_out);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  const pid_t helper = static_cast<pid_t>(std::stol(c.output));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::ifstream stat("/proc/" + std::to_string(helper) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), {});
+  // Gone, or a zombie waiting for whoever adopted it.
+  EXPECT_TRUE(text.empty() || text.find(") Z ") != std::string::npos) << text;
+}
+
+TEST_F(TorchRecRepositoryTest, ACloneIsBoundedAndAStagingFolderAKilledCommandLeftIsRemoved) {
+  // A staging folder of a dmpcheck that no longer runs (pid 0x7fffffff is never one) goes first.
+  fs::create_directories(root_ + "/cache/repos/torchrec-abc.git.partial-2147483647/objects");
+  sh("cd " + repo_ + " && git bundle create -q " + root_ + "/torchrec.bundle --all");
+  set_repo(root_ + "/torchrec.bundle");
+  (void)TorchRecRepository::open();
+  EXPECT_FALSE(fs::exists(root_ + "/cache/repos/torchrec-abc.git.partial-2147483647"));
 }
 
 }  // namespace
