@@ -40,8 +40,13 @@ import ast
 import difflib
 import hashlib
 import importlib.util
+import os
+import signal
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+import threading
+import traceback
+from types import FrameType, TracebackType
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Type
 
 UNSHARDED = -1  # the rank an unsharded oracle's hook value is recorded under (contract.Observation)
 POINTS = ("build_model", "after_wrap", "batch", "before_step", "after_step", "at_end")
@@ -129,22 +134,70 @@ def _encode(name: str, value: Any, where: str) -> Dict[str, str]:
                      % (where, name, value, type(value).__name__))
 
 
-class Hooks:
-    """The hook file, imported once per rank, and what its hooks returned (`observed`)."""
+def _where_stopped(frame: Optional[FrameType]) -> str:
+    """The innermost frames of a stack, innermost first, on one line."""
+    frames = traceback.extract_stack(frame)[-3:] if frame is not None else []
+    return " <- ".join("%s:%d in %s" % (os.path.basename(f.filename), f.lineno or 0, f.name) for f in reversed(frames))
 
-    def __init__(self, path: str, rank: int) -> None:
+
+class _Contained:
+    """The user's code, run inside: bounded by timeout_s (SIGALRM, on the main thread; the hang is
+    named with the frames it hung in), its os._exit refused, and its sys.exit, like any exception
+    it raises, the hook's failure (`what` names it)."""
+
+    def __init__(self, what: str, timeout_s: float) -> None:
+        self.what = what
+        self.timeout_s = timeout_s
+        self._exit: Callable[[int], NoReturn] = os._exit
+        self._alarm: Any = None
+
+    def __enter__(self) -> "_Contained":
+        what = self.what
+
+        def refused(status: int) -> NoReturn:
+            raise HookFailed("%s called os._exit(%d): a hook may not end the rank" % (what, status))
+
+        setattr(os, "_exit", refused)
+        if self.timeout_s > 0 and threading.current_thread() is threading.main_thread():
+            timeout_s = self.timeout_s
+
+            def expired(_signum: int, frame: Optional[FrameType]) -> None:
+                raise HookFailed("%s still running after timeout_s = %g s, in %s"
+                                 % (what, timeout_s, _where_stopped(frame) or "(no Python frame)"))
+
+            self._alarm = signal.signal(signal.SIGALRM, expired)
+            signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        return self
+
+    def __exit__(self, kind: Optional[Type[BaseException]], value: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        if self._alarm is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._alarm)
+        setattr(os, "_exit", self._exit)
+        if value is None or isinstance(value, (HookFailed, KeyboardInterrupt)):
+            return
+        if isinstance(value, SystemExit):
+            raise HookFailed("%s called sys.exit(%r): a hook may not end the rank" % (self.what, value.code)) from value
+        raise HookFailed("%s raised %s: %s" % (self.what, type(value).__name__, value)) from value
+
+
+class Hooks:
+    """The hook file, imported once per rank, and what its hooks returned (`observed`).  Its import
+    and every call run under the cell's timeout_s (0: unbounded)."""
+
+    def __init__(self, path: str, rank: int, timeout_s: float = 0.0) -> None:
         self.path = path
         self.rank = rank
+        self.timeout_s = timeout_s
         self.observed: List[Dict[str, Any]] = []
-        try:
-            spec = importlib.util.spec_from_file_location("dmpcheck_user_hooks", path)
-            if spec is None or spec.loader is None:
-                raise ImportError("not a Python file")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["dmpcheck_user_hooks"] = module
+        spec = importlib.util.spec_from_file_location("dmpcheck_user_hooks", path)
+        if spec is None or spec.loader is None:
+            raise HookFailed("the hook file %s did not import: not a Python file" % path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["dmpcheck_user_hooks"] = module
+        with _Contained("the hook file %s (its import)" % path, timeout_s):
             spec.loader.exec_module(module)
-        except Exception as e:
-            raise HookFailed("the hook file %s did not import: %s: %s" % (path, type(e).__name__, e)) from e
         self.module = module
 
     def has(self, point: str) -> bool:
@@ -155,10 +208,14 @@ class Hooks:
         if not callable(fn):
             return
         where = "%s%s (%s)" % (PREFIX, point, self.path)
-        try:
+        with _Contained(where, self.timeout_s):
             returned = fn(ctx)
-        except Exception as e:
-            raise HookFailed("%s raised %s: %s" % (where, type(e).__name__, e)) from e
+        if point in ("build_model", "after_wrap"):
+            import torch
+
+            if not isinstance(ctx.model, torch.nn.Module):
+                raise HookFailed("%s left ctx.model = %s; it must be a torch.nn.Module"
+                                 % (where, type(ctx.model).__name__))
         if returned is None:
             return
         if not isinstance(returned, dict):

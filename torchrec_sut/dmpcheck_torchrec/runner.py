@@ -103,7 +103,7 @@ def run(spec: contract.RunSpec, exchange: str, out_dir: str, rank: int, import_s
         raise Unsupported(f"the scenario needs {spec.world_size} ranks ({len(spec.seeds)} seeds), WORLD_SIZE is {world}")
 
     notes: List[str] = []
-    user = hooks.Hooks(spec.hooks, rank) if spec.hooks else None
+    user = hooks.Hooks(spec.hooks, rank, float(spec.timeout_s)) if spec.hooks else None
     ctx = hooks.Context(rank, world, {t.name: {"rows": t.rows, "dim": t.dim, "features": list(t.features)}
                                       for t in spec.tables})
     planner, sharders, planner_notes = build_planner(spec, world, spec.local_world_size)

@@ -213,3 +213,47 @@ def test_a_batch_built_by_a_hook_trains_and_the_oracle_is_given_the_same(tmp_pat
     scenario.write_text(SCENARIO % (write(tmp_path, "def hook_batch(ctx):\n    ctx.batch = [1, 2]\n", "bad.py"), ""))
     p = dmpcheck("run", str(scenario), "--out", out)
     assert p.returncode == 3 and "left ctx.batch = list at step 1; it must be a KeyedJaggedTensor" in p.stdout, p.stdout
+
+
+def test_a_hook_that_ends_the_rank_or_hangs_is_the_hooks_failure_named(tmp_path):
+    """Issue 63, item 5: sys.exit, os._exit and a hang in a hook (or at its file's import) are the
+    hook's failure, named with its file; a hang is stopped at timeout_s with where it hung."""
+    def failure(text, point="at_end", timeout_s=0.0):
+        path = write(tmp_path, text, "h%d.py" % len(os.listdir(str(tmp_path))))
+        try:
+            user = hooks.Hooks(path, 0, timeout_s)
+            user.call(point, hooks.Context(0, 1, {}))
+        except hooks.HookFailed as e:
+            return path, str(e)
+        return path, "no failure"
+
+    path, said = failure("import sys\ndef hook_at_end(ctx):\n    sys.exit(0)\n")
+    assert said == "hook_at_end (%s) called sys.exit(0): a hook may not end the rank" % path
+    path, said = failure("import os\ndef hook_at_end(ctx):\n    os._exit(0)\n")
+    assert said == "hook_at_end (%s) called os._exit(0): a hook may not end the rank" % path
+    assert os._exit.__name__ == "_exit"  # put back after the hook
+    path, said = failure("import time\ndef hook_at_end(ctx):\n    while True:\n        time.sleep(0.05)\n",
+                         timeout_s=0.5)
+    assert said.startswith("hook_at_end (%s) still running after timeout_s = 0.5 s, in " % path), said
+    assert os.path.basename(path) + ":4 in hook_at_end" in said
+    path, said = failure("import time\nwhile True:\n    time.sleep(0.05)\n", timeout_s=0.5)
+    assert said.startswith("the hook file %s (its import) still running after timeout_s = 0.5 s" % path), said
+    path, said = failure("def hook_at_end(ctx):\n    raise KeyError('k')\n", timeout_s=5)
+    assert said == "hook_at_end (%s) raised KeyError: 'k'" % path
+
+
+def test_a_hook_that_breaks_the_model_or_hangs_in_a_release_cell_is_named_at_timeout_s(tmp_path):
+    need("1.9.2")
+    broken = write(tmp_path, "def hook_after_wrap(ctx):\n    ctx.model = None\n", "broken.py")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO % (broken, ""))
+    p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"))
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert ("hook_after_wrap (%s) left ctx.model = NoneType; it must be a torch.nn.Module" % broken) in p.stdout
+    assert json.load(open(str(tmp_path / "r" / "hooked" / "default.json")))["failure"]["kind"] == "hook"
+    hanging = write(tmp_path, "import time\ndef hook_before_step(ctx):\n    time.sleep(3600)\n", "hanging.py")
+    scenario.write_text((SCENARIO % (hanging, "")).replace("steps: 2\n", "steps: 2\ntimeout_s: 20\n"))
+    p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"), timeout=120)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert ("hook_before_step (%s) still running after timeout_s = 20 s, in hanging.py:3 in hook_before_step"
+            % hanging) in p.stdout, p.stdout
