@@ -83,10 +83,13 @@ void judge_script(const scenario::ScriptExpectation& expect, const RunResult& re
   if (expect.exit_status) {
     for (const ScriptRank* r : looked_at(result, expect.exit_rank)) {
       const bool nonzero = *expect.exit_status == scenario::ScriptExpectation::kNonzero;
-      const bool held = !r->stopped && (nonzero ? r->exit_status != 0 : r->exit_status == *expect.exit_status);
+      const bool any = *expect.exit_status == scenario::ScriptExpectation::kAny;
+      const bool held = !r->stopped && (any || (nonzero ? r->exit_status != 0 : r->exit_status == *expect.exit_status));
       if (!held) {
         failures.push_back(fmt::format("rank {} {}, expected {}", r->rank, r->ended,
-                                       nonzero ? "a non-zero exit" : fmt::format("exit {}", *expect.exit_status)));
+                                       any       ? "it to end by itself"
+                                       : nonzero ? "a non-zero exit"
+                                                 : fmt::format("exit {}", *expect.exit_status)));
       }
     }
   }

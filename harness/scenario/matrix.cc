@@ -30,8 +30,10 @@ std::vector<std::string> split_path(const std::string& path) {
 
 namespace {
 
+// A list index as a path part: digits, and few enough that stoul cannot overflow (no list holds a
+// billion entries).
 bool is_index(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
@@ -189,9 +191,10 @@ Matrix read_matrix(const Reader& r, YAML::Node root) {
            fmt::format("crosses {} values into more than {} cells; split the file, or narrow an axis",
                        fmt::join(axis_sizes, " x "), kMostCells));
   }
-  // A `when` value of another shape than its path's values (a list or mapping where they are
-  // scalars, or the reverse) would select nothing, silently: refused.  A list on a path of scalars
-  // selects any of its values.  A scalar the matrix does not have (yet, or any more) is allowed.
+  // A `when` value that selects no cell would never apply, silently: refused.  That is a value of
+  // another shape than its path's values (a list or mapping where they are scalars, or the reverse),
+  // and a scalar the matrix does not have (a release the `system` axis lacks, a typo), alone or in
+  // a list on a path of scalars (which selects any of its values).
   if (const YAML::Node expect = root["expect"]; expect.IsSequence()) {
     for (size_t i = 0; i < expect.size(); ++i) {
       const YAML::Node entry = expect[i];
@@ -205,11 +208,23 @@ Matrix read_matrix(const Reader& r, YAML::Node root) {
         const bool one_of = kv.second.IsSequence() && axis_of_scalars(values);
         const bool same_shape = std::any_of(values.begin(), values.end(),
                                             [&](const YAML::Node& v) { return v.Type() == kv.second.Type(); });
+        std::vector<std::string> texts;
+        for (const auto& v : values) texts.push_back(cell_text(key, v));
+        const auto absent = [&](const YAML::Node& v) {
+          return v.IsScalar() && std::find(texts.begin(), texts.end(), cell_text(key, v)) == texts.end();
+        };
+        const std::string field = fmt::format("expect[{}].when.{}", i, key);
         if (!one_of && !same_shape) {
-          std::vector<std::string> texts;
-          for (const auto& v : values) texts.push_back(cell_text(key, v));
-          r.fail(kv.second, fmt::format("expect[{}].when.{}", i, key),
-                 fmt::format("selects no cell: matrix.{} has {}", key, fmt::join(texts, ", ")));
+          r.fail(kv.second, field, fmt::format("selects no cell: matrix.{} has {}", key, fmt::join(texts, ", ")));
+        }
+        if (axis_of_scalars(values)) {
+          for (const auto& v : one_of ? std::vector<YAML::Node>(kv.second.begin(), kv.second.end())
+                                      : std::vector<YAML::Node>{kv.second}) {
+            if (absent(v)) {
+              r.fail(v, field,
+                     fmt::format("'{}' selects no cell: matrix.{} has {}", v.Scalar(), key, fmt::join(texts, ", ")));
+            }
+          }
         }
       }
     }

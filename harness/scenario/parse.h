@@ -55,6 +55,8 @@ std::string parse_profile(const Reader& r, const YAML::Node& node, const std::st
 RunSpec parse_run(const Reader& r, const YAML::Node& root);
 // The longest time a scenario may give (timeout_s): a week.
 inline constexpr double kLongestTimeout = 7 * 24 * 3600.0;
+// ... and the shortest: 10 ms (1e-300 would pass "> 0" and end every run before it starts).
+inline constexpr double kShortestTimeout = 0.01;
 
 // One run's fields when the file names a script (script_fields.cc).
 RunSpec parse_script_run(const Reader& r, const YAML::Node& root);

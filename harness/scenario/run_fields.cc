@@ -1,9 +1,8 @@
 // One run's fields, read from the file with one matrix cell assigned.
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <numeric>
-
-#include <filesystem>
 
 #include "scenario/parse.h"
 
@@ -202,7 +201,7 @@ void parse_process_fields(const Reader& r, const YAML::Node& root, RunSpec& run)
     if (!system) r.expected(n, "system", System::kExpected);
     run.system = *system;
   });
-  field("timeout_s", [&](Node n) { run.timeout_s = r.number(n, "timeout_s", 0.0, kLongestTimeout); });
+  field("timeout_s", [&](Node n) { run.timeout_s = r.number(n, "timeout_s", kShortestTimeout, kLongestTimeout); });
   field("threads_per_rank", [&](Node n) {
     const bool automatic = n.IsScalar() && n.Scalar() == "auto";
     run.threads_per_rank = automatic ? 0 : static_cast<int>(r.integer(n, "threads_per_rank", 1, 1024));
@@ -299,7 +298,11 @@ RunSpec parse_run(const Reader& r, const YAML::Node& root) {
       run.init.load_before_wrap = r.choice(n, "init.load", {"after_wrap", "before_wrap"}) == "before_wrap";
       if (!init["from"]) r.fail(n, "init.load", "says when init.from's weights are loaded; give init.from");
     }
-    if (Node n = init["from"]) run.init.from = r.path(n, "init.from");
+    if (Node n = init["from"]) {
+      run.init.from = r.path(n, "init.from");
+      std::error_code ec;
+      if (!std::filesystem::exists(run.init.from, ec)) r.fail(n, "init.from", fmt::format("no file {}", run.init.from));
+    }
     if (Node n = init["mode"]) { run.init.mode = r.choice_of(n, "init.mode", kInitModeNames); }
     if (Node n = init["seed"]) run.init.seed = static_cast<uint64_t>(r.integer(n, "init.seed", 0, INT64_MAX));
   });

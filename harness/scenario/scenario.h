@@ -126,9 +126,12 @@ struct ManagedCollision {
 // from every rank's exit, its output (stdout and stderr together, as it printed them) and the last
 // traceback it printed.
 struct ScriptExpectation {
-  // `exit: 0 | N | nonzero`, or `exit: {status: ..., rank: R}`: every rank (else rank R) ended with
-  // that status.  kNonzero: any status but 0, a signal included.
+  // `exit: 0 | N | nonzero | any`, or `exit: {status: ..., rank: R}`: every rank (else rank R) ended
+  // with that status.  kNonzero: any status but 0, a signal included; kAny: whatever status, a
+  // signal included (the cell is judged on its output, exception and audit alone), but the rank
+  // ended by itself: one dmpcheck stopped did not.
   static constexpr int kNonzero = -1;
+  static constexpr int kAny = -2;
   std::optional<int> exit_status;
   std::optional<int> exit_rank;
   // `output: [{contains | lacks | matches: TEXT, rank: R}]`: some rank's output (else rank R's)

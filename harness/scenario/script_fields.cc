@@ -16,6 +16,18 @@ constexpr double kScriptTimeout = 300.0;
 // The run fields a script cell takes; the rest describe a model the script builds itself.
 const std::vector<std::string> kScriptRunKeys = {"system", "world_size", "timeout_s", "threads_per_rank", "script"};
 
+// A string handed to execve (an argument, NAME=value): a NUL would cut it there, and one over
+// MAX_ARG_STRLEN (128 KiB) makes execve fail with E2BIG, so both are refused where they are written.
+void check_exec_string(const Reader& r, const YAML::Node& node, const std::string& field, const std::string& text) {
+  constexpr size_t kMaxArgStrlen = 131072;  // Linux: 32 pages, the terminating NUL included
+  if (text.find('\0') != std::string::npos) r.fail(node, field, "holds a NUL character, which execve would cut it at");
+  if (text.size() + 1 > kMaxArgStrlen) {
+    r.fail(node, field,
+           fmt::format("is {} bytes; Linux's execve takes at most {} per argument or NAME=value (E2BIG)", text.size(),
+                       kMaxArgStrlen - 1));
+  }
+}
+
 ScriptSpec parse_script(const Reader& r, const YAML::Node& node) {
   ScriptSpec s;
   if (node.IsScalar()) {
@@ -23,11 +35,19 @@ ScriptSpec parse_script(const Reader& r, const YAML::Node& node) {
   } else {
     r.check_keys(node, "script", {"path", "args", "env", "audit"});
     s.path = r.path(r.required(node, "script", "path"), "script.path");
-    if (node["args"]) s.args = r.string_list(node["args"], "script.args");
+    if (node["args"]) {
+      s.args = r.string_list(node["args"], "script.args");
+      for (size_t i = 0; i < s.args.size(); ++i) {
+        check_exec_string(r, node["args"][i], fmt::format("script.args[{}]", i), s.args[i]);
+      }
+    }
     if (YAML::Node env = node["env"]) {
       r.require_map(env, "script.env");
       for (const auto& kv : env) {
         const std::string name = kv.first.as<std::string>();
+        if (name.find('\0') != std::string::npos) {
+          r.fail(kv.first, "script.env", "a variable's name holds a NUL character");
+        }
         const std::string field = "script.env." + name;
         static const std::regex kName("[A-Za-z_][A-Za-z0-9_]*");
         if (!std::regex_match(name, kName)) r.fail(kv.first, field, "expected an environment variable's name");
@@ -38,6 +58,7 @@ ScriptSpec parse_script(const Reader& r, const YAML::Node& node) {
         if (std::find(kOurs.begin(), kOurs.end(), name) != kOurs.end())
           r.fail(kv.first, field, "is set by dmpcheck for every rank (as torchrun sets it); the script cannot");
         if (!kv.second.IsScalar()) r.expected(kv.second, field, "a string");
+        check_exec_string(r, kv.second, field, name + "=" + kv.second.Scalar());
         s.env[name] = kv.second.Scalar();
       }
     }
@@ -85,9 +106,10 @@ void parse_script_expectation(const Reader& r, const YAML::Node& node, const std
     if (exit.IsMap()) r.check_keys(exit, at, {"status", "rank"});
     const YAML::Node status = exit.IsMap() ? r.required(exit, at, "status") : exit;
     if (exit.IsMap()) e.exit_rank = rank_of(exit, at);
-    e.exit_status = status.IsScalar() && status.Scalar() == "nonzero"
-                        ? ScriptExpectation::kNonzero
-                        : static_cast<int>(r.integer(status, exit.IsMap() ? at + ".status" : at, 0, 255));
+    const std::string word = status.IsScalar() ? status.Scalar() : std::string();
+    e.exit_status = word == "nonzero" ? ScriptExpectation::kNonzero
+                    : word == "any"   ? ScriptExpectation::kAny
+                                      : static_cast<int>(r.integer(status, exit.IsMap() ? at + ".status" : at, 0, 255));
   }
   if (YAML::Node output = node["output"]) {
     const std::string at = path + ".output";
@@ -161,7 +183,9 @@ std::string ScriptExpectation::describe() const {
   std::vector<std::string> parts;
   if (exit_status) {
     parts.push_back(fmt::format("{} exit{}", exit_rank ? fmt::format("rank {}", *exit_rank) : "every rank",
-                                *exit_status == kNonzero ? "s non-zero" : fmt::format("s {}", *exit_status)));
+                                *exit_status == kNonzero ? "s non-zero"
+                                : *exit_status == kAny   ? "s by itself, with any status"
+                                                         : fmt::format("s {}", *exit_status)));
   }
   for (const auto& o : output) {
     parts.push_back(fmt::format("{} output {} '{}'", o.rank ? fmt::format("rank {}'s", *o.rank) : "the",

@@ -325,6 +325,25 @@ TEST(ScenarioLoader, AWhenListSelectsAnyOfItsValues) {
   EXPECT_EQ(s.runs[2].expect.replicas, ReplicaExpectation::kDiverge);
 }
 
+TEST(ScenarioLoader, AWhenValueThatSelectsNoCellIsRefused) {
+  const std::string steps = std::string(kMinimal) + "matrix:\n  steps: [1, 2]\n";
+  EXPECT_TRUE(fails_with(steps + "expect:\n  - when: {steps: 3}\n    replicas: diverge\n  - replicas: equal\n",
+                         "field 'expect[0].when.steps': '3' selects no cell: matrix.steps has 1, 2"));
+  EXPECT_TRUE(fails_with(steps + "expect:\n  - when: {steps: [1, 4]}\n    replicas: diverge\n  - replicas: equal\n",
+                         "'4' selects no cell"));
+  // A release the system axis lacks, likewise.
+  EXPECT_TRUE(fails_with(std::string(kMinimal) +
+                             "matrix:\n  system: [reference, torchrec==1.9.2]\nexpect:\n"
+                             "  - when: {system: torchrec==0.6.0}\n    replicas: diverge\n  - replicas: equal\n",
+                         "'torchrec==0.6.0' selects no cell: matrix.system has"));
+}
+
+TEST(ScenarioLoader, ATimeoutTooShortToRunAndAnIndexPastAnyListAreRefused) {
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "timeout_s: 1e-300\n", "field 'timeout_s'", "> 0.01"));
+  EXPECT_TRUE(fails_with(std::string(kMinimal) + "matrix:\n  tables.99999999999999999999999.rows: [4, 5]\n",
+                         "tables.99999999999999999999999.rows"));
+}
+
 // `zip`: paths that advance together, one cell per entry, crossing the other axes as one axis.
 TEST(ScenarioLoader, ZippedPathsAdvanceTogetherAndCrossTheOtherAxes) {
   const auto s =
@@ -895,8 +914,11 @@ TEST(ScenarioLoader, InitLoadAndInitialStateNeedInitFrom) {
       fails_with(std::string(kMinimal) + "expect:\n  - {initial_state: from}\n",
                  "field 'expect[0].initial_state': compares the initial state with init.from; run 'default' has "
                  "no init.from"));
+  // validate says a missing init.from, not the first rank that opens it.
+  EXPECT_TRUE(
+      fails_with(std::string(kMinimal) + "init: {from: /no/such/w.pt}\n", "field 'init.from': no file /no/such/w.pt"));
   const Scenario s = load_scenario_text(
-      std::string(kMinimal) + "init: {from: /w.pt, load: before_wrap}\nexpect:\n  - {initial_state: not_from}\n",
+      std::string(kMinimal) + "init: {from: /dev/null, load: before_wrap}\nexpect:\n  - {initial_state: not_from}\n",
       "s.yaml");
   EXPECT_TRUE(s.runs.at(0).init.load_before_wrap);
   EXPECT_EQ(s.runs.at(0).expect.initial_state, std::optional<bool>(false));

@@ -104,6 +104,16 @@ TEST_F(ScriptScenario, WhatAScriptCellCannotTakeIsRefusedWithItsLine) {
   fails_with(base + "script: repro.py\nexpect:\n  - output: [{contains: a, lacks: b}]\n",
              "give one of contains, lacks, matches");
   fails_with(base + "script: repro.py\nexpect:\n  - hang: true\n    exit: 0\n", "a hung rank has no exit status");
+  fails_with(base + "script: repro.py\nexpect:\n  - exit: sometimes\n", "field 'expect[0].exit'");
+  // What execve would cut (a NUL) or refuse (E2BIG: over 128 KiB in one string), named where it is written.
+  fails_with(base + "script: {path: repro.py, env: {MY_FLAG: \"a\\0b\"}}\n",
+             "s.yaml:4: field 'script.env.MY_FLAG': holds a NUL character");
+  fails_with(base + "script: {path: repro.py, env: {\"MY\\0FLAG\": x}}\n",
+             "field 'script.env': a variable's name holds a NUL character");
+  fails_with(base + "script: {path: repro.py, args: [a, " + std::string(3 << 20, 'x') + "]}\n",
+             "field 'script.args[1]': is 3145728 bytes; Linux's execve takes at most 131071");
+  fails_with(base + "script: {path: repro.py, env: {BIG: " + std::string(200000, 'x') + "}}\n",
+             "field 'script.env.BIG': is 200004 bytes");
   // ... and a scenario cell cannot take what judges a script.
   fails_with("version: 1\nname: s\ntables:\n  - {name: t, rows: 4, dim: 2, features: [f]}\nexpect:\n  - exit: 0\n",
              "field 'expect[0].exit': judges a script cell; run 'default' has no 'script'");
@@ -209,6 +219,23 @@ TEST(ScriptChecks, EachPartOfAScriptsExpectationIsJudgedOnTheRanksItNames) {
         "expected a rank to hang past timeout_s"}) {
     EXPECT_NE(all.find(needle), std::string::npos) << needle << "\n--\n" << all;
   }
+}
+
+TEST(ScriptChecks, ExitAnyHoldsForEveryStatusAndSignalButNotForAStoppedRank) {
+  scenario::Expectation e;
+  e.replicas = scenario::ReplicaExpectation::kDiverge;
+  e.diverged = {"t1"};
+  e.script.exit_status = scenario::ScriptExpectation::kAny;
+  RunResult r = two_ranks();  // rank 0 exited 0, rank 1 with status 3
+  EXPECT_TRUE(evaluate_expectation(e, r).held);
+  r.script_ranks[0].exit_status = -1;  // aborted at interpreter exit, after printing everything
+  r.script_ranks[0].ended = "killed by signal 6 (SIGABRT)";
+  EXPECT_TRUE(evaluate_expectation(e, r).held);
+  r.script_ranks[1].stopped = true;
+  r.script_ranks[1].ended = "was still running when dmpcheck stopped the ranks";
+  const auto failures = evaluate_expectation(e, r).failures;
+  ASSERT_FALSE(failures.empty());
+  EXPECT_EQ(failures[0], "rank 1 was still running when dmpcheck stopped the ranks, expected it to end by itself");
 }
 
 TEST(ScriptChecks, ObservedValuesAreEveryRanksLastOneComparedAsTheirKindSays) {
