@@ -122,6 +122,7 @@ struct Finding {
   int minimise_runs = 0, seen = 1;
   std::string against;     // what the second system showed
   bool confirmed = false;  // the written file, run as any scenario file, met its own expectations
+  bool checked = false;    // ... and whether it was run at all (not when the search was interrupted)
 };
 
 class Search {
@@ -190,7 +191,11 @@ class Search {
       progress(tried);
     }
     if (o_.out) *o_.out << "\n";
+    // Interrupted, the search keeps what it found as it found it: nothing more is run, so no
+    // finding is judged on runs that were stopped.
+    interrupted_ = run::interrupt_requested();
     for (auto& f : findings_) {
+      if (interrupted_) break;
       if (!o_.against.empty()) vet(f);
       confirm(f);
     }
@@ -224,7 +229,12 @@ class Search {
         return;
       }
     }
-    const Outcome again = run(f.config, o_.system);
+    // A minimisation stopped by an interrupt is not a minimisation: the configuration as drawn stays.
+    if (run::interrupt_requested()) {
+      f.config = c;
+      f.traits = have;
+    }
+    const Outcome again = run::interrupt_requested() ? got : run(f.config, o_.system);
     f.text = again.text;
     f.file = fmt::format("{}/findings/explore-{}-{}.yaml", o_.out_dir, o_.seed, findings_.size() + 1);
     findings_.push_back(f);
@@ -233,6 +243,7 @@ class Search {
 
   // The finding's file run as a user runs it: every cell meets its expectations, or the report says not.
   void confirm(Finding& f) {
+    f.checked = true;
     try {
       const scenario::Scenario s = scenario::load_scenario_file(f.file);
       f.confirmed = true;
@@ -308,12 +319,19 @@ class Search {
     write_file_atomically(f.file, scenario_yaml(f.config, name, o_.system, head, matrix, expect));
   }
 
+  static std::string confirmation(const Finding& f) {
+    if (!f.checked) return "its file was not run: the search was interrupted";
+    return f.confirmed ? "the file meets its expectations when run"
+                       : "**the file does NOT meet its expectations when run**";
+  }
+
   void write_reports(uint64_t tried) {
     nlohmann::json j;
     j["system"] = o_.system;
     j["against"] = o_.against;
     j["seed"] = o_.seed;
     j["seconds"] = elapsed();
+    j["interrupted"] = interrupted_;
     j["runs"] = runs_;
     j["configurations"] = {
         {"tried", tried}, {"passed", passed_}, {"refused", refused_}, {"failing", failing_}, {"invalid", invalid_}};
@@ -324,6 +342,11 @@ class Search {
         "# dmpcheck explore on {}\n\nSeed {}, {:.0f} s, {} runs. Configurations: {} tried, {} passed, {} refused by "
         "the release, {} failing, {} invalid.\n\n## Findings\n\n",
         o_.system, o_.seed, elapsed(), runs_, tried, passed_, refused_, failing_, invalid_);
+    if (interrupted_) {
+      md.insert(md.find("\n\n## Findings"),
+                "\n\n**Interrupted** (SIGINT or SIGTERM): the search stopped early, and the findings' files were "
+                "not run to confirm them.");
+    }
     // Findings grouped by what broke (their signature), in the order first found: several differ
     // only in what trips them (the optimizer, the pooling), and read as one bug there.
     std::vector<std::string> signatures;
@@ -339,9 +362,7 @@ class Search {
         if (f.signature != signature) continue;
         files.push_back(f.file);
         lines += fmt::format("- `{}`: {} (needs: {}; {} configuration(s) failed so; minimised in {} runs; {}){}\n",
-                             f.file, f.text, fmt::join(f.traits, "; "), f.seen, f.minimise_runs,
-                             f.confirmed ? "the file meets its expectations when run"
-                                         : "**the file does NOT meet its expectations when run**",
+                             f.file, f.text, fmt::join(f.traits, "; "), f.seen, f.minimise_runs, confirmation(f),
                              f.against.empty() ? "" : fmt::format("; on {}: {}", o_.against, f.against));
       }
       j["signatures"].push_back({{"signature", signature}, {"files", files}});
@@ -356,7 +377,7 @@ class Search {
                                {"configurations_failing_so", f.seen},
                                {"observed", f.text},
                                {"against", f.against},
-                               {"confirmed", f.confirmed}});
+                               {"confirmed", f.checked ? nlohmann::json(f.confirmed) : nlohmann::json()}});
     }
     if (findings_.empty()) md += "None.\n";
     md += "\n## What was drawn\n\n| axis=value | configurations |\n|---|--:|\n";
@@ -372,8 +393,11 @@ class Search {
       for (const auto& f : findings_) {
         *o_.out << fmt::format("  {}: {}{}{}\n", f.file, f.signature,
                                f.against.empty() ? "" : fmt::format(" (on {}: {})", o_.against, f.against),
-                               f.confirmed ? "" : " (its file does not meet its own expectations)");
+                               !f.checked    ? " (its file was not run: the search was interrupted)"
+                               : f.confirmed ? ""
+                                             : " (its file does not meet its own expectations)");
       }
+      if (interrupted_) *o_.out << "explore: interrupted; what was found so far is written\n";
       *o_.out << fmt::format("report: {}/explore.md\n", o_.out_dir);
     }
   }
@@ -382,6 +406,7 @@ class Search {
   run::ScenarioRunOptions run_options_;
   Clock::time_point start_;
   int runs_ = 0, passed_ = 0, refused_ = 0, failing_ = 0, invalid_ = 0;
+  bool interrupted_ = false;
   std::map<std::string, int> coverage_, refusals_;
   std::vector<Finding> findings_;
 };

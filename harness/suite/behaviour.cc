@@ -178,6 +178,13 @@ Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& r) {
   b.skipped =
       r.verdict == check::Verdict::kSkipped || (r.failure && r.failure->kind == check::FailureKind::kEnvironment);
   b.failed = r.failure.has_value();
+  // What an interrupt stopped showed nothing of the release: it is said so, and never judged.
+  if (r.failure && r.failure->kind == check::FailureKind::kInterrupted) {
+    b.skipped = true;
+    b.key = "interrupted";
+    b.text = "interrupted (SIGINT or SIGTERM) before it ended: not judged";
+    return b;
+  }
   if (b.skipped || cell.named.empty()) {
     b.key = b.skipped ? "skipped" : "other: " + seen;
     b.text = seen;

@@ -109,10 +109,15 @@ class Bisection {
       s.obs.push_back(b.key);
       s.texts.push_back(b.text);
     }
-    // A commit whose source does not import over the environment did not run: it is no behaviour.
-    s.ran = !skipped && s.obs.size() == cells.size() && !(commits_ && s.import_failed);
+    // A commit whose source does not import over the environment did not run: it is no behaviour;
+    // nor is what an interrupt stopped.
+    const bool interrupted = interrupt_requested();
+    s.ran = !skipped && !interrupted && s.obs.size() == cells.size() && !(commits_ && s.import_failed);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    *options_.out << fmt::format("{} ({:.1f} s){}:\n", points_[i].label, seconds, skipped ? ", not tested" : "");
+    *options_.out << fmt::format("{} ({:.1f} s){}:\n", points_[i].label, seconds,
+                                 interrupted ? ", interrupted: not a behaviour"
+                                 : skipped   ? ", not tested"
+                                             : "");
     for (size_t c = 0; c < s.texts.size(); ++c) *options_.out << fmt::format("  [{}] {}\n", labels_[c], s.texts[c]);
     *options_.out << std::flush;
     return s;
@@ -128,6 +133,16 @@ class Bisection {
         points_.size(), commits_, [this](size_t i) -> const SearchSeen& { return visit(i); },
         [] { return interrupt_requested(); });
     return result_.ran;
+  }
+
+  // After run(): an interrupted search draws no conclusion.  Says so, with what was measured.
+  bool interrupted() const {
+    if (!interrupt_requested()) return false;
+    *options_.out << fmt::format(
+        "bisect: interrupted (SIGINT or SIGTERM) after {} point(s) measured (above); an interrupted search draws no "
+        "conclusion\n",
+        visited());
+    return true;
   }
 
   // Whether `hi` ran and showed a behaviour (else it is the first commit that did not import).
@@ -199,7 +214,9 @@ int bisect_commits(const ReleaseOptions& options, const TorchRecRepository& repo
                      steps_for(commits.size() + 1))
       << std::flush;
   Bisection b(options, points, "bisect-commits", true);
-  if (!b.run()) {
+  const bool ran = b.run();
+  if (b.interrupted()) return 130;
+  if (!ran) {
     out << fmt::format("bisect: {} could not run over the torchrec {} environment (see above); name another with "
                        "--over\n",
                        b.point(0).name, over);
@@ -251,7 +268,7 @@ int bisect_commits_across(const ReleaseOptions& options, const TorchRecRepositor
                           Commit* found) {
   std::string resume_from;
   const int status = bisect_commits(options, repo, old_rev, new_rev, older, found, &resume_from);
-  if (status != 4 || resume_from.empty() || older == newer) return status;
+  if (status != 4 || interrupt_requested() || resume_from.empty() || older == newer) return status;
   *options.out << fmt::format(
                       "bisect: on over the torchrec {} environment, from {}, the last commit that ran over {}\n", newer,
                       repo.resolve(resume_from).short_hash(), older)
@@ -323,6 +340,7 @@ int bisect_releases(const ReleaseOptions& options) {
       << std::flush;
   Bisection b(options, points, "bisect", false);
   const bool ran = b.run();
+  if (b.interrupted()) return 130;
   auto install_hint = [&](const std::vector<size_t>& which) {
     std::vector<std::string> names;
     for (size_t i : which) names.push_back(releases[i]);

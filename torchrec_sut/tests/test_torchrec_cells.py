@@ -129,6 +129,25 @@ def test_bisect_names_the_release_that_changed(tmp_path):
         assert "first release" not in p.stdout
 
 
+def test_an_interrupted_bisect_draws_no_conclusion(tmp_path):
+    """Issue 59, item 3: SIGTERM while a release's cells run is not that release's behaviour; the
+    search stops with exit 130, says it was interrupted and names no change."""
+    need("0.6.0", "1.9.2")
+    p = subprocess.Popen([DMPCHECK, "bisect", SEED, "--releases", "0.6.0,1.9.2", "--no-install", "--out",
+                          str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in p.stdout:  # the first cell of the first release has started
+        lines.append(line)
+        if line.startswith("[") or "rank" in line or line.startswith("bisect: 2 releases"):
+            break
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    out = "".join(lines) + p.stdout.read()
+    assert p.wait(timeout=60) == 130, out
+    assert "bisect: interrupted (SIGINT or SIGTERM)" in out and "draws no conclusion" in out, out
+    assert "behaves differently" not in out and "behave the same" not in out and "changes between" not in out, out
+
+
 def test_the_release_table_and_bisect_judge_by_what_the_scenario_expects_of_each_release(tmp_path):
     """TorchRec PR #2015 shows in the comparison with the release's own unsharded model, not in the
     replicas: `dmpcheck releases` and `bisect` judge each release by the expectations the scenario
