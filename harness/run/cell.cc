@@ -1,6 +1,8 @@
 #include "run/cell.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <mutex>
 
 #include "common/error.h"
@@ -16,9 +18,21 @@ void set_cell_budget_and_echo(const scenario::RunSpec& spec, const ScenarioRunOp
   request.budget = std::chrono::milliseconds(static_cast<int64_t>(budget * 1000.0));
   static std::mutex out_mutex;  // cells may run on several threads (suite --jobs)
   if (options.echo_rank_output && options.out) {
+    // The console is bounded as the report is: 256 KiB of each rank's lines, then one line saying so.
+    constexpr size_t kMostEchoed = 256 * 1024;
     std::ostream* out = options.out;
-    request.on_line = [out, prefix](int rank, const std::string& line) {
+    auto echoed = std::make_shared<std::map<int, size_t>>();
+    request.on_line = [out, prefix, echoed](int rank, const std::string& line) {
       std::lock_guard<std::mutex> lock(out_mutex);
+      size_t& bytes = (*echoed)[rank];
+      if (bytes > kMostEchoed) return;
+      bytes += line.size() + 1;
+      if (bytes > kMostEchoed) {
+        *out << "[" << prefix << "rank " << rank << "] [dmpcheck: this rank printed over " << kMostEchoed / 1024
+             << " KiB; the rest is not echoed]\n"
+             << std::flush;
+        return;
+      }
       *out << "[" << prefix << "rank " << rank << "] " << line << "\n" << std::flush;
     };
   }

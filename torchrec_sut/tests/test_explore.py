@@ -71,3 +71,32 @@ expect:
 """)
     p = dmpcheck("run", str(scenario), "--out", str(tmp_path / "r"))
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_an_interrupted_search_says_so_and_keeps_each_findings_own_verdict(tmp_path):
+    """Issue 63, item 6: after SIGINT, explore's findings were labelled 'stopped while loading its cells'
+    and 'does not meet its own expectations', and nothing said the search had been interrupted."""
+    import glob
+    import signal
+    import time
+
+    need("1.9.2")
+    out = str(tmp_path / "explore")
+    p = subprocess.Popen([os.environ.get("DMPCHECK_BIN", "dmpcheck"), "explore", "--system", "torchrec==1.9.2",
+                          "--seed", "1", "--budget", "10m", "--out", out],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while not glob.glob(os.path.join(out, "findings", "*.yaml")) and time.time() < deadline and p.poll() is None:
+        time.sleep(0.5)
+    assert glob.glob(os.path.join(out, "findings", "*.yaml")), "no finding within 300 s"
+    p.send_signal(signal.SIGINT)
+    text = p.communicate(timeout=120)[0]
+    assert p.returncode == 130, text
+    report = json.load(open(os.path.join(out, "explore.json")))
+    assert report["interrupted"] is True
+    assert report["findings"] and all(f["confirmed"] is None for f in report["findings"]), report["findings"]
+    page = open(os.path.join(out, "explore.md")).read()
+    assert "**Interrupted** (SIGINT or SIGTERM)" in page, page
+    assert "its file was not run: the search was interrupted" in page
+    assert "stopped while loading" not in page + text and "does NOT meet" not in page, page
+    assert "explore: interrupted; what was found so far is written" in text
