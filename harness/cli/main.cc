@@ -19,6 +19,7 @@
 #include "dmp/planner.h"
 #include "release/release_inputs.h"
 #include "report/explain.h"
+#include "report/suite_reports.h"
 #include "run/launcher.h"
 #include "run/preflight.h"
 #include "run/worker.h"
@@ -46,15 +47,13 @@ const CLI::Validator kSeconds(
     },
     "SECONDS");
 
-// "3 of 4 run(s) met their expectations" (", 1 skipped: no GPU" when a backend was unavailable).
+// The reports' headline, every run counted ("3 of 4 run(s) met their expectations (0 failed, 0 errored,
+// 1 skipped)"), and the reports that could not be written.
 std::string tally(const std::vector<dmpcheck::check::RunResult>& results) {
-  auto count = [&](auto which) { return std::count_if(results.begin(), results.end(), which); };
-  const auto passed = count([](const auto& r) { return r.verdict == dmpcheck::check::Verdict::kPass; });
-  const auto skipped = count([](const auto& r) { return r.verdict == dmpcheck::check::Verdict::kSkipped; });
-  const auto unwritten = count([](const auto& r) { return !r.report_error.empty(); });
-  return fmt::format("{} of {} run(s) met their expectations{}{}", passed, results.size() - skipped,
-                     skipped > 0 ? fmt::format(", {} skipped (each report says why)", skipped) : std::string(),
-                     unwritten > 0 ? fmt::format(", {} report(s) NOT written (said above)", unwritten) : std::string());
+  const auto unwritten =
+      std::count_if(results.begin(), results.end(), [](const auto& r) { return !r.report_error.empty(); });
+  return dmpcheck::report::headline(results) +
+         (unwritten > 0 ? fmt::format(", {} report(s) NOT written (said above)", unwritten) : std::string());
 }
 
 using namespace dmpcheck;

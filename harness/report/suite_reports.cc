@@ -50,6 +50,11 @@ Counts count(const std::vector<const check::RunResult*>& runs) {
   return c;
 }
 
+std::string headline(const Counts& c, size_t runs) {
+  return fmt::format("{} of {} run(s) met their expectations ({} failed, {} errored, {} skipped)", c.pass, runs, c.fail,
+                     c.error, c.skipped);
+}
+
 std::map<std::string, std::vector<const check::RunResult*>> by_scenario(const std::vector<check::RunResult>& results) {
   std::map<std::string, std::vector<const check::RunResult*>> out;
   for (const auto& r : results) out[r.scenario].push_back(&r);
@@ -85,6 +90,12 @@ std::string failure_text(const check::RunResult& r) {
     return fmt::format("rank {} {} ({}): {}", r.failure->rank, r.failure->cause, r.failure->kind, r.failure->message);
   }
   return fmt::format("{}", fmt::join(r.expectation.failures, "; "));
+}
+
+std::string headline(const std::vector<check::RunResult>& results) {
+  std::vector<const check::RunResult*> all;
+  for (const auto& r : results) all.push_back(&r);
+  return headline(count(all), all.size());
 }
 
 std::string render_junit(const SuiteSummary& suite) {
@@ -132,10 +143,8 @@ std::string render_markdown(const SuiteSummary& suite) {
   std::vector<const check::RunResult*> all;
   for (const auto& r : suite.results) all.push_back(&r);
   const Counts total = count(all);
-  std::string out = fmt::format("## {}: {} of {} runs met their expectations\n\n", suite.title, total.pass, all.size());
-  out += fmt::format("{} failed, {} errored{}; {:.1f} s; started {}.\n\n", total.fail, total.error,
-                     total.skipped > 0 ? fmt::format(", {} skipped", total.skipped) : std::string(), suite.seconds,
-                     suite.started_at);
+  std::string out = fmt::format("## {}: {}\n\n", suite.title, headline(total, all.size()));
+  out += fmt::format("{:.1f} s; started {}.\n\n", suite.seconds, suite.started_at);
   out += "| scenario | run | ran on | verdict | observed |\n|---|---|---|---|---|\n";
   for (const auto& r : suite.results) {
     const std::string verdict = r.verdict == check::Verdict::kPass      ? "pass"
@@ -254,9 +263,8 @@ tr.fail td:nth-child(4),tr.error td:nth-child(4){color:#b00020;font-weight:bold}
 #plot-box{width:760px;height:380px}
 </style></head><body>
 )";
-  page += fmt::format(
-      "<h1>{}</h1>\n<p>{} of {} runs met their expectations ({} failed, {} errored) in {:.1f} s, started {}.</p>\n",
-      xml_escape(suite.title), total.pass, all.size(), total.fail, total.error, suite.seconds, suite.started_at);
+  page += fmt::format("<h1>{}</h1>\n<p>{} in {:.1f} s, started {}.</p>\n", xml_escape(suite.title),
+                      xml_escape(headline(total, all.size())), suite.seconds, suite.started_at);
   page += "<h2>Init broadcast of data-parallel tables: seconds against bytes</h2>\n";
   page += series.empty() ? std::string("<p>No run of this suite broadcast data-parallel tables at init.</p>\n")
                          : std::string("<div id=\"plot-box\"><canvas id=\"broadcast-cost\" role=\"img\" "
@@ -288,6 +296,9 @@ if (document.getElementById('broadcast-cost')) new Chart(document.getElementById
   data: {datasets: against.map((s, i) => ({label: s.label, data: s.data, borderColor: colors[i % colors.length],
     backgroundColor: colors[i % colors.length], pointRadius: 3}))},
   options: {animation: false, maintainAspectRatio: false, parsing: true,
+    // One legend entry per run covered the plot: past six runs the legend is off, each line is named
+    // on hover, and the table below lists every run.
+    plugins: {legend: {display: against.length <= 6}, tooltip: {callbacks: {title: (items) => items[0].dataset.label}}},
     scales: {x: {type: 'linear', title: {display: true, text: 'step (0 = init)'}},
              y: {type: 'logarithmic', ticks: {callback: (v) => Number(v).toExponential(0)},
                  title: {display: true, text: 'worst max |diff| over tensors (1e-12 = bitwise)'}}}}});

@@ -18,6 +18,10 @@ struct SuiteSummary {
   std::vector<check::RunResult> results;
 };
 
+// The one headline of a set of runs, said alike in the console, summary.md and report.html: every run
+// counted, "7 of 9 run(s) met their expectations (1 failed, 0 errored, 1 skipped)".
+std::string headline(const std::vector<check::RunResult>& results);
+
 std::string render_junit(const SuiteSummary& suite);
 std::string render_markdown(const SuiteSummary& suite);
 // `chart_js`: the Chart.js UMD bundle to inline; empty renders the page without the plot and
