@@ -227,6 +227,13 @@ TorchRecEnvironment interpreter_environment(const std::string& python) {
 
 }  // namespace
 
+std::optional<std::string> release_not_installed(const scenario::System& system) {
+  if (!system.is_release() || settings().install_releases) return std::nullopt;
+  const std::string dir = environment_dir(system);
+  if (fs::exists(dir + "/dmpcheck-ready.json") && fs::exists(dir + "/bin/python")) return std::nullopt;
+  return installer_argument(system);
+}
+
 std::string TorchRecEnvironment::describe() const {
   if (commit.empty()) {
     std::string out = torchrec;

@@ -46,6 +46,11 @@ struct EnvironmentNotMade : Error {
 // have, no repository to find it in.
 std::optional<TorchRecEnvironment> resolve_environment(const scenario::System& system, std::string& why_not);
 
+// A release (or set of pins) whose environment is not installed and will not be installed by this
+// command (no --install): the installer's argument for it ("0.3.1", "'torchrec==1.2.0 ...'"), for
+// saying every such release once; nullopt for anything else.
+std::optional<std::string> release_not_installed(const scenario::System& system);
+
 // What is wrong with the hook file at `path` (torchrec: {hooks}), one "FILE:LINE: ..." line each,
 // as `python -m dmpcheck_torchrec.hooks check` says under `env`'s interpreter (no torch imported).
 std::vector<std::string> check_hook_file(const TorchRecEnvironment& env, const std::string& path);

@@ -1,11 +1,13 @@
 #include "suite/cells.h"
 
+#include <algorithm>
 #include <iostream>
 #include <regex>
 
 #include "common/error.h"
 #include "release/release_cell.h"
 #include "release/script_cell.h"
+#include "release/torchrec_systems.h"
 #include "report/console.h"
 #include "run/launcher.h"
 #include "run/reference_cell.h"
@@ -65,10 +67,26 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
     if (selected(spec)) specs.push_back(&spec);
   }
   before_cells(specs, options);
+  // The releases not installed here: their cells are skipped as ever (each report says why), and
+  // said once, after the others, with the one command that installs them all.
+  std::vector<std::string> missing;
+  size_t missing_cells = 0;
   for (size_t i = 0; i < scenario.runs.size() && !interrupt_requested(); ++i) {
     const scenario::RunSpec& spec = scenario.runs[i];
     if (!selected(spec)) continue;
     WarmInterpreter::pump();
+    if (const auto release = release_not_installed(spec.system)) {
+      check::RunResult result = run_cell(scenario, i, options);
+      if (result.verdict == check::Verdict::kSkipped) {
+        if (std::find(missing.begin(), missing.end(), *release) == missing.end()) missing.push_back(*release);
+        ++missing_cells;
+        outcome.results.push_back(result);
+        continue;
+      }
+      if (options.out) *options.out << report::render_verdict_line(result) << "\n" << std::flush;
+      outcome.results.push_back(result);
+      continue;
+    }
     if (options.out) {
       *options.out << fmt::format("-- run {}/{}: {} [{}] on {} ranks\n", i + 1, scenario.runs.size(), scenario.name,
                                   spec.name, spec.world_size)
@@ -82,6 +100,12 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
     }
     if (!result.report_error.empty()) std::cerr << "dmpcheck: " << result.report_error << "\n";
     outcome.results.push_back(result);
+  }
+  if (options.out && !missing.empty()) {
+    *options.out << fmt::format(
+                        "SKIPPED {} cell(s) of {}: torchrec {} not installed here (bash ci/torchrec-env.sh {})\n",
+                        missing_cells, scenario.name, fmt::join(missing, ", "), fmt::join(missing, " "))
+                 << std::flush;
   }
   outcome.exit_code = check::exit_status(outcome.results);
   return outcome;
