@@ -14,7 +14,6 @@
 #include "common/settings.h"
 
 namespace dmpcheck::report {
-namespace {
 
 std::string xml_escape(const std::string& text) {
   std::string out;
@@ -32,6 +31,8 @@ std::string xml_escape(const std::string& text) {
   }
   return out;
 }
+
+namespace {
 
 struct Counts {
   int pass = 0, fail = 0, error = 0, skipped = 0;

@@ -31,6 +31,9 @@ std::string render_html(const SuiteSummary& suite, const std::string& chart_js);
 // Chart.js from Debian's libjs-chart.js (DMPCHECK_CHARTJS, or its install path); empty if absent.
 std::string load_chart_js();
 
+// `text` for XML or HTML (text and attribute values): markup escaped, what XML 1.0 forbids dropped.
+std::string xml_escape(const std::string& text);
+
 // `text` for a Markdown table's cell: '|' escaped, a newline as a space.
 std::string md_escape(const std::string& text);
 

@@ -102,10 +102,11 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
     outcome.results.push_back(result);
   }
   if (options.out && !missing.empty()) {
-    *options.out << fmt::format(
-                        "SKIPPED {} cell(s) of {}: torchrec {} not installed here (bash ci/torchrec-env.sh {})\n",
-                        missing_cells, scenario.name, fmt::join(missing, ", "), fmt::join(missing, " "))
-                 << std::flush;
+    *options.out
+        << fmt::format(
+               "dmpcheck: {} cell(s) of {} skipped: torchrec {} not installed here (bash ci/torchrec-env.sh {})\n",
+               missing_cells, scenario.name, fmt::join(missing, ", "), fmt::join(missing, " "))
+        << std::flush;
   }
   outcome.exit_code = check::exit_status(outcome.results);
   return outcome;

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "release/torchrec_systems.h"
 #include "report/json.h"
+#include "report/releases_picture.h"
 #include "report/suite_reports.h"
 #include "run/launcher.h"
 #include "scenario/scenario.h"
@@ -382,8 +383,14 @@ int release_table(const ReleaseOptions& options) {
   std::string notes;
   std::set<std::string> torch_lines;
   size_t measured = 0;
+  std::vector<report::PictureRow> picture;
+  const fs::path page_dir = fs::absolute(options.output).parent_path();
   for (const auto& s : scenarios) {
     const Row row = row_of(s, releases, store);
+    report::PictureRow& drawn = picture.emplace_back();
+    drawn.scenario = s.name;
+    drawn.link = fs::relative(fs::absolute(s.file), page_dir).string();
+    drawn.words = row.words;
     measured += row.measured;
     torch_lines.insert(row.torch.begin(), row.torch.end());
     std::vector<std::string> words, changes;
@@ -401,6 +408,10 @@ int release_table(const ReleaseOptions& options) {
                                           : ", no single commit found (`dmpcheck bisect --commits` says why)";
       }
       changes.push_back(fmt::format("{} ({} → {}{})", c.to, c.was, c.is, commit));
+      const auto column = std::find(releases.begin(), releases.end(), c.to);
+      if (column != releases.end()) {
+        drawn.changes[static_cast<size_t>(column - releases.begin())] = fmt::format("{} → {}{}", c.was, c.is, commit);
+      }
     }
     md += fmt::format("| `{}` | {} | {} |\n", s.name, fmt::join(words, " | "),
                       changes.empty() ? std::string("none") : fmt::format("{}", fmt::join(changes, "; ")));
@@ -414,9 +425,16 @@ int release_table(const ReleaseOptions& options) {
                     measured, scenarios.size() * releases.size(), fmt::join(torch_lines, ", "));
   if (!notes.empty()) md += "\n## Notes: what the cells showed where the word is not bug, fixed or absent\n\n" + notes;
   report::write_text_file_atomically(options.output, md);
+  // The same matrix as a picture: an SVG for documents, and a page around it that sorts and links.
+  const std::string svg_path = store_path.substr(0, store_path.size() - 5) + ".svg";
+  const std::string html_path = store_path.substr(0, store_path.size() - 5) + ".html";
+  report::write_text_file_atomically(svg_path, report::render_releases_svg(releases, picture));
+  report::write_text_file_atomically(
+      html_path, report::render_releases_html("Every regression scenario on every TorchRec release", releases, picture,
+                                              fs::path(svg_path).filename().string()));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out << fmt::format("releases: {} run now in {:.0f} s; {} of {} pairs measured; written to {}\n", done, seconds,
-                     measured, scenarios.size() * releases.size(), options.output);
+  out << fmt::format("releases: {} run now in {:.0f} s; {} of {} pairs measured; written to {} (and {}, {})\n", done,
+                     seconds, measured, scenarios.size() * releases.size(), options.output, svg_path, html_path);
   return measured == scenarios.size() * releases.size() ? 0 : 4;
 }
 
