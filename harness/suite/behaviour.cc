@@ -171,6 +171,23 @@ std::vector<CellOnSystem> cells_on_system(const scenario::Scenario& original, co
   return out;
 }
 
+// Whether a failure is what the environment explains rather than what the commit does: the source
+// reaching for an operator, schema or attribute of fbgemm or torch that the environment's builds
+// lack.  Where dmpcheck chose the environment (a commit over the release before it), such a commit
+// did not run there; where the user pinned it (--over), the error stays the commit's.
+bool environment_explains(const check::RunResult& r) {
+  if (!r.failure) return false;
+  if (r.failure->kind == check::FailureKind::kImport || r.failure->kind == check::FailureKind::kEnvironment)
+    return true;
+  const std::string& m = r.failure->message;
+  const auto has = [&](const char* text) { return m.find(text) != std::string::npos; };
+  const bool operator_missing = has("Could not find schema for fbgemm::") || has("No such operator fbgemm::") ||
+                                has("No such operator torch") || has("undefined symbol");
+  const bool attribute_missing = has("AttributeError") && (has("an attribute of fbgemm_gpu's") || has("fbgemm") ||
+                                                           has("torch.ops") || has("_OpNamespace") || has("torch._C"));
+  return operator_missing || attribute_missing;
+}
+
 Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& r) {
   Behaviour b;
   const std::string seen = observation(r);

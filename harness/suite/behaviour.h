@@ -64,6 +64,11 @@ struct Behaviour {
 
 Behaviour behaviour_of(const CellOnSystem& cell, const check::RunResult& result);
 
+// Whether a failure is what the environment explains rather than what the code does (an import,
+// an fbgemm or torch operator, schema or attribute the environment's builds lack): for a commit over
+// an environment dmpcheck chose, no behaviour of the commit.
+bool environment_explains(const check::RunResult& result);
+
 // Runs the cell (`run` executes one run of the replaced scenario) and judges it; where it meets no
 // named behaviour, each named release's own cell is run too and judged by its own expectations
 // (one release's cell may ask for another comparison than the newest's, or none).

@@ -101,7 +101,9 @@ class Bisection {
     for (size_t c = 0; c < cells.size() && !interrupt_requested(); ++c) {
       const Behaviour b = judge_cell(cells[c], [&](size_t run) {
         check::RunResult r = run_cell(scenario, run, cell_options(options_, sub_));
-        s.import_failed = s.import_failed || (r.failure && r.failure->kind == FailureKind::kImport);
+        const bool chosen = commits_ && options_.over.empty();  // dmpcheck picked the environment
+        s.import_failed = s.import_failed || (r.failure && r.failure->kind == FailureKind::kImport) ||
+                          (chosen && environment_explains(r));
         return r;
       });
       skipped = skipped || b.skipped;
@@ -115,9 +117,11 @@ class Bisection {
     s.ran = !skipped && !interrupted && s.obs.size() == cells.size() && !(commits_ && s.import_failed);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     *options_.out << fmt::format("{} ({:.1f} s){}:\n", points_[i].label, seconds,
-                                 interrupted ? ", interrupted: not a behaviour"
-                                 : skipped   ? ", not tested"
-                                             : "");
+                                 interrupted                   ? ", interrupted: not a behaviour"
+                                 : skipped                     ? ", not tested"
+                                 : commits_ && s.import_failed ? ", did not run over this environment (what it "
+                                                                 "failed on is the environment's): not a behaviour"
+                                                               : "");
     for (size_t c = 0; c < s.texts.size(); ++c) *options_.out << fmt::format("  [{}] {}\n", labels_[c], s.texts[c]);
     *options_.out << std::flush;
     return s;
@@ -224,10 +228,11 @@ int bisect_commits(const ReleaseOptions& options, const TorchRecRepository& repo
   }
   if (!b.hi_behaves()) {
     out << fmt::format("bisect: every commit that runs over the torchrec {} environment behaves as {}, through {}; "
-                       "from {} on the commits do not import over it{}\n",
+                       "from {} on the commits do not run over it (they do not import, or reach for an fbgemm or "
+                       "torch operator or attribute it lacks){}\n",
                        over, b.point(0).name, b.point(b.lo()).name, b.point(b.hi()).name,
                        b.hi() - b.lo() > 1 ? " (some between could not be tested)" : "");
-    out << fmt::format("first commit that does not import over torchrec {}: {} \"{}\" ({}); try the commits from "
+    out << fmt::format("first commit that does not run over torchrec {}: {} \"{}\" ({}); try the commits from "
                        "there over a newer release's environment (--commit-range {}..{} --over X.Y.Z)\n",
                        over, b.point(b.hi()).name, commits[b.hi() - 1].subject, commits[b.hi() - 1].date,
                        b.point(b.lo()).name, commits.back().short_hash());
@@ -273,7 +278,18 @@ int bisect_commits_across(const ReleaseOptions& options, const TorchRecRepositor
                       "bisect: on over the torchrec {} environment, from {}, the last commit that ran over {}\n", newer,
                       repo.resolve(resume_from).short_hash(), older)
                << std::flush;
-  return bisect_commits(options, repo, resume_from, new_rev, newer, found);
+  const int again = bisect_commits(options, repo, resume_from, new_rev, newer, found);
+  if (again == 3 && !interrupt_requested()) {
+    // Neither environment runs both sides: the older one stops at a commit that needs more than it
+    // has, the newer one cannot run the last commit the older one ran.  As git bisect with skipped
+    // commits, the answer is a range, said as one.
+    *options.out << fmt::format(
+        "bisect: no environment runs the commits on both sides of the change: the change lies between {} (the last "
+        "that ran over torchrec {}) and {}, untested between; no commit is named\n",
+        repo.resolve(resume_from).short_hash(), older, repo.resolve(new_rev).short_hash());
+    return 4;
+  }
+  return again;
 }
 
 }  // namespace

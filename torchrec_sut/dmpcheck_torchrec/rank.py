@@ -112,9 +112,34 @@ _ENVIRONMENT_LACKS = ("No such operator fbgemm::", "'_OpNamespace' 'fbgemm' obje
 _OURS = os.path.dirname(os.path.abspath(__file__))
 
 
+def _fbgemm_owner(e: BaseException) -> str:
+    """Where an AttributeError was raised on an object of fbgemm_gpu's, that class's module and name:
+    the code at hand reads what another fbgemm-gpu has.  Empty otherwise."""
+    if not isinstance(e, AttributeError):
+        return ""
+    obj = getattr(e, "obj", None)  # Python 3.10 and later
+    if obj is not None:
+        cls = type(obj)
+        return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("fbgemm_gpu") else ""
+    said = str(e)
+    if not said.startswith("'") or "' object has no attribute" not in said:
+        return ""
+    name = said[1:said.index("'", 1)]
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("fbgemm_gpu") and isinstance(getattr(module, name, None), type):
+            return f"{module_name}.{name}"
+    return ""
+
+
 def failure_of(e: BaseException) -> Tuple[str, str]:
-    """The kind and message of a failure no narrower handler took."""
+    """The kind and message of a failure no narrower handler took.  An attribute missing from an
+    fbgemm_gpu object stays TorchRec's error (a release paired with the fbgemm-gpu it pins, #3099), and
+    says whose it is: a search over commits, where dmpcheck chose the environment, reads that as the
+    environment's."""
     text = f"{type(e).__name__}: {e}"
+    owner = _fbgemm_owner(e)
+    if owner:
+        text += f" (an attribute of fbgemm_gpu's {owner}, which this environment's fbgemm-gpu lacks)"
     if any(lacked in str(e) for lacked in _ENVIRONMENT_LACKS):
         return _KIND_IMPORT, f"the environment lacks what this torchrec calls (it needs another fbgemm-gpu or torch): {text}"
     if not isinstance(e, ImportError):

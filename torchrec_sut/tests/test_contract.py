@@ -246,3 +246,37 @@ def test_the_warm_interpreter_refuses_a_request_that_is_not_a_warm_spawn():
         server.join(10)
         theirs.close()
     assert not server.is_alive()
+
+
+def test_an_attribute_missing_from_an_fbgemm_object_says_whose_it_is():
+    """Issue 59, item 1: over an environment dmpcheck chose, a commit that reads what another
+    fbgemm-gpu has (0102122b's get_learning_rate over 1.1.0's) is the environment's, not the commit's;
+    the rank program keeps the kind torchrec (a pinned pair's error stays the release's) and names
+    the owner, which bisect reads."""
+    import types
+
+    from dmpcheck_torchrec import rank
+
+    module = types.ModuleType("fbgemm_gpu.fake_tbe")
+
+    class SplitTableBatchedEmbeddingBagsCodegen:
+        pass
+
+    SplitTableBatchedEmbeddingBagsCodegen.__module__ = module.__name__
+    SplitTableBatchedEmbeddingBagsCodegen.__qualname__ = "SplitTableBatchedEmbeddingBagsCodegen"
+    module.SplitTableBatchedEmbeddingBagsCodegen = SplitTableBatchedEmbeddingBagsCodegen
+    sys.modules[module.__name__] = module
+    try:
+        try:
+            SplitTableBatchedEmbeddingBagsCodegen().get_learning_rate()
+        except AttributeError as e:
+            kind, message = rank.failure_of(e)
+        assert kind == "torchrec"
+        assert message.endswith("(an attribute of fbgemm_gpu's fbgemm_gpu.fake_tbe.SplitTableBatchedEmbeddingBagsCodegen, "
+                                "which this environment's fbgemm-gpu lacks)"), message
+        try:
+            types.SimpleNamespace().missing
+        except AttributeError as e:
+            assert "fbgemm" not in rank.failure_of(e)[1]
+    finally:
+        del sys.modules[module.__name__]

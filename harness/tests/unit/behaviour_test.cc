@@ -246,5 +246,30 @@ TEST(Behaviour, AFailingScriptIsJudgedByTheExpectationsThatSpeakOfItsExit) {
   EXPECT_FALSE(meets(bug, r, &why));
 }
 
+TEST(Behaviour, WhatTheEnvironmentLacksIsToldApartFromWhatTheCodeDoes) {
+  auto failed = [](check::FailureKind kind, const std::string& message) {
+    check::RunResult r;
+    r.failure = check::RankFailure{0, kind, "exited with status 3", message, {}};
+    return r;
+  };
+  using check::FailureKind;
+  // torchrec 0102122b over 1.1.0's environment, as the rank program says it.
+  EXPECT_TRUE(environment_explains(
+      failed(FailureKind::kTorchRec, "AttributeError: 'SplitTableBatchedEmbeddingBagsCodegen' object has no attribute "
+                                     "'get_learning_rate' (an attribute of fbgemm_gpu's fbgemm_gpu.split_table_batched_"
+                                     "embeddings_ops_training.SplitTableBatchedEmbeddingBagsCodegen, which this "
+                                     "environment's fbgemm-gpu lacks)")));
+  EXPECT_TRUE(environment_explains(failed(FailureKind::kTorchRec,
+                                          "RuntimeError: Could not find schema for "
+                                          "fbgemm::split_embedding_nobag_codegen_forward_unweighted_pt2_wrapper.")));
+  EXPECT_TRUE(environment_explains(failed(FailureKind::kImport, "No module named 'torchrec.x'")));
+  // What the code does: an error of its own, a divergence, a pass.
+  EXPECT_FALSE(environment_explains(
+      failed(FailureKind::kTorchRec, "RuntimeError: split_with_sizes expects split_sizes to sum exactly to 8")));
+  EXPECT_FALSE(
+      environment_explains(failed(FailureKind::kTorchRec, "AttributeError: 'KJT' object has no attribute 'x'")));
+  EXPECT_FALSE(environment_explains(check::RunResult{}));
+}
+
 }  // namespace
 }  // namespace dmpcheck::run
