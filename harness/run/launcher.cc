@@ -53,8 +53,7 @@ void set_disposition(void (*handler)(int), std::initializer_list<int> signals) {
 
 // Whether a process is stopped (SIGSTOP, SIGTSTP: state T in /proc/PID/stat; t, by a tracer).
 bool process_stopped(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  const std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const std::string stat = read_proc_file(fmt::format("/proc/{}/stat", pid));
   const auto name_end = stat.rfind(')');
   return name_end != std::string::npos && name_end + 2 < stat.size() &&
          (stat[name_end + 2] == 'T' || stat[name_end + 2] == 't');

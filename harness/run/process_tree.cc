@@ -3,11 +3,10 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <thread>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +14,22 @@
 #include <fmt/format.h>
 
 namespace dmpcheck::run {
+
+std::string read_proc_file(const std::string& path) {
+  std::string out;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the end, or the process is gone (ESRCH): what was read so far
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
 namespace {
 
 struct Stat {
@@ -27,8 +42,7 @@ struct Stat {
 
 // /proc/PID/stat: "pid (comm) state ppid ... starttime(22nd field)"; false when it is gone.
 bool read_stat(pid_t pid, Stat& out) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  const std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const std::string stat = read_proc_file(fmt::format("/proc/{}/stat", pid));
   const auto open = stat.find('(');
   const auto close = stat.rfind(')');
   if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size()) return false;
@@ -62,8 +76,7 @@ std::vector<Stat> all_processes() {
 }
 
 bool environment_holds(pid_t pid, const std::string& marker) {
-  std::ifstream in(fmt::format("/proc/{}/environ", pid), std::ios::binary);
-  const std::string env((std::istreambuf_iterator<char>(in)), {});
+  const std::string env = read_proc_file(fmt::format("/proc/{}/environ", pid));
   size_t at = 0;
   while (at < env.size()) {
     const size_t end = env.find('\0', at);

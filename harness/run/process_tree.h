@@ -40,6 +40,10 @@ class ProcessTree {
   std::map<pid_t, uint64_t> environ_checked_;  // pid -> start time whose environment was read
 };
 
+// A /proc file's text, read with read(2): a process that ends while it is read gives what was read
+// (std::ifstream throws from underflow on ESRCH).  Empty when it cannot be opened.
+std::string read_proc_file(const std::string& path);
+
 // Makes this process the reaper of its descendants' orphans (once; harmless when it fails).
 void become_subreaper();
 

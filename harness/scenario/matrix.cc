@@ -194,7 +194,7 @@ Matrix read_matrix(const Reader& r, YAML::Node root) {
   // A `when` value that selects no cell would never apply, silently: refused.  That is a value of
   // another shape than its path's values (a list or mapping where they are scalars, or the reverse),
   // and a scalar the matrix does not have (a release the `system` axis lacks, a typo), alone or in
-  // a list on a path of scalars (which selects any of its values).
+  // a list on a path of scalars (which selects any of its values), where the path has two values or more.
   if (const YAML::Node expect = root["expect"]; expect.IsSequence()) {
     for (size_t i = 0; i < expect.size(); ++i) {
       const YAML::Node entry = expect[i];
@@ -217,7 +217,9 @@ Matrix read_matrix(const Reader& r, YAML::Node root) {
         if (!one_of && !same_shape) {
           r.fail(kv.second, field, fmt::format("selects no cell: matrix.{} has {}", key, fmt::join(texts, ", ")));
         }
-        if (axis_of_scalars(values)) {
+        // A path narrowed to one value (a file written for several releases, run on one) keeps the
+        // entries of the others: only a path that still varies is held to them.
+        if (axis_of_scalars(values) && values.size() > 1) {
           for (const auto& v : one_of ? std::vector<YAML::Node>(kv.second.begin(), kv.second.end())
                                       : std::vector<YAML::Node>{kv.second}) {
             if (absent(v)) {

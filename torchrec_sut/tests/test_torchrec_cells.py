@@ -622,8 +622,12 @@ def test_artifacts_open_with_plain_torch_load(tmp_path):
 def test_missing_release_is_skipped_with_the_install_command(tmp_path):
     p = dmpcheck("run", SEED, "--quiet", "--out", str(tmp_path), env={"DMPCHECK_TORCHREC_ENVS": str(tmp_path / "none")})
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "SKIPPED - torchrec 0.6.0 is not installed" in p.stdout
-    assert "run `bash ci/torchrec-env.sh 0.6.0`" in p.stdout
+    # Said once, with the one command that installs every release the file names (and in each report).
+    assert re.search(r"dmpcheck: \d+ cell\(s\) of torchrec-1739-dp-tables-not-broadcast skipped: torchrec .*0\.6\.0.* "
+                     r"not installed here \(bash ci/torchrec-env\.sh .*0\.6\.0", p.stdout), p.stdout
+    assert "SKIPPED -" not in p.stdout
+    report = json.load(open(tmp_path / "torchrec-1739-dp-tables-not-broadcast" / "seeded_torchrec__0.6.0.json"))
+    assert "run `bash ci/torchrec-env.sh 0.6.0`" in report["skip_reason"], report["skip_reason"]
 
 
 def test_release_that_fails_to_import_is_a_failed_rank(tmp_path):
