@@ -152,13 +152,18 @@ std::string install_release(const scenario::System& system) {
              installer_argument(system), code < 0 ? "was killed" : fmt::format("exited {}", code), last_words(tail));
 }
 
+// An environment the installer finished: its marker and its interpreter are there.
+bool installed(const std::string& dir) {
+  return fs::exists(dir + "/dmpcheck-ready.json") && fs::exists(dir + "/bin/python");
+}
+
 std::optional<TorchRecEnvironment> release_environment(const scenario::System& system, std::string& why_not) {
   TorchRecEnvironment env;
   env.dir = environment_dir(system);
   env.python = env.dir + "/bin/python";
   env.pins = system.pins;
   const std::string ready = env.dir + "/dmpcheck-ready.json";
-  if ((!fs::exists(ready) || !fs::exists(env.python)) && settings().install_releases) {
+  if (!installed(env.dir) && settings().install_releases) {
     static std::mutex installing;  // cells run side by side wait for one install
     std::lock_guard<std::mutex> lock(installing);
     if (!fs::exists(ready)) {
@@ -173,7 +178,7 @@ std::optional<TorchRecEnvironment> release_environment(const scenario::System& s
     why_not = std::move(why);
     return std::nullopt;
   };
-  if (!fs::exists(ready) || !fs::exists(env.python)) return skipped(missing);
+  if (!installed(env.dir)) return skipped(missing);
   // Held while the cell runs, so the installer's eviction passes it by; taken after an eviction
   // that held it exclusively, the environment may be gone: then it is missing.
   const int fd = ::open((env.dir + "/dmpcheck-in-use.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -229,8 +234,7 @@ TorchRecEnvironment interpreter_environment(const std::string& python) {
 
 std::optional<std::string> release_not_installed(const scenario::System& system) {
   if (!system.is_release() || settings().install_releases) return std::nullopt;
-  const std::string dir = environment_dir(system);
-  if (fs::exists(dir + "/dmpcheck-ready.json") && fs::exists(dir + "/bin/python")) return std::nullopt;
+  if (installed(environment_dir(system))) return std::nullopt;
   return installer_argument(system);
 }
 

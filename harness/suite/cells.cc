@@ -75,25 +75,17 @@ ScenarioOutcome run_scenario(const scenario::Scenario& scenario, const ScenarioR
     const scenario::RunSpec& spec = scenario.runs[i];
     if (!selected(spec)) continue;
     WarmInterpreter::pump();
-    if (const auto release = release_not_installed(spec.system)) {
-      check::RunResult result = run_cell(scenario, i, options);
-      if (result.verdict == check::Verdict::kSkipped) {
-        if (std::find(missing.begin(), missing.end(), *release) == missing.end()) missing.push_back(*release);
-        ++missing_cells;
-        outcome.results.push_back(result);
-        continue;
-      }
-      if (options.out) *options.out << report::render_verdict_line(result) << "\n" << std::flush;
-      outcome.results.push_back(result);
-      continue;
-    }
-    if (options.out) {
+    const auto release = release_not_installed(spec.system);
+    if (options.out && !release) {
       *options.out << fmt::format("-- run {}/{}: {} [{}] on {} ranks\n", i + 1, scenario.runs.size(), scenario.name,
                                   spec.name, spec.world_size)
                    << std::flush;
     }
     check::RunResult result = run_cell(scenario, i, options);
-    if (options.out) {
+    if (release && result.verdict == check::Verdict::kSkipped) {
+      if (std::find(missing.begin(), missing.end(), *release) == missing.end()) missing.push_back(*release);
+      ++missing_cells;
+    } else if (options.out) {
       *options.out << (options.print_tables ? report::render_run_table(result) : std::string())
                    << report::render_verdict_line(result) << "\n"
                    << std::flush;
